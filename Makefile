@@ -1,0 +1,25 @@
+# Two entry points: `make demo` runs Baton on its built-in workload, `make test` runs every test.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/baton demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest tests
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/sim_speed.py
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info
