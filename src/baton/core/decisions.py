@@ -1,0 +1,64 @@
+"""What a policy may return. Runtimes (simulator, gateway) execute these."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from baton.core.instance import Role
+
+
+@dataclass(slots=True, frozen=True)
+class ArrivalPlan:
+    """Placement of a new request, filled in by arrival stages in pipeline order.
+
+    - ``prefill_instance``: where the prefill runs.
+    - ``decode_instance``: set now for early binding (SIBYL); left None for late binding.
+    - ``prefill_chunk_limit_tokens``: cap on this request's prefill chunk per iteration,
+      used when the prefill is deflected onto a decode-capable instance (Kairos).
+    - ``reject_reason``: set to reject the request; the runtime records the reason.
+    """
+
+    prefill_instance: int | None = None
+    decode_instance: int | None = None
+    prefill_chunk_limit_tokens: int | None = None
+    reject_reason: str | None = None
+
+    @property
+    def rejected(self) -> bool:
+        return self.reject_reason is not None
+
+
+class MigrationMode(str, enum.Enum):
+    """How a running decode moves: copy KV while decoding, or re-prefill on the target."""
+
+    LIVE = "live"
+    RECOMPUTE = "recompute"
+
+
+@dataclass(slots=True, frozen=True)
+class Migrate:
+    """Move a decoding request to ``target_instance``."""
+
+    req_id: int
+    target_instance: int
+    mode: MigrationMode = MigrationMode.LIVE
+
+
+@dataclass(slots=True, frozen=True)
+class ChangeRole:
+    """Change an instance's role; work already on it drains (finishes) where it is."""
+
+    instance_id: int
+    role: Role
+
+
+@dataclass(slots=True, frozen=True)
+class Watch:
+    """Ask to be told (``Stage.on_threshold``) when a request's context reaches ``context_tokens``."""
+
+    req_id: int
+    context_tokens: int
+
+
+Decision = Migrate | ChangeRole | Watch

@@ -1,0 +1,152 @@
+"""Per-instance state that policies read through the ``ClusterView``.
+
+The runtime mutates it incrementally as work arrives, moves and finishes, so that reading
+any aggregate is O(1). Decode progress between two state changes is not written per
+token: the instance carries a *segment* (start time, iteration time and its growth per
+iteration), and readers extrapolate the number of completed iterations in closed form.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+
+from baton.core.decode_table import DecodeTable
+
+
+class Role(str, enum.Enum):
+    """What new work an instance accepts. Existing work always drains where it is."""
+
+    PREFILL = "prefill"
+    DECODE = "decode"
+    MIXED = "mixed"  # colocated: prefills and decodes, chunked prefill
+
+    @property
+    def prefills(self) -> bool:
+        return self in (Role.PREFILL, Role.MIXED)
+
+    @property
+    def decodes(self) -> bool:
+        return self in (Role.DECODE, Role.MIXED)
+
+
+@dataclass(slots=True)
+class Segment:
+    """Iterations k = 0.. of one batch composition: iteration k lasts ``iter0_s + slope_s * k``."""
+
+    start_s: float
+    iter0_s: float
+    slope_s: float
+    max_iters: int
+
+    def elapsed_s(self, k: int) -> float:
+        """Time from the segment start to the end of iteration k-1 (k iterations done)."""
+        return k * self.iter0_s + self.slope_s * k * (k - 1) / 2.0
+
+    def iterations_done(self, now_s: float) -> int:
+        """Iterations completed by ``now_s`` (an iteration ending exactly at now counts)."""
+        dt = now_s - self.start_s
+        if dt <= 0.0:
+            return 0
+        a, b = self.slope_s / 2.0, self.iter0_s - self.slope_s / 2.0
+        if a > 1e-300:
+            k = int((-b + math.sqrt(b * b + 4.0 * a * dt)) / (2.0 * a))
+        else:
+            k = int(dt / self.iter0_s)
+        k = max(0, min(k, self.max_iters))
+        while k > 0 and self.elapsed_s(k) > dt:
+            k -= 1
+        while k < self.max_iters and self.elapsed_s(k + 1) <= dt:
+            k += 1
+        return k
+
+    def iteration_s(self, k: int) -> float:
+        return self.iter0_s + self.slope_s * k
+
+
+@dataclass(slots=True)
+class InstanceState:
+    """One engine instance as policies see it. All token counts are in tokens.
+
+    - ``prefill_queue``: request id -> prompt tokens still to prefill here (FIFO order).
+    - ``shadow``: requests bound to decode here whose prefill still runs elsewhere
+      (request id -> prompt tokens); SIBYL's shadow load.
+    - ``incoming``: requests whose KV is moving here or waiting to join the batch
+      (request id -> context tokens).
+    - ``decodes``: the running decode batch.
+    """
+
+    instance_id: int
+    role: Role
+    kv_blocks_total: int
+    block_size_tokens: int
+    prefill_queue: dict[int, int] = field(default_factory=dict)
+    prefill_queue_tokens: int = 0
+    shadow: dict[int, int] = field(default_factory=dict)
+    shadow_tokens: int = 0
+    incoming: dict[int, int] = field(default_factory=dict)
+    incoming_tokens: int = 0
+    decodes: DecodeTable = field(default_factory=DecodeTable)
+    kv_blocks_used: int = 0
+    recent_iteration_s: float = 0.0
+    recent_token_interval_s: float = 0.0
+    segment: Segment | None = None
+    healthy: bool = True
+
+    # --- incremental bookkeeping used by runtimes -------------------------------------
+    def queue_prefill(self, req_id: int, tokens: int) -> None:
+        self.prefill_queue[req_id] = tokens
+        self.prefill_queue_tokens += tokens
+
+    def progress_prefill(self, req_id: int, tokens: int) -> None:
+        self.prefill_queue[req_id] -= tokens
+        self.prefill_queue_tokens -= tokens
+
+    def drop_prefill(self, req_id: int) -> None:
+        self.prefill_queue_tokens -= self.prefill_queue.pop(req_id)
+
+    def add_shadow(self, req_id: int, tokens: int) -> None:
+        self.shadow[req_id] = tokens
+        self.shadow_tokens += tokens
+
+    def drop_shadow(self, req_id: int) -> None:
+        self.shadow_tokens -= self.shadow.pop(req_id, 0)
+
+    def add_incoming(self, req_id: int, tokens: int) -> None:
+        self.incoming[req_id] = tokens
+        self.incoming_tokens += tokens
+
+    def drop_incoming(self, req_id: int) -> None:
+        self.incoming_tokens -= self.incoming.pop(req_id, 0)
+
+    # --- reads ------------------------------------------------------------------------
+    @property
+    def kv_blocks_free(self) -> int:
+        return self.kv_blocks_total - self.kv_blocks_used
+
+    @property
+    def kv_usage(self) -> float:
+        """Fraction of KV blocks in use, 0..1."""
+        return self.kv_blocks_used / self.kv_blocks_total if self.kv_blocks_total else 1.0
+
+    def iterations_since_sync(self, now_s: float) -> int:
+        """Decode iterations finished since the decode table was last written."""
+        return self.segment.iterations_done(now_s) if self.segment else 0
+
+    def decode_ctx_tokens(self, now_s: float) -> int:
+        """Sum of the running decodes' context lengths at ``now_s``."""
+        return self.decodes.ctx_sum + self.decodes.n * self.iterations_since_sync(now_s)
+
+    def token_load(self, now_s: float) -> int:
+        """Tokens of work on this instance: decode contexts + incoming KV + queued prefill."""
+        return self.decode_ctx_tokens(now_s) + self.incoming_tokens + self.prefill_queue_tokens
+
+    @property
+    def num_requests(self) -> int:
+        """Requests holding or about to hold a slot here (queued, incoming, decoding)."""
+        return len(self.prefill_queue) + len(self.incoming) + self.decodes.n
+
+    def decode_rate_tokens_per_s(self) -> float:
+        """Observed per-request decode rate (one token per iteration)."""
+        return 1.0 / self.recent_token_interval_s if self.recent_token_interval_s > 0 else 0.0

@@ -1,0 +1,92 @@
+"""A performance model fitted by least squares to measured engine iterations.
+
+For users who profile their own engine: a CSV with one row per measured iteration and
+the columns ``prefill_tokens``, ``decode_requests``, ``decode_ctx_tokens`` and
+``iteration_s`` (optional: ``prefill_attn_pairs``, ``decode_ctx_cv2``). The model is
+``t = c0 + c1*prefill_tokens + c2*prefill_attn_pairs + c3*decode_requests
++ c4*decode_ctx_tokens + c5*decode_ctx_tokens*decode_ctx_cv2`` with non-negative
+coefficients (scipy's NNLS), which keeps it affine in the decode context as the
+simulator's closed-form advance requires.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import nnls
+
+from baton.core.errors import ConfigError
+from baton.perf.model import BatchShape, PerfModel
+
+REQUIRED = ("prefill_tokens", "decode_requests", "decode_ctx_tokens", "iteration_s")
+FEATURES = ("const", "prefill_tokens", "prefill_attn_pairs", "decode_requests",
+            "decode_ctx_tokens", "decode_ctx_het")
+
+
+def _features(prefill_tokens, attn_pairs, n_decodes, ctx_tokens, cv2) -> np.ndarray:
+    return np.column_stack([np.ones_like(prefill_tokens), prefill_tokens, attn_pairs,
+                            n_decodes, ctx_tokens, ctx_tokens * cv2])
+
+
+class FittedModel(PerfModel):
+    """Linear iteration-time model with coefficients in ``coef`` (seconds per unit)."""
+
+    def __init__(self, coef: np.ndarray, kv_bytes_per_token: int, kv_capacity_tokens: int) -> None:
+        self.coef = np.asarray(coef, dtype=np.float64)
+        self.kv_bytes_per_token = kv_bytes_per_token
+        self.kv_capacity_tokens = kv_capacity_tokens
+
+    def iteration_time_s(self, shape: BatchShape) -> float:
+        if shape.empty:
+            return 0.0
+        x = (1.0, shape.prefill_tokens, shape.prefill_attn_pairs, shape.n_decodes,
+             shape.decode_ctx_tokens, shape.decode_ctx_tokens * shape.decode_ctx_cv2)
+        return float(np.dot(self.coef, x))
+
+    @classmethod
+    def fit(cls, rows: dict[str, np.ndarray], kv_bytes_per_token: int,
+            kv_capacity_tokens: int) -> "FittedModel":
+        """Fit from column arrays (see module docstring)."""
+        n = len(rows["iteration_s"])
+        zeros = np.zeros(n)
+        a = _features(rows["prefill_tokens"], rows.get("prefill_attn_pairs", zeros),
+                      rows["decode_requests"], rows["decode_ctx_tokens"],
+                      rows.get("decode_ctx_cv2", zeros))
+        coef, _ = nnls(a, rows["iteration_s"])
+        return cls(coef, kv_bytes_per_token, kv_capacity_tokens)
+
+    @classmethod
+    def from_csv(cls, path: str | Path, kv_bytes_per_token: int,
+                 kv_capacity_tokens: int) -> "FittedModel":
+        """Fit from a CSV of measured iterations; errors name the file, line and column."""
+        return cls.fit(read_profile_csv(path), kv_bytes_per_token, kv_capacity_tokens)
+
+
+def read_profile_csv(path: str | Path) -> dict[str, np.ndarray]:
+    """Read a profile CSV into float columns, validating every row."""
+    path = Path(path)
+    try:
+        handle = path.open(newline="")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot open profile: {exc.strerror}") from None
+    with handle:
+        reader = csv.DictReader(handle)
+        missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ConfigError(f"{path}: missing column(s) {', '.join(missing)}")
+        cols = [c for c in reader.fieldnames or [] if c in REQUIRED or c in
+                ("prefill_attn_pairs", "decode_ctx_cv2")]
+        data: dict[str, list[float]] = {c: [] for c in cols}
+        for line, row in enumerate(reader, start=2):
+            for c in cols:
+                try:
+                    data[c].append(float(row[c]))
+                except (TypeError, ValueError):
+                    raise ConfigError(f"{path}:{line}: column {c!r}: expected a number, "
+                                      f"got {row[c]!r}") from None
+    if len(data["iteration_s"]) < len(FEATURES):
+        raise ConfigError(f"{path}: need at least {len(FEATURES)} rows to fit, got "
+                          f"{len(data['iteration_s'])}")
+    return {c: np.asarray(v) for c, v in data.items()}

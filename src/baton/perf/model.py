@@ -1,0 +1,97 @@
+"""The performance-model interface every runtime and policy uses."""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(slots=True, frozen=True)
+class BatchShape:
+    """What an iteration's duration depends on.
+
+    - ``prefill_tokens``: prompt tokens computed this iteration (sum of chunks).
+    - ``prefill_attn_pairs``: sum over chunks of chunk x (offset + (chunk + 1) / 2), the
+      query-key pairs of causal prefill attention.
+    - ``n_decodes`` and ``decode_ctx_tokens``: running decodes and their summed context.
+    - ``decode_ctx_cv2``: squared coefficient of variation of the decode contexts; the
+      length heterogeneity that slows attention kernels (CascadeInfer section 2.3). It is
+      evaluated when the batch composition changes and held while it is unchanged.
+    """
+
+    prefill_tokens: int = 0
+    prefill_attn_pairs: float = 0.0
+    n_decodes: int = 0
+    decode_ctx_tokens: int = 0
+    decode_ctx_cv2: float = 0.0
+
+    @property
+    def empty(self) -> bool:
+        return self.prefill_tokens == 0 and self.n_decodes == 0
+
+
+def length_cv2(ctx_tokens: np.ndarray | Sequence[int]) -> float:
+    """Squared coefficient of variation of a set of lengths (0 for fewer than two)."""
+    arr = np.asarray(ctx_tokens, dtype=np.float64)
+    if arr.size < 2:
+        return 0.0
+    mean = float(arr.mean())
+    return float(arr.var() / (mean * mean)) if mean > 0 else 0.0
+
+
+def chunk_attn_pairs(chunk_tokens: int, offset_tokens: int) -> float:
+    """Causal attention query-key pairs of a prefill chunk at a context offset."""
+    return chunk_tokens * (offset_tokens + (chunk_tokens + 1) / 2.0)
+
+
+def batch_shape(prefill_chunks: Sequence[tuple[int, int]],
+                decode_ctx_tokens: Sequence[int] | np.ndarray) -> BatchShape:
+    """Shape of a batch from its prefill chunks ``(chunk_tokens, offset_tokens)`` and its
+    decode context lengths."""
+    ctx = np.asarray(decode_ctx_tokens, dtype=np.int64)
+    return BatchShape(
+        prefill_tokens=sum(c for c, _ in prefill_chunks),
+        prefill_attn_pairs=sum(chunk_attn_pairs(c, o) for c, o in prefill_chunks),
+        n_decodes=int(ctx.size),
+        decode_ctx_tokens=int(ctx.sum()),
+        decode_ctx_cv2=length_cv2(ctx),
+    )
+
+
+class PerfModel(ABC):
+    """Iteration time of a batch, KV size, prefill and transfer time.
+
+    Contract used by the simulator's closed-form advance: with everything else fixed,
+    ``iteration_time_s`` is affine in ``decode_ctx_tokens``.
+    """
+
+    kv_bytes_per_token: int
+    kv_capacity_tokens: int
+
+    @abstractmethod
+    def iteration_time_s(self, shape: BatchShape) -> float:
+        """Duration of one engine iteration with this batch, in seconds."""
+
+    def prefill_time_s(self, prompt_tokens: int, chunk_tokens: int = 8192) -> float:
+        """Time to prefill one prompt alone, in chunks of at most ``chunk_tokens``."""
+        total, done = 0.0, 0
+        while done < prompt_tokens:
+            chunk = min(chunk_tokens, prompt_tokens - done)
+            pairs = chunk_attn_pairs(chunk, done)
+            total += self.iteration_time_s(BatchShape(prefill_tokens=chunk, prefill_attn_pairs=pairs))
+            done += chunk
+        return total
+
+    def kv_bytes(self, tokens: int) -> int:
+        return tokens * self.kv_bytes_per_token
+
+    @staticmethod
+    def transfer_time_s(num_bytes: float, bandwidth_bytes_per_s: float, latency_s: float = 0.0) -> float:
+        """Time to move ``num_bytes`` over an uncontended link."""
+        if bandwidth_bytes_per_s <= 0 or math.isinf(bandwidth_bytes_per_s):
+            return latency_s
+        return latency_s + num_bytes / bandwidth_bytes_per_s

@@ -1,0 +1,93 @@
+"""Analytic roofline performance model with efficiency factors and tensor parallelism."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from baton.core.errors import ConfigError
+from baton.perf.model import BatchShape, PerfModel
+from baton.perf.specs import Efficiency, HardwareSpec, ModelSpec
+
+
+@dataclass(slots=True, frozen=True)
+class IterationBreakdown:
+    """Seconds spent per part of one iteration."""
+
+    linear_s: float
+    prefill_attn_s: float
+    decode_attn_s: float
+    attn_launch_s: float
+    allreduce_s: float
+    overhead_s: float
+
+    @property
+    def attention_s(self) -> float:
+        return self.prefill_attn_s + self.decode_attn_s + self.attn_launch_s
+
+    @property
+    def total_s(self) -> float:
+        return (self.linear_s + self.attention_s + self.allreduce_s + self.overhead_s)
+
+
+class RooflineModel(PerfModel):
+    """Iteration time = max(compute, memory) of the weight matmuls + prefill attention
+    (compute-bound) + decode attention (KV reads, memory-bound, slowed by length
+    heterogeneity) + per-layer kernel launches + tensor-parallel all-reduces + overhead.
+
+    With tensor parallelism ``tp`` the weights, KV heads and FLOPs split evenly across
+    GPUs and two all-reduces of the activations are paid per layer.
+    """
+
+    def __init__(self, model: ModelSpec, hardware: HardwareSpec, tp: int = 1,
+                 efficiency: Efficiency | None = None) -> None:
+        if tp < 1:
+            raise ConfigError(f"tp: expected a positive integer, got {tp}")
+        self.model, self.hardware, self.tp = model, hardware, tp
+        self.eff = efficiency or Efficiency()
+        self.kv_bytes_per_token = model.kv_bytes_per_token
+        usable = hardware.hbm_bytes * self.eff.gpu_memory_fraction - self.eff.activation_reserve_bytes
+        kv_bytes = usable * tp - model.weight_bytes
+        if kv_bytes <= 0:
+            raise ConfigError(f"model {model.name} does not fit on {tp} x {hardware.name}")
+        self.kv_capacity_tokens = int(kv_bytes // self.kv_bytes_per_token)
+
+    def breakdown(self, shape: BatchShape) -> IterationBreakdown:
+        """Per-part times of one iteration (seconds)."""
+        m, hw, eff, tp = self.model, self.hardware, self.eff, self.tp
+        tokens = shape.prefill_tokens + shape.n_decodes
+        if tokens == 0:
+            return IterationBreakdown(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        flops = 2.0 * m.matmul_params * tokens / tp
+        linear_s = max(flops / (hw.peak_flops * eff.compute),
+                       m.weight_bytes / tp / (hw.hbm_bytes_per_s * eff.memory))
+        attn_flops = 4.0 * m.n_layers * m.n_heads * m.head_dim * shape.prefill_attn_pairs / tp
+        prefill_attn_s = attn_flops / (hw.peak_flops * eff.attn_compute)
+        het = 1.0 + eff.heterogeneity * min(shape.decode_ctx_cv2, eff.heterogeneity_cap)
+        kv_read = self.kv_bytes_per_token * shape.decode_ctx_tokens * het / tp
+        decode_attn_s = kv_read / (hw.hbm_bytes_per_s * eff.attn_memory)
+        launch_s = m.n_layers * eff.attn_launch_s
+        allreduce_s = 0.0
+        if tp > 1:
+            act_bytes = tokens * m.hidden * 2.0
+            ring = 2.0 * (tp - 1) / tp * act_bytes / hw.interconnect_bytes_per_s
+            allreduce_s = 2.0 * m.n_layers * (hw.allreduce_latency_s + ring)
+        return IterationBreakdown(linear_s, prefill_attn_s, decode_attn_s, launch_s,
+                                  allreduce_s, eff.iteration_overhead_s)
+
+    def iteration_time_s(self, shape: BatchShape) -> float:
+        return self.breakdown(shape).total_s
+
+    # --- per-layer operator times, for checks against measured operator profiles -------
+    def mlp_layer_s(self, tokens: int) -> float:
+        """One layer's gated MLP (up, gate, down projections) for ``tokens`` tokens."""
+        m, hw, eff = self.model, self.hardware, self.eff
+        params = 3.0 * m.hidden * m.ffn_hidden / self.tp
+        flops = 2.0 * params * tokens
+        return max(flops / (hw.peak_flops * eff.compute),
+                   params * m.weight_bytes_per_param / (hw.hbm_bytes_per_s * eff.memory))
+
+    def decode_attn_layer_s(self, batch: int, ctx_tokens: int) -> float:
+        """One layer's decode attention for ``batch`` requests of ``ctx_tokens`` each."""
+        per_layer = self.kv_bytes_per_token / self.model.n_layers / self.tp
+        read = per_layer * batch * ctx_tokens
+        return self.eff.attn_launch_s + read / (self.hardware.hbm_bytes_per_s * self.eff.attn_memory)

@@ -1,0 +1,170 @@
+"""Trace loaders. Every malformed row raises ``WorkloadError`` naming the file and line.
+
+Formats (``FORMATS``): ``azure`` (TIMESTAMP,ContextTokens,GeneratedTokens), ``mooncake``
+(JSON lines: timestamp in ms, input_length, output_length, hash_ids), ``burstgpt``
+(Timestamp, Request tokens, Response tokens, ...), ``sharegpt`` (a JSON list of objects
+with length fields) and ``vidur`` (arrived_at, num_prefill_tokens, num_decode_tokens).
+Arrival times are shifted so the first request arrives at 0 s.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from baton.core.errors import WorkloadError
+from baton.core.request import Request
+
+_PROMPT_KEYS = ("prompt_tokens", "input_length", "input_len", "prompt_len", "num_prefill_tokens")
+_OUTPUT_KEYS = ("output_tokens", "output_length", "output_len", "num_decode_tokens")
+_TIME_KEYS = ("arrival_s", "arrived_at", "timestamp")
+
+
+def _positive_int(value: Any, what: str, where: str) -> int:
+    try:
+        number = int(float(value))
+    except (TypeError, ValueError):
+        raise WorkloadError(f"{where}: {what}: expected an integer, got {value!r}") from None
+    if number < 0 or number != float(value):
+        raise WorkloadError(f"{where}: {what}: expected a non-negative integer, got {value!r}")
+    return number
+
+
+def _number(value: Any, what: str, where: str) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise WorkloadError(f"{where}: {what}: expected a number, got {value!r}") from None
+
+
+def _azure_time(value: str, where: str) -> float:
+    text = value.strip()
+    if "." in text:  # the trace has 7 fractional digits; datetime takes at most 6
+        head, frac = text.split(".", 1)
+        text = f"{head}.{frac[:6]}"
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise WorkloadError(f"{where}: TIMESTAMP: expected a date-time, got {value!r}") from None
+
+
+def _csv_rows(path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    with path.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        for line, row in enumerate(reader, start=2):
+            if None in row or any(v is None for v in row.values()):
+                raise WorkloadError(f"{path}:{line}: expected {len(reader.fieldnames or [])} "
+                                    f"columns, got a different number")
+            yield f"{path}:{line}", row
+
+
+def _azure(path: Path) -> list[tuple[float, int, int]]:
+    return [(_azure_time(row["TIMESTAMP"], where),
+             _positive_int(row["ContextTokens"], "ContextTokens", where),
+             _positive_int(row["GeneratedTokens"], "GeneratedTokens", where))
+            for where, row in _csv_rows(path)]
+
+
+def _burstgpt(path: Path) -> list[tuple[float, int, int]]:
+    return [(_number(row["Timestamp"], "Timestamp", where),
+             _positive_int(row["Request tokens"], "Request tokens", where),
+             _positive_int(row["Response tokens"], "Response tokens", where))
+            for where, row in _csv_rows(path)]
+
+
+def _vidur(path: Path) -> list[tuple[float, int, int]]:
+    return [(_number(row.get("arrived_at", 0.0), "arrived_at", where),
+             _positive_int(row["num_prefill_tokens"], "num_prefill_tokens", where),
+             _positive_int(row["num_decode_tokens"], "num_decode_tokens", where))
+            for where, row in _csv_rows(path)]
+
+
+def _record(obj: Any, where: str, time_scale: float) -> tuple[float, int, int]:
+    if not isinstance(obj, dict):
+        raise WorkloadError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    prompt_key = next((k for k in _PROMPT_KEYS if k in obj), None)
+    output_key = next((k for k in _OUTPUT_KEYS if k in obj), None)
+    if prompt_key is None or output_key is None:
+        raise WorkloadError(f"{where}: expected an input length ({'/'.join(_PROMPT_KEYS)}) and an "
+                            f"output length ({'/'.join(_OUTPUT_KEYS)})")
+    time_key = next((k for k in _TIME_KEYS if k in obj), None)
+    arrival = _number(obj[time_key], time_key, where) * time_scale if time_key else 0.0
+    return (arrival, _positive_int(obj[prompt_key], prompt_key, where),
+            _positive_int(obj[output_key], output_key, where))
+
+
+def _mooncake(path: Path) -> list[tuple[float, int, int]]:
+    rows = []
+    with path.open() as handle:
+        for line, text in enumerate(handle, start=1):
+            if not text.strip():
+                continue
+            where = f"{path}:{line}"
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise WorkloadError(f"{where}: invalid JSON: {exc.msg}") from None
+            if isinstance(obj, dict) and "timestamp" in obj:
+                obj = {**obj, "timestamp": _number(obj["timestamp"], "timestamp", where)}
+            rows.append(_record(obj, where, time_scale=1e-3))
+    return rows
+
+
+def _sharegpt(path: Path) -> list[tuple[float, int, int]]:
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise WorkloadError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
+    if not isinstance(data, list):
+        raise WorkloadError(f"{path}: expected a JSON list of requests")
+    return [_record(obj, f"{path}: item {i}", time_scale=1.0) for i, obj in enumerate(data)]
+
+
+FORMATS: dict[str, Callable[[Path], list[tuple[float, int, int]]]] = {
+    "azure": _azure, "mooncake": _mooncake, "burstgpt": _burstgpt,
+    "sharegpt": _sharegpt, "vidur": _vidur,
+}
+
+_HEADER_HINTS = (("TIMESTAMP", "azure"), ("Request tokens", "burstgpt"),
+                 ("num_prefill_tokens", "vidur"))
+
+
+def detect_format(path: Path) -> str:
+    """Guess a trace's format from its extension and first line."""
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        return "mooncake"
+    if suffix == ".json":
+        return "sharegpt"
+    with path.open() as handle:
+        header = handle.readline()
+    for hint, name in _HEADER_HINTS:
+        if hint in header:
+            return name
+    raise WorkloadError(f"{path}: cannot tell the trace format from its extension and header; "
+                        f"pass one of: {', '.join(FORMATS)}")
+
+
+def load_trace(path: str | Path, fmt: str | None = None) -> list[Request]:
+    """Load a trace file as requests sorted by arrival, first arrival at 0 s."""
+    path = Path(path)
+    if not path.is_file():
+        raise WorkloadError(f"{path}: no such trace file")
+    fmt = fmt or detect_format(path)
+    if fmt not in FORMATS:
+        raise WorkloadError(f"unknown trace format {fmt!r}; expected one of: {', '.join(FORMATS)}")
+    try:
+        rows = FORMATS[fmt](path)
+    except KeyError as exc:
+        raise WorkloadError(f"{path}: missing column {exc.args[0]!r} for format {fmt}") from None
+    except UnicodeDecodeError:
+        raise WorkloadError(f"{path}: not a text file") from None
+    if not rows:
+        raise WorkloadError(f"{path}: the trace has no requests")
+    rows.sort(key=lambda r: r[0])
+    t0 = rows[0][0]
+    return [Request(i, t - t0, max(1, p), max(1, o)) for i, (t, p, o) in enumerate(rows)]
