@@ -39,6 +39,17 @@ class Segment:
     iter0_s: float
     slope_s: float
     max_iters: int
+    block_size: int = 16
+    rows: int = 0
+    residue_ge: tuple[int, ...] = ()
+
+    def block_growth(self, k: int) -> int:
+        """Extra KV blocks the running decodes hold once iteration k is under way
+        (iteration 0's blocks are already counted by the instance)."""
+        if k <= 0 or not self.rows:
+            return 0
+        whole, part = divmod(k, self.block_size)
+        return self.rows * whole + (self.residue_ge[self.block_size - part] if part else 0)
 
     def elapsed_s(self, k: int) -> float:
         """Time from the segment start to the end of iteration k-1 (k iterations done)."""
@@ -121,14 +132,27 @@ class InstanceState:
         self.incoming_tokens -= self.incoming.pop(req_id, 0)
 
     # --- reads ------------------------------------------------------------------------
-    @property
-    def kv_blocks_free(self) -> int:
-        return self.kv_blocks_total - self.kv_blocks_used
+    def kv_blocks_used_at(self, now_s: float) -> int:
+        """KV blocks allocated at ``now_s``, including decode growth inside a segment."""
+        if self.segment is None:
+            return self.kv_blocks_used
+        return self.kv_blocks_used + self.segment.block_growth(self.segment.iterations_done(now_s))
 
-    @property
-    def kv_usage(self) -> float:
-        """Fraction of KV blocks in use, 0..1."""
-        return self.kv_blocks_used / self.kv_blocks_total if self.kv_blocks_total else 1.0
+    def kv_blocks_free_at(self, now_s: float) -> int:
+        return self.kv_blocks_total - self.kv_blocks_used_at(now_s)
+
+    def kv_usage_at(self, now_s: float) -> float:
+        """Fraction of KV blocks in use at ``now_s``, 0..1."""
+        return self.kv_blocks_used_at(now_s) / self.kv_blocks_total if self.kv_blocks_total else 1.0
+
+    def recent_iteration_s_at(self, now_s: float) -> float:
+        """Duration of the last completed iteration (seconds)."""
+        seg = self.segment
+        if seg is not None:
+            k = seg.iterations_done(now_s)
+            if k > 0:
+                return seg.iteration_s(k - 1)
+        return self.recent_iteration_s
 
     def iterations_since_sync(self, now_s: float) -> int:
         """Decode iterations finished since the decode table was last written."""
@@ -147,6 +171,7 @@ class InstanceState:
         """Requests holding or about to hold a slot here (queued, incoming, decoding)."""
         return len(self.prefill_queue) + len(self.incoming) + self.decodes.n
 
-    def decode_rate_tokens_per_s(self) -> float:
-        """Observed per-request decode rate (one token per iteration)."""
-        return 1.0 / self.recent_token_interval_s if self.recent_token_interval_s > 0 else 0.0
+    def decode_rate_tokens_per_s(self, now_s: float) -> float:
+        """Per-request decode rate on this instance (one token per iteration), tokens/s."""
+        it = self.recent_iteration_s_at(now_s) if self.decodes.n else self.recent_token_interval_s
+        return 1.0 / it if it > 0 else 0.0

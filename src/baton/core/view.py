@@ -57,6 +57,10 @@ class ClusterView:
     def instances(self) -> list[InstanceState]:
         return list(self._instances.values())
 
+    def kv_usage(self, instance_id: int) -> float:
+        """Fraction of an instance's KV blocks in use now."""
+        return self._instances[instance_id].kv_usage_at(self.now_s)
+
     def token_load(self, instance_id: int) -> int:
         """Tokens of work on an instance now (see ``InstanceState.token_load``)."""
         return self._instances[instance_id].token_load(self.now_s)
@@ -100,4 +104,4 @@ class ClusterView:
             made = self.generated_tokens(req_id) - 1
             if made > 0:
                 return made / (self.now_s - state.decode_start_s)
-        return inst.decode_rate_tokens_per_s()
+        return inst.decode_rate_tokens_per_s(self.now_s)

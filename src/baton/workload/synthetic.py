@@ -121,4 +121,4 @@ def reasoning_spec(requests: int, rate_rps: float, cap: int = 8192) -> Synthetic
     ``cap``, about 30% of requests at the cap, mean output about 5,000 tokens at cap 8192."""
     return SyntheticSpec(requests=requests, rate_rps=rate_rps, prompt="uniform", prompt_low=64,
                          prompt_high=1024, output="reasoning", output_cap=cap, cap_share=0.3,
-                         output_median=cap * 0.5, output_sigma=0.6)
+                         output_median=cap * 0.4, output_sigma=0.6)

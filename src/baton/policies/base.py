@@ -1,0 +1,115 @@
+"""The policy contract: stages composed into a scheduler.
+
+A stage sees the cluster only through a ``ClusterView`` (whose ``now_s`` is the clock)
+and acts only through its return values. Randomness and the performance model come in
+a ``PolicyContext`` given at construction. Stages are pure and synchronous.
+
+Hooks, each optional (the defaults do nothing):
+
+- ``start(view)``: decisions at time 0 (for example initial roles).
+- ``plan_arrival(view, request, plan)``: fill in or change the ``ArrivalPlan``
+  (prefill instance, early decode binding, deflection chunk limit, rejection).
+- ``choose_decode(view, request)``: late binding when the prefill ends.
+- ``tick(view)``: every ``tick_interval_s`` seconds: migrations, role changes, watches.
+- ``on_threshold(view, req_id, context_tokens)``: a ``Watch`` this stage asked for fired.
+- ``observe(view, observation)``: progress and completion events for estimators.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from baton.core.decisions import ArrivalPlan, Decision
+from baton.core.events import Observation
+from baton.core.request import RequestState
+from baton.core.view import ClusterView
+from baton.perf.model import PerfModel
+
+
+@dataclass(slots=True)
+class PolicyContext:
+    """What a stage may use besides the view: a seeded random generator and the
+    performance model (for duration estimates)."""
+
+    rng: np.random.Generator
+    perf: PerfModel
+    extras: dict = field(default_factory=dict)
+
+
+class Stage:
+    """Base class of pipeline stages; subclasses override the hooks they need."""
+
+    name = "stage"
+    tick_interval_s: float | None = None
+
+    def __init__(self, context: PolicyContext) -> None:
+        self.context = context
+
+    def start(self, view: ClusterView) -> list[Decision]:
+        return []
+
+    def plan_arrival(self, view: ClusterView, request: RequestState, plan: ArrivalPlan) -> ArrivalPlan:
+        return plan
+
+    def choose_decode(self, view: ClusterView, request: RequestState) -> int | None:
+        return None
+
+    def tick(self, view: ClusterView) -> list[Decision]:
+        return []
+
+    def on_threshold(self, view: ClusterView, req_id: int, context_tokens: int) -> list[Decision]:
+        return []
+
+    def observe(self, view: ClusterView, observation: Observation) -> None:
+        return None
+
+
+def _overrides(stage: Stage, hook: str) -> bool:
+    return getattr(type(stage), hook) is not getattr(Stage, hook)
+
+
+class Scheduler:
+    """Stages in pipeline order, e.g. arrival router -> decode assigner -> rebalancer ->
+    role controller. The runtime calls only this object."""
+
+    def __init__(self, name: str, stages: list[Stage]) -> None:
+        self.name = name
+        self.stages = stages
+        self._observers = [s for s in stages if _overrides(s, "observe")]
+        self.tickers = [(i, s.tick_interval_s) for i, s in enumerate(stages)
+                        if s.tick_interval_s and _overrides(s, "tick")]
+
+    def start(self, view: ClusterView) -> list[tuple[int, Decision]]:
+        return [(i, d) for i, s in enumerate(self.stages) for d in s.start(view)]
+
+    def plan_arrival(self, view: ClusterView, request: RequestState) -> ArrivalPlan:
+        plan = ArrivalPlan()
+        for stage in self.stages:
+            plan = stage.plan_arrival(view, request, plan)
+            if plan.rejected:
+                break
+        return plan
+
+    def choose_decode(self, view: ClusterView, request: RequestState) -> int | None:
+        for stage in self.stages:
+            choice = stage.choose_decode(view, request)
+            if choice is not None:
+                return choice
+        return None
+
+    def tick(self, stage_index: int, view: ClusterView) -> list[Decision]:
+        return self.stages[stage_index].tick(view)
+
+    def on_threshold(self, stage_index: int, view: ClusterView, req_id: int,
+                     context_tokens: int) -> list[Decision]:
+        return self.stages[stage_index].on_threshold(view, req_id, context_tokens)
+
+    def observe(self, view: ClusterView, observation: Observation) -> None:
+        for stage in self._observers:
+            stage.observe(view, observation)
+
+    @property
+    def observes(self) -> bool:
+        return bool(self._observers)

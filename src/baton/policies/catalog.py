@@ -1,0 +1,66 @@
+"""Stage types by name, named policies, and building a scheduler from config.
+
+A policy config is either a name from ``POLICIES`` or a mapping
+``{"name": ..., "stages": [{"stage": <stage name>, <param>: <value>, ...}, ...]}``.
+Adding a stage: write its module with a ``STAGES`` mapping and list the module here.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+from baton.core.errors import ConfigError
+from baton.policies import colocated, least_loaded, round_robin
+from baton.policies.base import PolicyContext, Scheduler, Stage
+
+STAGE_TYPES: Mapping[str, type[Stage]] = {
+    **round_robin.STAGES, **least_loaded.STAGES, **colocated.STAGES,
+}
+
+# Stable names users and configs refer to.
+POLICIES: Mapping[str, list[dict[str, Any]]] = {
+    "round-robin": [{"stage": "round-robin"}],
+    "least-loaded": [{"stage": "least-loaded"}],
+    "least-kv": [{"stage": "least-kv"}],
+    "least-requests": [{"stage": "least-requests"}],
+    "power-of-two": [{"stage": "power-of-two"}],
+    "colocated": [{"stage": "colocated"}],
+    "static-xpyd": [{"stage": "static-xpyd"}],
+}
+
+
+def _build_stage(spec: Any, where: str, context: PolicyContext) -> Stage:
+    if not isinstance(spec, Mapping) or "stage" not in spec:
+        raise ConfigError(f"{where}: expected a mapping with a 'stage' key")
+    name = spec["stage"]
+    cls = STAGE_TYPES.get(name)
+    if cls is None:
+        raise ConfigError(f"{where}.stage: unknown stage {name!r}; known: {', '.join(sorted(STAGE_TYPES))}")
+    params = {k: v for k, v in spec.items() if k != "stage"}
+    accepted = set(inspect.signature(cls.__init__).parameters) - {"self", "context"}
+    unknown = sorted(set(params) - accepted)
+    if unknown:
+        raise ConfigError(f"{where}.{unknown[0]}: unknown parameter for stage {name!r}; "
+                          f"accepted: {', '.join(sorted(accepted)) or 'none'}")
+    try:
+        return cls(context, **params)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: stage {name!r}: {exc}") from None
+
+
+def build_scheduler(config: str | Mapping[str, Any], context: PolicyContext) -> Scheduler:
+    """Build a scheduler from a policy name or a stage-list mapping."""
+    if isinstance(config, str):
+        if config not in POLICIES:
+            raise ConfigError(f"policy: unknown policy {config!r}; known: {', '.join(sorted(POLICIES))}")
+        name, stages = config, POLICIES[config]
+    elif isinstance(config, Mapping):
+        name, stages = str(config.get("name", "custom")), config.get("stages")
+        if not isinstance(stages, list) or not stages:
+            raise ConfigError("policy.stages: expected a non-empty list of stages")
+    else:
+        raise ConfigError(f"policy: expected a name or a mapping, got {type(config).__name__}")
+    built = [_build_stage(s, f"policy.stages[{i}]", context) for i, s in enumerate(stages)]
+    return Scheduler(name, built)

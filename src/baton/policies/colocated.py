@@ -1,0 +1,62 @@
+"""Colocated serving, like plain vLLM: every instance prefills and decodes its own
+requests with chunked prefill; requests go to the least-loaded instance."""
+
+from __future__ import annotations
+
+from baton.core.decisions import ArrivalPlan, ChangeRole, Decision
+from baton.core.instance import Role
+from baton.core.request import RequestState
+from baton.core.view import ClusterView
+from baton.policies.base import Stage
+from baton.policies.selection import argmin
+
+
+class Colocated(Stage):
+    """Make every instance mixed at start; bind prefill and decode to one instance."""
+
+    name = "colocated"
+
+    def start(self, view: ClusterView) -> list[Decision]:
+        return [ChangeRole(inst.instance_id, Role.MIXED) for inst in view.instances()
+                if inst.role is not Role.MIXED]
+
+    def plan_arrival(self, view: ClusterView, request: RequestState, plan: ArrivalPlan) -> ArrivalPlan:
+        if plan.prefill_instance is not None:
+            return plan
+        choice = argmin(view.decode_ids, view.token_load)
+        return ArrivalPlan(choice, choice, plan.prefill_chunk_limit_tokens)
+
+
+class StaticPairing(Stage):
+    """Static xPyD disaggregation: prefill round-robin; each prefill instance hands off
+    to a fixed group of decode instances, round-robin inside the group."""
+
+    name = "static-xpyd"
+
+    def __init__(self, context) -> None:
+        super().__init__(context)
+        self._next_prefill = 0
+        self._next_in_group: dict[int, int] = {}
+
+    def plan_arrival(self, view: ClusterView, request: RequestState, plan: ArrivalPlan) -> ArrivalPlan:
+        ids = view.prefill_ids
+        if plan.prefill_instance is not None or not ids:
+            return plan
+        choice = ids[self._next_prefill % len(ids)]
+        self._next_prefill += 1
+        return ArrivalPlan(choice, plan.decode_instance, plan.prefill_chunk_limit_tokens)
+
+    def choose_decode(self, view: ClusterView, request: RequestState) -> int | None:
+        p_ids, d_ids = view.prefill_ids, view.decode_ids
+        src = request.prefill_instance
+        if not d_ids or src is None:
+            return None
+        rank = p_ids.index(src) if src in p_ids else src
+        group = [d for j, d in enumerate(d_ids) if j % max(1, len(p_ids)) == rank % max(1, len(p_ids))]
+        group = group or d_ids
+        turn = self._next_in_group.get(src, 0)
+        self._next_in_group[src] = turn + 1
+        return group[turn % len(group)]
+
+
+STAGES = {s.name: s for s in (Colocated, StaticPairing)}

@@ -1,0 +1,76 @@
+"""Load-based baselines: least token load, least KV usage (ILS), least requests,
+power-of-two choices. Prefills go to the instance with the least queued prefill work."""
+
+from __future__ import annotations
+
+from baton.core.decisions import ArrivalPlan
+from baton.core.request import RequestState
+from baton.core.view import ClusterView
+from baton.policies.base import Stage
+from baton.policies.selection import argmin
+
+
+class LeastLoaded(Stage):
+    """Decode to the instance with the least token load (contexts + incoming + queued)."""
+
+    name = "least-loaded"
+
+    def prefill_key(self, view: ClusterView, instance_id: int) -> float:
+        inst = view.instance(instance_id)
+        return inst.prefill_queue_tokens + inst.decode_ctx_tokens(view.now_s) * 1e-9
+
+    def decode_key(self, view: ClusterView, instance_id: int) -> float:
+        return view.token_load(instance_id)
+
+    def plan_arrival(self, view: ClusterView, request: RequestState, plan: ArrivalPlan) -> ArrivalPlan:
+        if plan.prefill_instance is not None:
+            return plan
+        choice = argmin(view.prefill_ids, lambda i: self.prefill_key(view, i))
+        return ArrivalPlan(choice, plan.decode_instance, plan.prefill_chunk_limit_tokens)
+
+    def choose_decode(self, view: ClusterView, request: RequestState) -> int | None:
+        return argmin(view.decode_ids, lambda i: self.decode_key(view, i))
+
+
+class LeastKV(LeastLoaded):
+    """Decode to the instance with the lowest KV-cache usage (ILS)."""
+
+    name = "least-kv"
+
+    def decode_key(self, view: ClusterView, instance_id: int) -> float:
+        inst = view.instance(instance_id)
+        incoming = inst.incoming_tokens / (inst.block_size_tokens * max(1, inst.kv_blocks_total))
+        return view.kv_usage(instance_id) + incoming
+
+
+class LeastRequests(LeastLoaded):
+    """Decode to the instance with the fewest outstanding requests."""
+
+    name = "least-requests"
+
+    def decode_key(self, view: ClusterView, instance_id: int) -> float:
+        return view.instance(instance_id).num_requests
+
+
+class PowerOfTwo(LeastLoaded):
+    """Sample two eligible instances at random; take the one with less token load."""
+
+    name = "power-of-two"
+
+    def _pick(self, ids: list[int], key) -> int | None:
+        if len(ids) <= 2:
+            return argmin(ids, key)
+        a, b = self.context.rng.choice(len(ids), size=2, replace=False)
+        return argmin(sorted((ids[int(a)], ids[int(b)])), key)
+
+    def plan_arrival(self, view: ClusterView, request: RequestState, plan: ArrivalPlan) -> ArrivalPlan:
+        if plan.prefill_instance is not None:
+            return plan
+        choice = self._pick(view.prefill_ids, lambda i: self.prefill_key(view, i))
+        return ArrivalPlan(choice, plan.decode_instance, plan.prefill_chunk_limit_tokens)
+
+    def choose_decode(self, view: ClusterView, request: RequestState) -> int | None:
+        return self._pick(view.decode_ids, lambda i: self.decode_key(view, i))
+
+
+STAGES = {s.name: s for s in (LeastLoaded, LeastKV, LeastRequests, PowerOfTwo)}

@@ -1,0 +1,44 @@
+"""The remaining-length interface that decode assigners and rebalancers use.
+
+An estimator answers "how many more tokens will this request generate?" from the
+view, and may learn from observations (completions, progress). Implementations here:
+``OracleLength`` (true remaining length) and ``NoPrediction`` (zero: current load
+only). Survival-table and learned predictors implement the same interface.
+"""
+
+from __future__ import annotations
+
+from baton.core.events import Observation
+from baton.core.view import ClusterView
+
+
+class LengthEstimator:
+    """Expected remaining output tokens of a running request."""
+
+    name = "estimator"
+
+    def remaining_tokens(self, view: ClusterView, req_id: int) -> float:
+        raise NotImplementedError
+
+    def observe(self, view: ClusterView, observation: Observation) -> None:
+        """Learn from an observation; the default ignores it."""
+        return None
+
+
+class OracleLength(LengthEstimator):
+    """The true remaining length (an upper bound on what prediction can give)."""
+
+    name = "oracle"
+
+    def remaining_tokens(self, view: ClusterView, req_id: int) -> float:
+        state = view.request(req_id)
+        return float(state.request.output_tokens - view.generated_tokens(req_id))
+
+
+class NoPrediction(LengthEstimator):
+    """Assume nothing more will be generated: balance on current load only."""
+
+    name = "none"
+
+    def remaining_tokens(self, view: ClusterView, req_id: int) -> float:
+        return 0.0

@@ -1,0 +1,310 @@
+"""One simulated engine instance: continuous batching with chunked prefill (vLLM v1 style).
+
+Each iteration serves every running decode plus prefill chunks up to the token budget
+(``max_num_batched_tokens``) and the sequence cap (``max_num_seqs``). While the batch holds
+only decodes and nothing changes, the engine plans a *segment* of many iterations whose
+durations grow affinely with the context, and the simulator processes it as one event.
+In reference mode (``closed_form=False``) every segment is one iteration.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from baton.core.decode_table import DecodeTable
+from baton.core.instance import InstanceState, Segment
+from baton.perf.model import BatchShape, PerfModel, chunk_attn_pairs, length_cv2
+
+MAX_SEGMENT_ITERS = 1 << 30
+
+
+@dataclass(slots=True, frozen=True)
+class EngineConfig:
+    """Scheduler limits of one engine (tokens, sequences, tokens per KV block)."""
+
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    block_size: int = 16
+
+
+@dataclass(slots=True)
+class PrefillItem:
+    """Prefill work queued on this engine. ``kind`` is fresh, recompute or migrate."""
+
+    req_id: int
+    total_tokens: int
+    kind: str
+    stop_at: int
+    generated: int
+    chunk_limit: int | None = None
+    done_tokens: int = 0
+    blocks: int = 0
+    admitted: bool = False
+
+
+@dataclass(slots=True)
+class DecodeJoin:
+    """A request whose KV is here and that waits for a decode slot."""
+
+    req_id: int
+    ctx: int
+    generated: int
+    stop_at: int
+    blocks: int
+    last_token_s: float
+
+
+@dataclass(slots=True)
+class SegmentResult:
+    """What a finished segment produced, for the simulator to act on."""
+
+    iterations: int
+    end_s: float
+    prefilled: list[PrefillItem] = field(default_factory=list)
+    finished: list[int] = field(default_factory=list)
+    thresholds: list[tuple[int, int]] = field(default_factory=list)
+    # token gaps: (iter0_s, slope_s, iterations, rows present before, rows new this segment);
+    # a new row's first gap is in ``first_gaps``, its later ones follow the affine series
+    gaps: tuple[float, float, int, int, int] | None = None
+    first_gaps: list[float] = field(default_factory=list)
+
+
+def _ceil_div(a: np.ndarray | int, b: int):
+    return -((-a) // b)
+
+
+class Engine:
+    """A simulated instance. The simulator calls ``plan`` when the engine is idle or a
+    segment ended, ``interrupt`` when new work arrives mid-segment, and ``finish`` when
+    the segment's end event fires."""
+
+    def __init__(self, state: InstanceState, config: EngineConfig, perf: PerfModel,
+                 closed_form: bool = True) -> None:
+        self.state, self.cfg, self.perf, self.closed_form = state, config, perf, closed_form
+        self.prefills: OrderedDict[int, PrefillItem] = OrderedDict()
+        self.joins: deque[DecodeJoin] = deque()
+        self.held_blocks: dict[int, int] = {}       # KV kept for outgoing transfers
+        self.new_rows: dict[int, float] = {}         # req -> time of its previous token
+        self.chunks: list[tuple[PrefillItem, int]] = []
+        self.busy = False
+        self.version = 0
+        self.admit_seq = 0
+        self.preemptions = 0
+        self._cv2: float | None = None
+        self.started: list[int] = []                 # prefills admitted by the last plan
+
+    # --- work in ---------------------------------------------------------------------
+    def add_prefill(self, item: PrefillItem, front: bool = False) -> None:
+        self.prefills[item.req_id] = item
+        if front:
+            self.prefills.move_to_end(item.req_id, last=False)
+        self.state.queue_prefill(item.req_id, item.total_tokens - item.done_tokens)
+
+    def add_join(self, join: DecodeJoin) -> None:
+        self.joins.append(join)
+
+    def reserve(self, blocks: int) -> bool:
+        """Take ``blocks`` free KV blocks now if they are free at the current plan."""
+        if blocks > self.state.kv_blocks_total - self.state.kv_blocks_used - self._growth_reserved():
+            return False
+        self.state.kv_blocks_used += blocks
+        return True
+
+    def release(self, blocks: int) -> None:
+        self.state.kv_blocks_used -= blocks
+
+    def _growth_reserved(self) -> int:
+        seg = self.state.segment
+        return seg.block_growth(seg.max_iters - 1) if seg else 0
+
+    # --- segment control ---------------------------------------------------------------
+    def interrupt(self, now_s: float) -> float | None:
+        """Cut the running segment at the next iteration boundary. Returns the new end
+        time if it changed (the caller reschedules), else None."""
+        seg = self.state.segment
+        if not self.busy or seg is None or seg.max_iters <= 1:
+            return None
+        k = seg.iterations_done(now_s)
+        if k + 1 >= seg.max_iters:
+            return None
+        seg.max_iters = k + 1
+        self.version += 1
+        return seg.start_s + seg.elapsed_s(k + 1)
+
+    def plan(self, now_s: float) -> float | None:
+        """Form the next batch. Returns the segment end time, or None if idle."""
+        st, table = self.state, self.state.decodes
+        self._admit_joins(now_s)
+        self._preempt_for_growth(now_s)
+        self.chunks = self._prefill_chunks(table.n)
+        if not self.chunks and table.n == 0:
+            self.busy, st.segment = False, None
+            return None
+        if self._cv2 is None:
+            self._cv2 = length_cv2(table.col("ctx"))
+        shape = BatchShape(
+            prefill_tokens=sum(c for _, c in self.chunks),
+            prefill_attn_pairs=sum(chunk_attn_pairs(c, it.done_tokens) for it, c in self.chunks),
+            n_decodes=table.n, decode_ctx_tokens=table.ctx_sum, decode_ctx_cv2=self._cv2)
+        iter0 = self.perf.iteration_time_s(shape)
+        max_iters, slope = 1, 0.0
+        if self.closed_form and not self.chunks:
+            grown = BatchShape(n_decodes=table.n, decode_ctx_tokens=table.ctx_sum + table.n,
+                               decode_ctx_cv2=self._cv2)
+            slope = self.perf.iteration_time_s(grown) - iter0
+            max_iters = self._decode_horizon()
+        seg = Segment(now_s, iter0, slope, max_iters, self.cfg.block_size)
+        if max_iters > 1:
+            residues = (table.col("ctx") + self.cfg.block_size - 1) % self.cfg.block_size
+            counts = np.bincount(residues, minlength=self.cfg.block_size)
+            ge = np.concatenate([np.cumsum(counts[::-1])[::-1], [0]])
+            seg.rows, seg.residue_ge = table.n, tuple(int(x) for x in ge)
+        st.segment, self.busy = seg, True
+        self.version += 1
+        return now_s + seg.elapsed_s(max_iters)
+
+    def _admit_joins(self, now_s: float) -> None:
+        table = self.state.decodes
+        while self.joins and table.n + self._admitted_prefills() < self.cfg.max_num_seqs:
+            j = self.joins.popleft()
+            self.admit_seq += 1
+            table.add(j.req_id, j.ctx, j.generated, j.stop_at, self.admit_seq, j.blocks)
+            self.state.drop_incoming(j.req_id)
+            self.new_rows[j.req_id] = j.last_token_s
+            self._cv2 = None
+
+    def _admitted_prefills(self) -> int:
+        return sum(1 for it in self.prefills.values() if it.admitted)
+
+    def _preempt_for_growth(self, now_s: float) -> None:
+        """Give every decode the block for its next token; preempt latest-admitted first."""
+        st, table, bs = self.state, self.state.decodes, self.cfg.block_size
+        while table.n:
+            need = np.maximum(_ceil_div(table.col("ctx"), bs) - table.col("blocks"), 0)
+            extra = int(need.sum())
+            if extra <= st.kv_blocks_total - st.kv_blocks_used:
+                table.add_blocks(need)
+                st.kv_blocks_used += extra
+                return
+            victim = int(table.col("req_id")[int(np.argmax(table.col("admit_seq")))])
+            self.preempt(victim)
+
+    def preempt(self, req_id: int) -> None:
+        """Drop a decode's KV and queue it for recompute at the front of the queue."""
+        row = self.state.decodes.remove(req_id)
+        self.state.kv_blocks_used -= row["blocks"]
+        self.new_rows.pop(req_id, None)
+        self._cv2 = None
+        self.preemptions += 1
+        self.add_prefill(PrefillItem(req_id, row["ctx"], "recompute", row["stop_at"],
+                                     row["generated"]), front=True)
+
+    def _prefill_chunks(self, n_decodes: int) -> list[tuple[PrefillItem, int]]:
+        st, bs = self.state, self.cfg.block_size
+        budget = self.cfg.max_num_batched_tokens - n_decodes
+        seqs = n_decodes + self._admitted_prefills()
+        chunks: list[tuple[PrefillItem, int]] = []
+        self.started = []
+        for item in self.prefills.values():
+            if budget <= 0:
+                break
+            if not item.admitted:
+                blocks = _ceil_div(item.total_tokens, bs) - item.blocks
+                if seqs >= self.cfg.max_num_seqs or blocks > st.kv_blocks_total - st.kv_blocks_used:
+                    break  # first-come first-served: later prompts wait behind this one
+                st.kv_blocks_used += blocks
+                item.blocks += blocks
+                item.admitted = True
+                seqs += 1
+                self.started.append(item.req_id)
+            chunk = min(item.total_tokens - item.done_tokens, budget, item.chunk_limit or budget)
+            if chunk > 0:
+                chunks.append((item, chunk))
+                budget -= chunk
+        return chunks
+
+    def _decode_horizon(self) -> int:
+        """Iterations until the decode batch must change: a finish, a watched length, or
+        the KV blocks running out."""
+        st, table, bs = self.state, self.state.decodes, self.cfg.block_size
+        left = table.col("stop_at") - table.col("generated")
+        horizon = int(left.min())
+        horizon = min(horizon, max(1, int((table.col("watch_ctx") - table.col("ctx")).min())))
+        free = st.kv_blocks_total - st.kv_blocks_used
+        n = table.n
+        residues = (table.col("ctx") + bs - 1) % bs
+        # Blocks needed while iteration k runs: n*(k//bs) + #{residue >= bs - k%bs}
+        def growth(k: int) -> int:
+            whole, part = divmod(k, bs)
+            return n * whole + (int((residues >= bs - part).sum()) if part else 0)
+        if growth(horizon - 1) > free:
+            lo, hi = 0, horizon - 1  # growth(lo) <= free < growth(hi)
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if growth(mid) <= free else (lo, mid)
+            horizon = lo + 1
+        return max(1, min(horizon, MAX_SEGMENT_ITERS))
+
+    # --- segment end -------------------------------------------------------------------
+    def finish(self, now_s: float) -> SegmentResult:
+        """Apply the segment that just ended and report what it produced."""
+        st, table, seg = self.state, self.state.decodes, self.state.segment
+        assert seg is not None
+        k = seg.max_iters
+        result = SegmentResult(k, now_s)
+        if table.n:
+            growth = seg.block_growth(k - 1)
+            if growth:
+                new_blocks = _ceil_div(table.col("ctx") + k - 1, self.cfg.block_size)
+                table.add_blocks(new_blocks - table.col("blocks"))
+                st.kv_blocks_used += growth
+            n_new = len(self.new_rows)
+            result.gaps = (seg.iter0_s, seg.slope_s, k, table.n - n_new, n_new)
+            result.first_gaps = [seg.start_s + seg.iter0_s - t for t in self.new_rows.values()]
+            self.new_rows.clear()
+            table.advance(k)
+            st.recent_token_interval_s = seg.iteration_s(k - 1)
+            self._collect_decode_ends(result)
+        st.recent_iteration_s = seg.iteration_s(k - 1)
+        for item, chunk in self.chunks:
+            item.done_tokens += chunk
+            st.progress_prefill(item.req_id, chunk)
+            if item.done_tokens >= item.total_tokens:
+                del self.prefills[item.req_id]
+                st.drop_prefill(item.req_id)
+                result.prefilled.append(item)
+        self.chunks = []
+        st.segment, self.busy = None, False
+        return result
+
+    def _collect_decode_ends(self, result: SegmentResult) -> None:
+        table = self.state.decodes
+        ids = table.col("req_id")
+        done = ids[table.col("generated") >= table.col("stop_at")]
+        watched = table.col("ctx") >= table.col("watch_ctx")
+        for rid, ctx in zip(ids[watched].tolist(), table.col("ctx")[watched].tolist()):
+            result.thresholds.append((rid, ctx))
+            table.set(rid, "watch_ctx", DecodeTable.NO_WATCH)
+        for rid in done.tolist():
+            row = table.remove(rid)
+            self.state.kv_blocks_used -= row["blocks"]
+            result.finished.append(rid)
+        if len(done):
+            self._cv2 = None
+
+    def remove_decode(self, req_id: int) -> dict[str, int]:
+        """Take a decode out of the batch (migration); its blocks stay allocated."""
+        row = self.state.decodes.remove(req_id)
+        self.new_rows.pop(req_id, None)
+        self._cv2 = None
+        return row
+
+    def set_watch(self, req_id: int, context_tokens: int) -> bool:
+        if req_id not in self.state.decodes:
+            return False
+        self.state.decodes.set(req_id, "watch_ctx", context_tokens)
+        return True
