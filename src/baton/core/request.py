@@ -53,6 +53,7 @@ class RequestState:
     transfer_end_s: float | None = None
     decode_start_s: float | None = None
     finish_s: float | None = None
+    last_token_s: float | None = None
     reject_reason: str | None = None
     preemptions: int = 0
     migrations: int = 0

@@ -56,6 +56,7 @@ class DecodeJoin:
     stop_at: int
     blocks: int
     last_token_s: float
+    watch_ctx: int | None = None
 
 
 @dataclass(slots=True)
@@ -64,6 +65,7 @@ class SegmentResult:
 
     iterations: int
     end_s: float
+    mean_iteration_s: float = 0.0
     prefilled: list[PrefillItem] = field(default_factory=list)
     finished: list[int] = field(default_factory=list)
     thresholds: list[tuple[int, int]] = field(default_factory=list)
@@ -96,6 +98,7 @@ class Engine:
         self.preemptions = 0
         self._cv2: float | None = None
         self.started: list[int] = []                 # prefills admitted by the last plan
+        self.preempted: list[int] = []               # decodes preempted since last read
 
     # --- work in ---------------------------------------------------------------------
     def add_prefill(self, item: PrefillItem, front: bool = False) -> None:
@@ -107,19 +110,16 @@ class Engine:
     def add_join(self, join: DecodeJoin) -> None:
         self.joins.append(join)
 
-    def reserve(self, blocks: int) -> bool:
-        """Take ``blocks`` free KV blocks now if they are free at the current plan."""
-        if blocks > self.state.kv_blocks_total - self.state.kv_blocks_used - self._growth_reserved():
+    def reserve(self, now_s: float, blocks: int) -> bool:
+        """Take ``blocks`` KV blocks if they are free at ``now_s``. The caller must then
+        cut the running segment (``interrupt``): its block horizon assumed them free."""
+        if blocks > self.state.kv_blocks_free_at(now_s):
             return False
         self.state.kv_blocks_used += blocks
         return True
 
     def release(self, blocks: int) -> None:
         self.state.kv_blocks_used -= blocks
-
-    def _growth_reserved(self) -> int:
-        seg = self.state.segment
-        return seg.block_growth(seg.max_iters - 1) if seg else 0
 
     # --- segment control ---------------------------------------------------------------
     def interrupt(self, now_s: float) -> float | None:
@@ -172,7 +172,7 @@ class Engine:
         while self.joins and table.n + self._admitted_prefills() < self.cfg.max_num_seqs:
             j = self.joins.popleft()
             self.admit_seq += 1
-            table.add(j.req_id, j.ctx, j.generated, j.stop_at, self.admit_seq, j.blocks)
+            table.add(j.req_id, j.ctx, j.generated, j.stop_at, self.admit_seq, j.blocks, j.watch_ctx)
             self.state.drop_incoming(j.req_id)
             self.new_rows[j.req_id] = j.last_token_s
             self._cv2 = None
@@ -200,6 +200,7 @@ class Engine:
         self.new_rows.pop(req_id, None)
         self._cv2 = None
         self.preemptions += 1
+        self.preempted.append(req_id)
         self.add_prefill(PrefillItem(req_id, row["ctx"], "recompute", row["stop_at"],
                                      row["generated"]), front=True)
 
@@ -255,7 +256,7 @@ class Engine:
         st, table, seg = self.state, self.state.decodes, self.state.segment
         assert seg is not None
         k = seg.max_iters
-        result = SegmentResult(k, now_s)
+        result = SegmentResult(k, now_s, seg.elapsed_s(k) / k)
         if table.n:
             growth = seg.block_growth(k - 1)
             if growth:

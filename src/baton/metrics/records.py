@@ -1,0 +1,70 @@
+"""Per-request records, and export to CSV or Parquet."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from baton.core.errors import ConfigError
+from baton.core.request import Phase, RequestState
+
+
+@dataclass(slots=True, frozen=True)
+class RequestRecord:
+    """What happened to one request. Times are seconds; NaN where not applicable."""
+
+    req_id: int
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+    finished: bool
+    reject_reason: str
+    ttft_s: float
+    tpot_s: float
+    e2e_s: float
+    normalized_latency_s: float
+    queue_s: float
+    transfer_s: float
+    preemptions: int
+    migrations: int
+    path: str
+
+    @classmethod
+    def from_state(cls, s: RequestState) -> "RequestRecord":
+        nan = float("nan")
+        r = s.request
+        finished = s.phase is Phase.FINISHED
+        ttft = (s.first_token_s - r.arrival_s) if s.first_token_s is not None else nan
+        e2e = (s.finish_s - r.arrival_s) if finished and s.finish_s is not None else nan
+        tpot = ((s.finish_s - s.first_token_s) / (r.output_tokens - 1)
+                if finished and r.output_tokens > 1 and s.first_token_s is not None else nan)
+        queue = (s.prefill_start_s - r.arrival_s) if s.prefill_start_s is not None else nan
+        transfer = (s.transfer_end_s - s.transfer_start_s
+                    if s.transfer_end_s is not None and s.transfer_start_s is not None else nan)
+        return cls(r.req_id, r.arrival_s, r.prompt_tokens, r.output_tokens, finished,
+                   s.reject_reason or "", ttft, tpot, e2e,
+                   e2e / r.output_tokens if finished else nan, queue, transfer,
+                   s.preemptions, s.migrations, "-".join(str(i) for i in s.path))
+
+
+def write_records(records: list[RequestRecord], path: str | Path) -> Path:
+    """Write records as CSV, or Parquet when the path ends in .parquet (needs pyarrow)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    names = [f.name for f in fields(RequestRecord)]
+    if path.suffix == ".parquet":
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise ConfigError("Parquet output needs pyarrow: pip install 'llm-baton[parquet]'") from None
+        table = pa.table({n: [getattr(r, n) for r in records] for n in names})
+        pq.write_table(table, path)
+        return path
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=names)
+        writer.writeheader()
+        for r in records:
+            writer.writerow(asdict(r))
+    return path

@@ -1,0 +1,9 @@
+"""Discrete-event simulator of a PD-disaggregated serving cluster."""
+
+from baton.sim.cluster import ClusterSpec, cluster_from_dict
+from baton.sim.engine import EngineConfig
+from baton.sim.runner import simulate
+from baton.sim.simulator import SimResult, SimulationError, Simulator
+
+__all__ = ["ClusterSpec", "EngineConfig", "SimResult", "SimulationError", "Simulator",
+           "cluster_from_dict", "simulate"]

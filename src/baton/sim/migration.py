@@ -1,0 +1,159 @@
+"""Migration of running decodes between instances, executed when a policy asks.
+
+Live: copy the KV in rounds while the request keeps decoding on the source; once a
+round's delta is small (or after ``max_rounds``), pause it at an iteration boundary and
+copy the last delta (the downtime). Recompute: take it out at a boundary and re-prefill
+its context on the target. The target's blocks are reserved first; a migration that
+cannot be placed is refused and counted, and the request keeps running where it was.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from baton.core.decisions import Migrate, MigrationMode
+from baton.core.request import Phase
+from baton.sim.engine import PrefillItem
+
+FLOW_DONE = 1  # the simulator's event priority for flow completions
+
+if TYPE_CHECKING:
+    from baton.sim.simulator import Simulator
+
+
+@dataclass(slots=True)
+class Move:
+    """One migration in progress."""
+
+    req_id: int
+    src: int
+    dst: int
+    mode: MigrationMode
+    reserved_blocks: int
+    round: int = 1
+    round_start_ctx: int = 0
+    flow_id: int | None = None
+    detaching: bool = False
+    final: bool = False
+    row: dict | None = None
+    paused_s: float = 0.0
+
+
+class Migrator:
+    """Executes ``Migrate`` decisions inside a ``Simulator``."""
+
+    def __init__(self, sim: "Simulator", max_rounds: int = 4, final_delta_tokens: int = 16) -> None:
+        self.sim = sim
+        self.max_rounds = max_rounds
+        self.final_delta_tokens = final_delta_tokens
+        self.moves: dict[int, Move] = {}
+
+    def _refuse(self) -> None:
+        self.sim.counters.migrations_refused += 1
+
+    def start(self, decision: Migrate) -> None:
+        sim, rid = self.sim, decision.req_id
+        st = sim.states.get(rid)
+        dst = decision.target_instance
+        if (st is None or st.phase is not Phase.DECODE or rid in self.moves
+                or st.decode_instance is None or st.decode_instance == dst
+                or dst not in sim.instances or not sim.instances[dst].healthy
+                or rid not in sim.instances[st.decode_instance].decodes):
+            return self._refuse()
+        ctx = sim.view.context_tokens(rid)
+        bs = sim.cluster.engine.block_size
+        blocks = -(-(ctx + self.max_rounds * bs) // bs)
+        if not sim.reserve(dst, blocks):
+            return self._refuse()
+        move = Move(rid, st.decode_instance, dst, decision.mode, blocks, round_start_ctx=ctx)
+        self.moves[rid] = move
+        st.migrating = True
+        if decision.mode is MigrationMode.RECOMPUTE:
+            self._detach_at_boundary(move)
+        else:
+            move.flow_id = sim.start_flow(move.src, dst, sim.perf.kv_bytes(ctx - 1), ("mig", rid))
+
+    def _detach_at_boundary(self, move: Move) -> None:
+        move.detaching = True
+        self.sim.kick(move.src)
+
+    def flow_done(self, tag: tuple) -> None:
+        move = self.moves.get(tag[1])
+        if move is None:
+            return
+        if move.final:
+            return self._complete_live(move)
+        ctx = self.sim.view.context_tokens(move.req_id)
+        delta = ctx - move.round_start_ctx
+        if delta <= self.final_delta_tokens or move.round >= self.max_rounds:
+            return self._detach_at_boundary(move)
+        move.round += 1
+        move.round_start_ctx = ctx
+        move.flow_id = self.sim.start_flow(move.src, move.dst, self.sim.perf.kv_bytes(delta),
+                                           ("mig", move.req_id))
+
+    def at_boundary(self, instance_id: int) -> None:
+        """Called after a segment of ``instance_id`` ends: take out requests leaving it."""
+        for move in [m for m in self.moves.values() if m.src == instance_id and m.detaching and m.row is None]:
+            self._take_out(move)
+
+    def _take_out(self, move: Move) -> None:
+        sim = self.sim
+        eng, st = sim.engines[move.src], sim.states[move.req_id]
+        row = eng.remove_decode(move.req_id)
+        move.row, move.paused_s = row, sim.now
+        st.phase, st.last_token_s = Phase.TRANSFER, sim.now
+        if move.mode is MigrationMode.RECOMPUTE:
+            eng.release(row["blocks"])
+            self._finish_move(move)
+            sim.engines[move.dst].add_prefill(PrefillItem(
+                move.req_id, row["ctx"], "migrate", row["stop_at"], row["generated"],
+                blocks=move.reserved_blocks))
+            st.decode_instance = move.dst
+            st.visit(move.dst)
+            sim.kick(move.dst)
+            return
+        eng.held_blocks[move.req_id] = row["blocks"]
+        move.final = True
+        delta = row["ctx"] - move.round_start_ctx
+        move.flow_id = sim.start_flow(move.src, move.dst, sim.perf.kv_bytes(max(delta, 1)),
+                                      ("mig", move.req_id))
+
+    def _complete_live(self, move: Move) -> None:
+        sim, row = self.sim, move.row
+        assert row is not None
+        src_eng = sim.engines[move.src]
+        src_eng.release(src_eng.held_blocks.pop(move.req_id))
+        need = -(-(row["ctx"] - 1) // sim.cluster.engine.block_size)
+        sim.engines[move.dst].release(move.reserved_blocks - need)
+        self._finish_move(move)
+        st = sim.states[move.req_id]
+        sim._join(move.dst, st, row["ctx"], row["generated"], need)
+        sim.retry_receives(move.src)
+        sim.kick(move.src)
+
+    def _finish_move(self, move: Move) -> None:
+        sim = self.sim
+        del self.moves[move.req_id]
+        st = sim.states[move.req_id]
+        st.migrating = False
+        st.migrations += 1
+        sim.counters.migrations += 1
+
+    def cancel(self, req_id: int) -> None:
+        """The request finished before its migration completed: undo the reservation."""
+        move = self.moves.pop(req_id, None)
+        if move is None:
+            return
+        sim = self.sim
+        sim.engines[move.dst].release(move.reserved_blocks)
+        if move.flow_id is not None and move.flow_id in sim.net.flows:
+            for t, other in sim.net.finish(sim.now, move.flow_id):
+                sim.push(t, FLOW_DONE, (other.flow_id, other.version))
+                sim.push(t, 1, (other.flow_id, other.version))
+        sim.states[req_id].migrating = False
+
+    def retry(self, instance_id: int) -> None:
+        """Hook for retrying blocked migrations; migrations never wait, so nothing to do."""
+        return None

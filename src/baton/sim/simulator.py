@@ -1,0 +1,428 @@
+"""The discrete-event simulator: builds the ClusterView, calls the scheduler, executes
+its decisions, and records what happened to every request."""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from baton.core.decisions import ChangeRole, Decision, Migrate, Watch
+from baton.core.errors import BatonError
+from baton.core.events import Completed, DecodeProgress, PrefillDone
+from baton.core.instance import InstanceState
+from baton.core.request import Phase, Request, RequestState
+from baton.core.view import ClusterView
+from baton.metrics import SLO, GapHistogram, LoadSeries, RequestRecord, RunCounters, summarize
+from baton.perf.model import PerfModel
+from baton.policies.base import Scheduler
+from baton.sim.cluster import ClusterSpec
+from baton.sim.engine import DecodeJoin, Engine, PrefillItem, SegmentResult
+from baton.sim.migration import Migrator
+from baton.sim.network import Network
+
+# Event priorities at equal times: iteration boundaries first, so that anything arriving
+# at a boundary sees the finished iteration and joins the next one.
+SEG_END, FLOW_DONE, XFER_DONE, ARRIVAL, TICK, SAMPLE = range(6)
+
+
+class SimulationError(BatonError):
+    """The simulation reached an impossible state (a bug, reported with context)."""
+
+
+@dataclass(slots=True)
+class Transfer:
+    """A prefill-to-decode KV handoff."""
+
+    req_id: int
+    src: int
+    dst: int
+    dst_blocks: int
+    flow_id: int | None = None
+    bytes_done: bool = False
+    prefill_done: bool = False
+    alone_s: float = 0.0
+
+
+@dataclass(slots=True)
+class SimResult:
+    """Records and aggregates of one run."""
+
+    records: list[RequestRecord]
+    tbt: GapHistogram
+    counters: RunCounters
+    load: LoadSeries
+    makespan_s: float
+    wall_s: float
+    decode_columns: list[int]
+    output_tokens: int
+
+    def summary(self, slo: SLO) -> dict[str, float]:
+        out = summarize(self.records, self.tbt, self.counters, self.load, slo, self.makespan_s,
+                        self.decode_columns)
+        out["wall_s"] = self.wall_s
+        out["events"] = self.counters.events
+        return out
+
+
+class Simulator:
+    """Runs a workload on a cluster under a scheduler. ``closed_form=False`` is the
+    per-iteration reference mode."""
+
+    def __init__(self, cluster: ClusterSpec, perf: PerfModel, scheduler: Scheduler,
+                 requests: list[Request], closed_form: bool = True,
+                 sample_interval_s: float = 1.0,
+                 progress: Callable[[float, int, int], None] | None = None) -> None:
+        self.cluster, self.perf, self.scheduler = cluster, perf, scheduler
+        self.requests = sorted(requests, key=lambda r: (r.arrival_s, r.req_id))
+        bs = cluster.engine.block_size
+        blocks = perf.kv_capacity_tokens // bs
+        self.instances = {i: InstanceState(i, role, blocks, bs) for i, role in enumerate(cluster.roles())}
+        self.engines = {i: Engine(s, cluster.engine, perf, closed_form) for i, s in self.instances.items()}
+        self.states: dict[int, RequestState] = {}
+        self.view = ClusterView(self.instances, self.states)
+        self.net = Network(cluster.nic_bytes_per_s, cluster.nic_latency_s)
+        self.migrator = Migrator(self)
+        self.transfers: dict[int, Transfer] = {}
+        self.flow_owner: dict[int, tuple[str, int]] = {}
+        self.receive_wait: dict[int, deque[int]] = {i: deque() for i in self.instances}
+        self.watch_owner: dict[int, int] = {}
+        self.pending_watch: dict[int, int] = {}
+        self.counters = RunCounters()
+        self.tbt = GapHistogram()
+        self.load = LoadSeries(sample_interval_s)
+        self.records: list[RequestRecord] = []
+        self._heap: list[tuple[float, int, int, int, tuple]] = []
+        self._seq = 0
+        self.now = 0.0
+        self._open = 0
+        self._progress = progress
+        self._max_tokens = blocks * bs
+
+    # --- event plumbing ----------------------------------------------------------------
+    def push(self, t: float, prio: int, payload: tuple) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, prio, self._seq, prio, payload))
+
+    def run(self) -> SimResult:
+        """Process every event; every request ends finished or rejected."""
+        wall0 = time.perf_counter()
+        self.view.now_s = 0.0
+        for stage_index, decision in self.scheduler.start(self.view):
+            self.execute(decision, stage_index)
+        for i, r in enumerate(self.requests):
+            self.push(r.arrival_s, ARRIVAL, (i,))
+        for stage_index, interval in self.scheduler.tickers:
+            self.push(interval, TICK, (stage_index, interval))
+        self.push(0.0, SAMPLE, ())
+        self._open = len(self.requests)
+        handlers = {SEG_END: self._on_segment_end, FLOW_DONE: self._on_flow_done,
+                    XFER_DONE: self._on_transfer_done, ARRIVAL: self._on_arrival,
+                    TICK: self._on_tick, SAMPLE: self._on_sample}
+        while self._heap and self._open > 0:
+            t, _, _, kind, payload = heapq.heappop(self._heap)
+            self.now = self.view.now_s = t
+            self.counters.events += 1
+            handlers[kind](*payload)
+        if self._open > 0:
+            stuck = [s.req_id for s in self.states.values() if not s.done][:5]
+            raise SimulationError(f"simulation stalled at t={self.now:.3f}s with {self._open} "
+                                  f"requests open (e.g. {stuck})")
+        self._on_sample()
+        self.counters.preemptions = sum(e.preemptions for e in self.engines.values())
+        self.counters.transfer_bytes = self.net.bytes_moved - self.counters.migration_bytes
+        decode_cols = [i for i, s in self.instances.items() if s.role.decodes]
+        out_tokens = sum(r.output_tokens for r in self.records if r.finished)
+        return SimResult(sorted(self.records, key=lambda r: r.req_id), self.tbt, self.counters,
+                         self.load, self.now, time.perf_counter() - wall0, decode_cols, out_tokens)
+
+    def kick(self, instance_id: int) -> None:
+        """Make an engine notice new work: plan if idle, else cut its segment."""
+        eng = self.engines[instance_id]
+        if not eng.busy:
+            end = eng.plan(self.now)
+            self._after_plan(instance_id, eng)
+            if end is not None:
+                self.push(end, SEG_END, (instance_id, eng.version))
+        else:
+            end = eng.interrupt(self.now)
+            if end is not None:
+                self.push(end, SEG_END, (instance_id, eng.version))
+
+    def _after_plan(self, instance_id: int, eng: Engine) -> None:
+        for rid in eng.preempted:
+            st = self.states[rid]
+            st.preemptions += 1
+            st.phase, st.last_token_s = Phase.PREFILL, self.now
+        eng.preempted.clear()
+        for rid in eng.started:
+            st = self.states[rid]
+            if st.prefill_start_s is None:
+                st.prefill_start_s = self.now
+                st.phase = Phase.PREFILL
+                st.visit(instance_id)
+                if st.bound_early and st.decode_instance != instance_id:
+                    self._begin_transfer(rid, instance_id, st.decode_instance)
+        eng.started = []
+
+    # --- handlers ----------------------------------------------------------------------
+    def _on_arrival(self, index: int) -> None:
+        req = self.requests[index]
+        st = RequestState(req)
+        self.states[req.req_id] = st
+        if req.prompt_tokens + req.output_tokens > self._max_tokens:
+            return self.reject(st, "exceeds_kv_capacity")
+        plan = self.scheduler.plan_arrival(self.view, st)
+        if plan.rejected:
+            return self.reject(st, plan.reject_reason or "rejected")
+        p = plan.prefill_instance
+        if p is None:
+            return self.reject(st, "no_prefill_instance")
+        self._check_instance(p, "prefill")
+        st.prefill_instance, st.chunk_limit_tokens = p, plan.prefill_chunk_limit_tokens
+        if plan.decode_instance is not None:
+            self._check_instance(plan.decode_instance, "decode")
+            st.decode_instance, st.bound_early = plan.decode_instance, True
+            if plan.decode_instance != p:
+                self.instances[plan.decode_instance].add_shadow(req.req_id, req.prompt_tokens)
+        self.engines[p].add_prefill(PrefillItem(req.req_id, req.prompt_tokens, "fresh",
+                                                req.output_tokens, 0, plan.prefill_chunk_limit_tokens))
+        self.kick(p)
+
+    def _check_instance(self, instance_id: int, what: str) -> None:
+        inst = self.instances.get(instance_id)
+        if inst is None or not inst.healthy:
+            raise SimulationError(f"policy {self.scheduler.name!r} chose {what} instance "
+                                  f"{instance_id}, which does not exist or is unhealthy")
+
+    def _on_segment_end(self, instance_id: int, version: int) -> None:
+        eng = self.engines[instance_id]
+        if version != eng.version or not eng.busy:
+            return
+        result = eng.finish(self.now)
+        self._record_gaps(result)
+        for rid in result.finished:
+            self.finish(self.states[rid])
+        for rid, ctx in result.thresholds:
+            owner = self.watch_owner.pop(rid, None)
+            if owner is not None:
+                for d in self.scheduler.on_threshold(owner, self.view, rid, ctx):
+                    self.execute(d, owner)
+        for item in result.prefilled:
+            self._on_prefilled(instance_id, item)
+        self.migrator.at_boundary(instance_id)
+        if self.scheduler.observes and result.gaps is not None:
+            self.scheduler.observe(self.view, DecodeProgress(
+                instance_id, result.iterations, result.mean_iteration_s, self.now))
+        self.retry_receives(instance_id)
+        self.kick(instance_id)
+
+    def _record_gaps(self, result: SegmentResult) -> None:
+        if result.gaps is None:
+            return
+        iter0, slope, k, old, new = result.gaps
+        self.tbt.add_affine(iter0, slope, k, old)
+        self.tbt.add_affine(iter0 + slope, slope, k - 1, new)
+        self.tbt.add(result.first_gaps)
+
+    def _on_prefilled(self, instance_id: int, item: PrefillItem) -> None:
+        st = self.states[item.req_id]
+        if item.kind != "fresh":
+            return self._resume_local(instance_id, item, st)
+        st.first_token_s = st.last_token_s = self.now
+        st.generated_tokens = 1
+        if self.scheduler.observes:
+            self.scheduler.observe(self.view, PrefillDone(st.req_id, instance_id, self.now))
+        if st.request.output_tokens <= 1:
+            self.engines[instance_id].release(item.blocks)
+            return self.finish(st)
+        dst = st.decode_instance if st.bound_early else self.scheduler.choose_decode(self.view, st)
+        if dst is None:
+            self.engines[instance_id].release(item.blocks)
+            return self.reject(st, "no_decode_instance")
+        self._check_instance(dst, "decode")
+        st.decode_instance = dst
+        self._note_handoff(dst)
+        if dst == instance_id:
+            return self._join(instance_id, st, st.request.prompt_tokens + 1, 1, item.blocks)
+        self.engines[instance_id].held_blocks[st.req_id] = item.blocks
+        tr = self.transfers.get(st.req_id)
+        if tr is None:
+            self._begin_transfer(st.req_id, instance_id, dst)
+            tr = self.transfers[st.req_id]
+        tr.prefill_done = True
+        if tr.bytes_done:
+            self.push(self.now + tr.alone_s * self.cluster.layerwise_tail, XFER_DONE, (st.req_id,))
+
+    def _resume_local(self, instance_id: int, item: PrefillItem, st: RequestState) -> None:
+        """A recompute (after preemption or migration) ended: it emits one token."""
+        gap = self.now - (st.last_token_s if st.last_token_s is not None else self.now)
+        self.tbt.add([gap])
+        st.last_token_s = self.now
+        generated = item.generated + 1
+        if generated >= item.stop_at:
+            self.engines[instance_id].release(item.blocks)
+            return self.finish(st)
+        self._join(instance_id, st, item.total_tokens + 1, generated, item.blocks)
+
+    def _join(self, instance_id: int, st: RequestState, ctx: int, generated: int, blocks: int) -> None:
+        st.phase, st.decode_instance = Phase.DECODE_WAIT, instance_id
+        st.visit(instance_id)
+        self.instances[instance_id].add_incoming(st.req_id, ctx)
+        watch = self.pending_watch.pop(st.req_id, None)
+        self.engines[instance_id].add_join(DecodeJoin(
+            st.req_id, ctx, generated, st.request.output_tokens, blocks,
+            st.last_token_s if st.last_token_s is not None else self.now, watch))
+        st.phase = Phase.DECODE
+        if st.decode_start_s is None:
+            st.decode_start_s = self.now
+        self.kick(instance_id)
+
+    def _note_handoff(self, dst: int) -> None:
+        ids = self.view.decode_ids
+        if not ids:
+            return
+        self.counters.handoffs += 1
+        loads = [self.view.token_load(i) for i in ids]
+        if dst in ids and self.view.token_load(dst) <= min(loads):
+            self.counters.handoffs_to_least_loaded += 1
+
+    # --- PD transfers ------------------------------------------------------------------
+    def _begin_transfer(self, rid: int, src: int, dst: int) -> None:
+        """Reserve the decode side's blocks and start moving the prompt's KV."""
+        st = self.states[rid]
+        blocks = -(-st.request.prompt_tokens // self.cluster.engine.block_size)
+        tr = Transfer(rid, src, dst, blocks)
+        self.transfers[rid] = tr
+        if not self.reserve(dst, blocks):
+            self.receive_wait[dst].append(rid)
+            return
+        self._start_flow(tr)
+
+    def reserve(self, instance_id: int, blocks: int) -> bool:
+        """Reserve KV blocks on an instance now, cutting its segment to stay consistent."""
+        if not self.engines[instance_id].reserve(self.now, blocks):
+            return False
+        self.kick(instance_id)
+        return True
+
+    def _start_flow(self, tr: Transfer) -> None:
+        st = self.states[tr.req_id]
+        st.transfer_start_s = self.now
+        if st.phase is not Phase.PREFILL:
+            st.phase = Phase.TRANSFER
+        self.instances[tr.dst].drop_shadow(tr.req_id)
+        self.instances[tr.dst].add_incoming(tr.req_id, st.request.prompt_tokens + 1)
+        nbytes = self.perf.kv_bytes(st.request.prompt_tokens)
+        tr.alone_s = self.perf.transfer_time_s(nbytes, self.cluster.nic_bytes_per_s)
+        tr.flow_id = self.start_flow(tr.src, tr.dst, nbytes, ("pd", tr.req_id))
+
+    def start_flow(self, src: int, dst: int, nbytes: float, tag: tuple) -> int:
+        """Start a KV flow; migration flows count towards ``migration_bytes``."""
+        if tag[0] == "mig":
+            self.counters.migration_bytes += nbytes
+        changed = self.net.start(self.now, src, dst, nbytes, tag)
+        for t, flow in changed:
+            self.push(t, FLOW_DONE, (flow.flow_id, flow.version))
+        return self.net._next_id
+
+    def _on_flow_done(self, flow_id: int, version: int) -> None:
+        flow = self.net.flows.get(flow_id)
+        if flow is None or flow.version != version:
+            return
+        for t, other in self.net.finish(self.now, flow_id):
+            self.push(t, FLOW_DONE, (other.flow_id, other.version))
+        kind, rid = flow.tag[0], flow.tag[1]
+        if kind != "pd":
+            return self.migrator.flow_done(flow.tag)
+        tr = self.transfers[rid]
+        tr.bytes_done = True
+        if tr.prefill_done:
+            self.push(self.now, XFER_DONE, (rid,))
+
+    def _on_transfer_done(self, rid: int) -> None:
+        tr = self.transfers.pop(rid)
+        st = self.states[rid]
+        st.transfer_end_s = self.now
+        src_eng = self.engines[tr.src]
+        src_eng.release(src_eng.held_blocks.pop(rid))
+        self.instances[tr.dst].drop_incoming(rid)
+        self._join(tr.dst, st, st.request.prompt_tokens + 1, 1, tr.dst_blocks)
+        self.retry_receives(tr.src)
+        self.kick(tr.src)
+
+    def retry_receives(self, instance_id: int) -> None:
+        """Start waiting transfers into an instance whose blocks may have freed up."""
+        queue = self.receive_wait[instance_id]
+        while queue:
+            tr = self.transfers[queue[0]]
+            if not self.engines[instance_id].reserve(self.now, tr.dst_blocks):
+                break
+            queue.popleft()
+            self._start_flow(tr)
+        self.migrator.retry(instance_id)
+
+    # --- ends ----------------------------------------------------------------------------
+    def finish(self, st: RequestState) -> None:
+        st.phase, st.finish_s = Phase.FINISHED, self.now
+        st.generated_tokens = st.request.output_tokens
+        self.migrator.cancel(st.req_id)
+        self.watch_owner.pop(st.req_id, None)
+        self.records.append(RequestRecord.from_state(st))
+        self._open -= 1
+        if self.scheduler.observes:
+            self.scheduler.observe(self.view, Completed(st.req_id, st.request.output_tokens, self.now))
+
+    def reject(self, st: RequestState, reason: str) -> None:
+        st.phase, st.reject_reason = Phase.REJECTED, reason
+        if st.decode_instance is not None:
+            self.instances[st.decode_instance].drop_shadow(st.req_id)
+        self.records.append(RequestRecord.from_state(st))
+        self._open -= 1
+
+    # --- policy ticks and decisions ------------------------------------------------------
+    def _on_tick(self, stage_index: int, interval_s: float) -> None:
+        for d in self.scheduler.tick(stage_index, self.view):
+            self.execute(d, stage_index)
+        self.push(self.now + interval_s, TICK, (stage_index, interval_s))
+
+    def execute(self, decision: Decision, stage_index: int) -> None:
+        """Carry out one policy decision."""
+        if isinstance(decision, ChangeRole):
+            self._check_instance(decision.instance_id, "role-change")
+            inst = self.instances[decision.instance_id]
+            if inst.role is not decision.role:
+                inst.role = decision.role
+                self.counters.role_changes += 1
+                self.view.invalidate_roles()
+        elif isinstance(decision, Watch):
+            self._watch(decision, stage_index)
+        elif isinstance(decision, Migrate):
+            self.migrator.start(decision)
+        else:
+            raise SimulationError(f"policy {self.scheduler.name!r} returned an unknown decision {decision!r}")
+
+    def _watch(self, decision: Watch, stage_index: int) -> None:
+        st = self.states.get(decision.req_id)
+        if st is None or st.done:
+            return
+        self.watch_owner[decision.req_id] = stage_index
+        inst = st.decode_instance
+        if st.phase is Phase.DECODE and inst is not None and self.engines[inst].set_watch(
+                decision.req_id, decision.context_tokens):
+            self.kick(inst)
+        else:
+            self.pending_watch[decision.req_id] = decision.context_tokens
+
+    def _on_sample(self) -> None:
+        self.load.times_s.append(self.now)
+        self.load.rows.append(np.array([s.token_load(self.now) for s in self.instances.values()],
+                                       dtype=np.float64))
+        if self._progress is not None:
+            self._progress(self.now, len(self.records), len(self.requests))
+        if self._open > 0:
+            self.push(self.now + self.load.interval_s, SAMPLE, ())
