@@ -1,0 +1,141 @@
+"""Experiment configuration from YAML and flags; every error names the key."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from baton.core.errors import ConfigError
+from baton.core.request import Request
+from baton.metrics import SLO
+from baton.sim.cluster import ClusterSpec, cluster_from_dict
+from baton.workload import SyntheticSpec, first, generate, load_trace, scale_to_rate
+
+
+@dataclass(slots=True)
+class WorkloadConfig:
+    """A trace file, or a synthetic spec; plus optional rate scaling and truncation."""
+
+    trace: str | None = None
+    format: str | None = None
+    synthetic: SyntheticSpec = field(default_factory=SyntheticSpec)
+    requests: int | None = None
+    rate_rps: float | None = None
+
+    def load(self, seed: int) -> list[Request]:
+        if self.trace:
+            reqs = load_trace(self.trace, self.format)
+        else:
+            reqs = generate(self.synthetic, np.random.default_rng(seed))
+        if self.requests is not None:
+            reqs = first(reqs, self.requests)
+        if self.rate_rps is not None:
+            reqs = scale_to_rate(reqs, self.rate_rps)
+        return reqs
+
+
+@dataclass(slots=True)
+class Experiment:
+    """Everything one simulation needs."""
+
+    cluster: ClusterSpec = field(default_factory=ClusterSpec)
+    policy: Any = "least-loaded"
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    slo: SLO = field(default_factory=SLO)
+    seed: int = 0
+
+
+def _synthetic(data: Any, where: str) -> SyntheticSpec:
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: expected a mapping")
+    kinds = {f.name: f.type for f in fields(SyntheticSpec)}
+    out = {}
+    for key, value in data.items():
+        if key not in kinds:
+            raise ConfigError(f"{where}.{key}: unknown key; expected one of: {', '.join(kinds)}")
+        want = {"int": int, "float": (int, float), "str": str}[str(kinds[key])]
+        if not isinstance(value, want) or isinstance(value, bool):
+            raise ConfigError(f"{where}.{key}: expected {kinds[key]}, got {value!r}")
+        out[key] = value
+    return SyntheticSpec(**out)
+
+
+def _workload(data: Any) -> WorkloadConfig:
+    if not isinstance(data, Mapping):
+        raise ConfigError("workload: expected a mapping")
+    cfg = WorkloadConfig()
+    for key, value in data.items():
+        if key == "synthetic":
+            cfg.synthetic = _synthetic(value, "workload.synthetic")
+        elif key in ("trace", "format"):
+            if not isinstance(value, str):
+                raise ConfigError(f"workload.{key}: expected a string, got {value!r}")
+            setattr(cfg, key, value)
+        elif key == "requests":
+            if not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"workload.requests: expected a positive integer, got {value!r}")
+            cfg.requests = value
+        elif key == "rate_rps":
+            if not isinstance(value, (int, float)) or value <= 0:
+                raise ConfigError(f"workload.rate_rps: expected a positive number, got {value!r}")
+            cfg.rate_rps = float(value)
+        else:
+            raise ConfigError(f"workload.{key}: unknown key; expected trace, format, synthetic, "
+                              f"requests or rate_rps")
+    return cfg
+
+
+def _slo(data: Any) -> SLO:
+    if not isinstance(data, Mapping):
+        raise ConfigError("slo: expected a mapping")
+    for key, value in data.items():
+        if key not in ("ttft_s", "tpot_s"):
+            raise ConfigError(f"slo.{key}: unknown key; expected ttft_s or tpot_s")
+        if not isinstance(value, (int, float)) or value <= 0:
+            raise ConfigError(f"slo.{key}: expected a positive number, got {value!r}")
+    return SLO(**{k: float(v) for k, v in data.items()})
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    """Read an experiment YAML file."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}{line}: malformed YAML: {getattr(exc, 'problem', exc)}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    exp = Experiment()
+    for key, value in data.items():
+        if key == "cluster":
+            exp.cluster = cluster_from_dict(value)
+        elif key == "policy":
+            exp.policy = value
+        elif key == "workload":
+            exp.workload = _workload(value)
+        elif key == "slo":
+            exp.slo = _slo(value)
+        elif key == "seed":
+            if not isinstance(value, int):
+                raise ConfigError(f"seed: expected an integer, got {value!r}")
+            exp.seed = value
+        else:
+            raise ConfigError(f"{key}: unknown top-level key; expected cluster, policy, workload, slo or seed")
+    return exp
+
+
+def with_cluster(exp: Experiment, **changes: Any) -> Experiment:
+    """A copy with some cluster fields replaced (flags over YAML)."""
+    changes = {k: v for k, v in changes.items() if v is not None}
+    return replace(exp, cluster=replace(exp.cluster, **changes)) if changes else exp
