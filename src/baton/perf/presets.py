@@ -54,7 +54,8 @@ PRESETS: dict[str, Preset] = {
     "deepseek-r1-distill-qwen-7b-w8a8@rtx4090d": Preset(
         "deepseek-r1-distill-qwen-7b-w8a8", "rtx4090d", 1,
         Efficiency(activation_reserve_bytes=1.5e9)),
-    "llama-2-70b-tp2@a100-80g": Preset("llama-2-70b", "a100-80g", 2, Efficiency()),
+    "llama-2-70b-tp2@a100-80g": Preset("llama-2-70b", "a100-80g", 2, Efficiency(
+        gpu_memory_fraction=0.95, activation_reserve_bytes=1e9)),
 }
 
 DEFAULT_PRESET = "llama-3.1-8b@a100-80g"

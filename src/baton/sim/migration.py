@@ -106,6 +106,7 @@ class Migrator:
         st.phase, st.last_token_s = Phase.TRANSFER, sim.now
         if move.mode is MigrationMode.RECOMPUTE:
             eng.release(row["blocks"])
+            sim.retry_receives(move.src)
             self._finish_move(move)
             sim.engines[move.dst].add_prefill(PrefillItem(
                 move.req_id, row["ctx"], "migrate", row["stop_at"], row["generated"],
@@ -153,7 +154,4 @@ class Migrator:
                 sim.push(t, FLOW_DONE, (other.flow_id, other.version))
                 sim.push(t, 1, (other.flow_id, other.version))
         sim.states[req_id].migrating = False
-
-    def retry(self, instance_id: int) -> None:
-        """Hook for retrying blocked migrations; migrations never wait, so nothing to do."""
-        return None
+        sim.retry_receives(move.dst)

@@ -145,15 +145,18 @@ class Simulator:
         eng = self.engines[instance_id]
         if not eng.busy:
             end = eng.plan(self.now)
-            self._after_plan(instance_id, eng)
             if end is not None:
                 self.push(end, SEG_END, (instance_id, eng.version))
+            if self._after_plan(instance_id, eng):
+                self.retry_receives(instance_id)  # preemption freed blocks
         else:
             end = eng.interrupt(self.now)
             if end is not None:
                 self.push(end, SEG_END, (instance_id, eng.version))
 
-    def _after_plan(self, instance_id: int, eng: Engine) -> None:
+    def _after_plan(self, instance_id: int, eng: Engine) -> bool:
+        """Book prefill starts and preemptions; True if something was preempted."""
+        preempted = bool(eng.preempted)
         for rid in eng.preempted:
             st = self.states[rid]
             st.preemptions += 1
@@ -168,6 +171,7 @@ class Simulator:
                 if st.bound_early and st.decode_instance != instance_id:
                     self._begin_transfer(rid, instance_id, st.decode_instance)
         eng.started = []
+        return preempted
 
     # --- handlers ----------------------------------------------------------------------
     def _on_arrival(self, index: int) -> None:
@@ -358,13 +362,16 @@ class Simulator:
     def retry_receives(self, instance_id: int) -> None:
         """Start waiting transfers into an instance whose blocks may have freed up."""
         queue = self.receive_wait[instance_id]
+        started = False
         while queue:
             tr = self.transfers[queue[0]]
             if not self.engines[instance_id].reserve(self.now, tr.dst_blocks):
                 break
             queue.popleft()
             self._start_flow(tr)
-        self.migrator.retry(instance_id)
+            started = True
+        if started and self.engines[instance_id].busy:
+            self.kick(instance_id)  # the running segment assumed those blocks free
 
     # --- ends ----------------------------------------------------------------------------
     def finish(self, st: RequestState) -> None:

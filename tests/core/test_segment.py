@@ -1,0 +1,39 @@
+import numpy as np
+import pytest
+
+from baton.core.decode_table import DecodeTable
+from baton.core.instance import Segment
+
+
+@pytest.mark.parametrize("iter0,slope", [(0.02, 0.0), (0.015, 1e-6), (0.01, 3e-5)])
+def test_iterations_done_matches_cumulative_sum(iter0, slope):
+    seg = Segment(5.0, iter0, slope, 500)
+    ends = 5.0 + np.cumsum(iter0 + slope * np.arange(500))
+    for t in np.linspace(4.9, ends[-1] + 1, 997):
+        assert seg.iterations_done(float(t)) == int(np.searchsorted(ends, t, side="right"))
+
+
+def test_block_growth_matches_brute_force():
+    rng = np.random.default_rng(3)
+    ctx = rng.integers(1, 300, size=37)
+    bs = 16
+    residues = (ctx + bs - 1) % bs
+    counts = np.bincount(residues, minlength=bs)
+    ge = tuple(int(x) for x in np.concatenate([np.cumsum(counts[::-1])[::-1], [0]]))
+    seg = Segment(0.0, 0.01, 0.0, 10_000, bs, len(ctx), ge)
+    base = (-(-ctx // bs)).sum()
+    for k in range(0, 200):
+        assert seg.block_growth(k) == (-(-(ctx + k) // bs)).sum() - base
+
+
+def test_decode_table_add_remove_keeps_aggregates():
+    t = DecodeTable(capacity=2)
+    for i in range(5):
+        t.add(i, 100 + i, 1, 50, i, 7)
+    assert t.ctx_sum == sum(100 + i for i in range(5))
+    row = t.remove(1)
+    assert row["ctx"] == 101 and 1 not in t and len(t) == 4
+    t.advance(3)
+    assert t.ctx_sum == sum(100 + i + 3 for i in (0, 2, 3, 4))
+    assert sorted(t.req_ids()) == [0, 2, 3, 4]
+    assert t.get(4, "generated") == 4
