@@ -1,0 +1,90 @@
+import json
+
+import numpy as np
+import pytest
+
+from baton.core.errors import WorkloadError
+from baton.workload import (SyntheticSpec, clip_window, detect_format, generate, load_trace,
+                            mean_rate_rps, reasoning_spec, scale_to_rate)
+from baton.workload.synthetic import gamma_arrivals
+
+
+def test_azure_csv(tmp_path):
+    f = tmp_path / "a.csv"
+    f.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"
+                 "2023-11-16 18:15:48.1805900,10,2\n")
+    reqs = load_trace(f)
+    assert [(r.prompt_tokens, r.output_tokens) for r in reqs] == [(374, 44), (10, 2)]
+    assert reqs[0].arrival_s == 0.0 and abs(reqs[1].arrival_s - 1.5) < 1e-6
+
+
+@pytest.mark.parametrize("body,where", [
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,374,44\n2023-11-16 18:15:47,abc,3\n", ":3: ContextTokens"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,1,1\n", ":2: TIMESTAMP"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,1\n", ":2: expected 3 columns"),
+])
+def test_malformed_azure_names_file_and_line(tmp_path, body, where):
+    f = tmp_path / "bad.csv"
+    f.write_text(body)
+    with pytest.raises(WorkloadError, match=f"bad.csv{where}"):
+        load_trace(f)
+
+
+def test_mooncake_jsonl_and_bad_line(tmp_path):
+    f = tmp_path / "m.jsonl"
+    f.write_text('{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [0]}\n'
+                 '{"timestamp": 2500, "input_length": 20, "output_length": 7, "hash_ids": [1]}\n')
+    reqs = load_trace(f)
+    assert reqs[1].arrival_s == 2.5 and reqs[1].prompt_tokens == 20
+    f.write_text('{"timestamp": 0, "input_length": 10, "output_length": 5}\n{not json}\n')
+    with pytest.raises(WorkloadError, match=r"m.jsonl:2: invalid JSON"):
+        load_trace(f)
+
+
+def test_burstgpt_sharegpt_vidur(tmp_path):
+    b = tmp_path / "b.csv"
+    b.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,ChatGPT,100,20,120,Conversation log\n")
+    assert detect_format(b) == "burstgpt" and load_trace(b)[0].output_tokens == 20
+    s = tmp_path / "s.json"
+    s.write_text(json.dumps([{"input_len": 12, "output_len": 3}, {"prompt_len": 5, "output_len": 9}]))
+    assert [r.prompt_tokens for r in load_trace(s)] == [12, 5]
+    s.write_text(json.dumps([{"input_len": 12}]))
+    with pytest.raises(WorkloadError, match="item 0"):
+        load_trace(s)
+    v = tmp_path / "v.csv"
+    v.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0.5,300,40\n0.1,10,4\n")
+    assert [r.prompt_tokens for r in load_trace(v)] == [10, 300]
+
+
+def test_missing_file_and_unknown_format(tmp_path):
+    with pytest.raises(WorkloadError, match="no such trace file"):
+        load_trace(tmp_path / "nope.csv")
+    f = tmp_path / "x.csv"
+    f.write_text("a,b\n1,2\n")
+    with pytest.raises(WorkloadError, match="cannot tell the trace format"):
+        load_trace(f)
+
+
+def test_real_traces_load(traces_dir):
+    assert len(load_trace(traces_dir / "azure_conv_2023.csv")) == 19366
+    assert len(load_trace(traces_dir / "azure_code_2023.csv")) == 8819
+    assert len(load_trace(traces_dir / "mooncake_conversation.jsonl")) == 12031
+
+
+def test_rate_scaling_and_clipping():
+    reqs = generate(SyntheticSpec(requests=500, rate_rps=3.0), np.random.default_rng(0))
+    scaled = scale_to_rate(reqs, 12.0)
+    assert abs(mean_rate_rps(scaled) - 12.0) < 1e-9
+    window = clip_window(scaled, 5.0, 10.0)
+    assert window and all(0 <= r.arrival_s < 5.0 for r in window)
+
+
+def test_gamma_arrivals_have_the_asked_cv():
+    gaps = np.diff(gamma_arrivals(200_000, 10.0, 3.0, np.random.default_rng(1)))
+    assert abs(gaps.mean() - 0.1) < 0.003 and abs(gaps.std() / gaps.mean() - 3.0) < 0.1
+
+
+def test_reasoning_workload_shape():
+    out = np.array([r.output_tokens for r in generate(reasoning_spec(20_000, 5.0), np.random.default_rng(0))])
+    assert abs((out == 8192).mean() - 0.30) < 0.02
+    assert 4500 < out.mean() < 5500 and out.max() == 8192
