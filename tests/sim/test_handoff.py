@@ -139,3 +139,54 @@ def test_migration_that_cannot_be_placed_is_refused_and_request_kept():
     sim, res = run([Request(0, 0.0, 300, 800)], cluster=CLUSTER, perf=perf, scheduler=s)
     assert res.counters.migrations_refused == 1 and res.counters.migrations == 0
     assert res.records[0].finished and sim.states[0].path == [0, 1]
+
+
+class Deflect(Fixed):
+    """Prefill on the decode instance with a chunk limit, decoding there (no transfer)."""
+
+    def plan_arrival(self, view, request, plan):
+        return ArrivalPlan(1, 1, prefill_chunk_limit_tokens=64)
+
+
+def test_deflected_prefill_respects_chunk_limit_and_skips_transfer():
+    perf, s = sched(lambda c: Deflect(c))
+    sim, res = run([Request(0, 0.0, 300, 5)], cluster=CLUSTER, perf=perf, scheduler=s)
+    st = sim.states[0]
+    from baton.perf import batch_shape
+    chunks = [64, 64, 64, 64, 44]
+    expected = sum(perf.iteration_time_s(batch_shape([(c, 64 * i)], [])) for i, c in enumerate(chunks))
+    assert st.first_token_s == pytest.approx(expected)
+    assert st.transfer_start_s is None and st.path == [1] and res.counters.transfer_bytes == 0
+
+
+class Flip(Fixed):
+    """Turn decode instance 1 into a prefill instance at 0.2 s; later requests avoid it."""
+
+    tick_interval_s = 0.2
+
+    def __init__(self, context):
+        super().__init__(context)
+        self.flipped = False
+
+    def tick(self, view):
+        from baton.core import ChangeRole, Role
+        if self.flipped:
+            return []
+        self.flipped = True
+        return [ChangeRole(1, Role.PREFILL)]
+
+    def plan_arrival(self, view, request, plan):
+        return ArrivalPlan(0, None)
+
+    def choose_decode(self, view, request):
+        return view.decode_ids[0]
+
+
+def test_role_change_drains_existing_work():
+    perf, s = sched(lambda c: Flip(c))
+    reqs = [Request(0, 0.0, 100, 2000), Request(1, 0.5, 100, 50)]
+    sim, res = run(reqs, cluster=CLUSTER, perf=perf, scheduler=s)
+    assert res.counters.role_changes == 1
+    assert sim.states[0].path == [0, 1]  # kept decoding on the flipped instance
+    assert sim.states[1].path == [0, 2]  # new work went to the remaining decode instance
+    assert all(r.finished for r in res.records)

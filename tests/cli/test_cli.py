@@ -1,0 +1,92 @@
+"""The real ``baton`` command in a subprocess: normal runs and every kind of bad input."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def baton(*args, cwd=None, timeout=120):
+    return subprocess.run([sys.executable, "-m", "baton.cli.main", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=cwd)
+
+
+def test_simulate_json_summary_and_outputs(tmp_path):
+    out = tmp_path / "out"
+    p = baton("simulate", "--requests", "80", "--rate", "8", "--prefill", "1", "--decode", "2",
+              "--policy", "least-kv", "--json", "--quiet", "--out", str(out))
+    assert p.returncode == 0, p.stderr
+    summary = json.loads(p.stdout)
+    m = summary["least-kv"]
+    for key in ("p99_tpot_s", "p95_ttft_s", "goodput_rps", "throughput_tok_s", "slo_attainment",
+                "finished", "rejected"):
+        assert key in m
+    assert m["finished"] + m["rejected"] == 80
+    assert (out / "least-kv.requests.csv").read_text().count("\n") == 81
+    assert "\x1b[" not in p.stdout
+
+
+def test_simulate_table_when_piped(tmp_path):
+    p = baton("simulate", "--requests", "30", "--policy", "round-robin", "--quiet", "--out", str(tmp_path))
+    assert p.returncode == 0 and "round-robin" in p.stdout and "\x1b[" not in p.stdout
+
+
+def test_yaml_config(tmp_path):
+    cfg = tmp_path / "exp.yaml"
+    cfg.write_text("cluster: {prefill: 1, decode: 1, preset: llama-3.1-8b@h100}\n"
+                   "policy: {name: mine, stages: [{stage: power-of-two}]}\n"
+                   "workload: {synthetic: {requests: 40, rate_rps: 5.0}}\nslo: {ttft_s: 1.5}\nseed: 3\n")
+    p = baton("simulate", "--config", str(cfg), "--json", "--quiet", "--out", str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["mine"]["finished"] == 40
+
+
+@pytest.mark.parametrize("args,message", [
+    (["simulate", "--trace", "/nonexistent/trace.csv"], "no such trace file"),
+    (["simulate", "--policy", "nope"], "unknown policy 'nope'"),
+    (["simulate", "--preset", "gpt-9@tpu"], "unknown preset"),
+    (["simulate", "--requests", "-3"], "--requests"),
+    (["simulate", "--config", "/nonexistent.yaml"], "cannot read config"),
+])
+def test_bad_input_gives_one_line_error(tmp_path, args, message):
+    p = baton(*args, "--quiet", "--out", str(tmp_path))
+    assert p.returncode != 0
+    assert "Traceback" not in p.stderr
+    assert message in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+@pytest.mark.parametrize("text,message", [
+    ("cluster: {prefill: 2\n", "malformed YAML"),
+    ("cluster: {prefill: two}\n", "cluster.prefill: expected int"),
+    ("cluster: {gpus: 2}\n", "cluster.gpus: unknown key"),
+    ("workload: {synthetic: {requests: ten}}\n", "workload.synthetic.requests"),
+    ("- a\n- b\n", "expected a mapping"),
+    ("policy: {stages: [{stage: least-loaded, k: 1}]}\n", "policy.stages[0].k"),
+])
+def test_bad_yaml_names_the_key(tmp_path, text, message):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(text)
+    p = baton("simulate", "--config", str(cfg), "--quiet", "--out", str(tmp_path))
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert message in p.stderr, p.stderr
+
+
+def test_bad_flag_is_rejected_by_argparse(tmp_path):
+    p = baton("simulate", "--rate", "fast")
+    assert p.returncode == 2 and "invalid float value" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_malformed_trace_names_line(tmp_path):
+    f = tmp_path / "t.csv"
+    f.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,3,x\n")
+    p = baton("simulate", "--trace", str(f), "--quiet", "--out", str(tmp_path))
+    assert p.returncode == 2 and "t.csv:2: GeneratedTokens" in p.stderr
+
+
+def test_demo_runs_every_baseline(tmp_path):
+    p = baton("demo", "--requests", "120", "--json", "--quiet", "--out", str(tmp_path), timeout=300)
+    assert p.returncode == 0, p.stderr
+    summary = json.loads(p.stdout)
+    assert set(summary) == {"round-robin", "least-loaded", "least-kv", "least-requests", "power-of-two", "colocated"}
+    assert all(v["finished"] == 120 for v in summary.values())
