@@ -1,7 +1,7 @@
 """Property-based invariants on random small workloads."""
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from baton.core.request import Phase, Request
@@ -37,6 +37,8 @@ class KVGuard:
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=requests_strategy, policy=policies, kv=st.integers(1200, 6000), seed=st.integers(0, 5))
+@example(rows=[(0.0, 1, 238), (0.125, 189, 100), (0.0625, 513, 2), (0.03125, 1, 2),
+               (0.03125, 673, 224)], policy="round-robin", kv=1200, seed=0)  # KV read at a segment's end
 def test_invariants(rows, policy, kv, seed):
     reqs = build(rows)
     cluster = ClusterSpec(prefill=1, decode=2, engine=EngineConfig(256, 8, 16), nic_gbps=10)

@@ -134,9 +134,12 @@ class InstanceState:
     # --- reads ------------------------------------------------------------------------
     def kv_blocks_used_at(self, now_s: float) -> int:
         """KV blocks allocated at ``now_s``, including decode growth inside a segment."""
-        if self.segment is None:
+        seg = self.segment
+        if seg is None:
             return self.kv_blocks_used
-        return self.kv_blocks_used + self.segment.block_growth(self.segment.iterations_done(now_s))
+        # once the last iteration is done nothing more is allocated until the next plan
+        k = min(seg.iterations_done(now_s), seg.max_iters - 1)
+        return self.kv_blocks_used + seg.block_growth(k)
 
     def kv_blocks_free_at(self, now_s: float) -> int:
         return self.kv_blocks_total - self.kv_blocks_used_at(now_s)
