@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from baton.core.decisions import Migrate, MigrationMode
 from baton.core.request import Phase
-from baton.sim.engine import PrefillItem
+from baton.sim.engine import DecodeJoin, PrefillItem
 
 FLOW_DONE = 1  # the simulator's event priority for flow completions
 
@@ -115,11 +115,29 @@ class Migrator:
             st.visit(move.dst)
             sim.kick(move.dst)
             return
+        need = -(-(row["ctx"] - 1) // sim.cluster.engine.block_size)
+        if need > move.reserved_blocks and not sim.reserve(move.dst, need - move.reserved_blocks):
+            return self._abort(move, row)
+        move.reserved_blocks = max(move.reserved_blocks, need)
         eng.held_blocks[move.req_id] = row["blocks"]
         move.final = True
         delta = row["ctx"] - move.round_start_ctx
         move.flow_id = sim.start_flow(move.src, move.dst, sim.perf.kv_bytes(max(delta, 1)),
                                       ("mig", move.req_id))
+
+    def _abort(self, move: Move, row: dict) -> None:
+        """The target cannot hold the grown context: keep decoding on the source."""
+        sim = self.sim
+        del self.moves[move.req_id]
+        sim.engines[move.dst].release(move.reserved_blocks)
+        sim.retry_receives(move.dst)
+        st = sim.states[move.req_id]
+        st.migrating = False
+        self._refuse()
+        sim.engines[move.src].add_join(DecodeJoin(move.req_id, row["ctx"], row["generated"],
+                                                  row["stop_at"], row["blocks"], sim.now))
+        st.phase = Phase.DECODE
+        sim.kick(move.src)
 
     def _complete_live(self, move: Move) -> None:
         sim, row = self.sim, move.row
