@@ -8,6 +8,7 @@ from baton.core.instance import Role
 from baton.core.request import RequestState
 from baton.core.view import ClusterView
 from baton.policies.base import Stage
+from baton.policies.round_robin import RoundRobin
 from baton.policies.selection import argmin
 
 
@@ -27,7 +28,7 @@ class Colocated(Stage):
         return ArrivalPlan(choice, choice, plan.prefill_chunk_limit_tokens)
 
 
-class StaticPairing(Stage):
+class StaticPairing(RoundRobin):
     """Static xPyD disaggregation: prefill round-robin; each prefill instance hands off
     to a fixed group of decode instances, round-robin inside the group."""
 
@@ -35,16 +36,7 @@ class StaticPairing(Stage):
 
     def __init__(self, context) -> None:
         super().__init__(context)
-        self._next_prefill = 0
         self._next_in_group: dict[int, int] = {}
-
-    def plan_arrival(self, view: ClusterView, request: RequestState, plan: ArrivalPlan) -> ArrivalPlan:
-        ids = view.prefill_ids
-        if plan.prefill_instance is not None or not ids:
-            return plan
-        choice = ids[self._next_prefill % len(ids)]
-        self._next_prefill += 1
-        return ArrivalPlan(choice, plan.decode_instance, plan.prefill_chunk_limit_tokens)
 
     def choose_decode(self, view: ClusterView, request: RequestState) -> int | None:
         p_ids, d_ids = view.prefill_ids, view.decode_ids
