@@ -37,7 +37,6 @@ class Move:
     detaching: bool = False
     final: bool = False
     row: dict | None = None
-    paused_s: float = 0.0
 
 
 class Migrator:
@@ -102,7 +101,7 @@ class Migrator:
         sim = self.sim
         eng, st = sim.engines[move.src], sim.states[move.req_id]
         row = eng.remove_decode(move.req_id)
-        move.row, move.paused_s = row, sim.now
+        move.row = row
         st.phase, st.last_token_s = Phase.TRANSFER, sim.now
         if move.mode is MigrationMode.RECOMPUTE:
             eng.release(row["blocks"])
@@ -170,6 +169,5 @@ class Migrator:
         if move.flow_id is not None and move.flow_id in sim.net.flows:
             for t, other in sim.net.finish(sim.now, move.flow_id):
                 sim.push(t, FLOW_DONE, (other.flow_id, other.version))
-                sim.push(t, 1, (other.flow_id, other.version))
         sim.states[req_id].migrating = False
         sim.retry_receives(move.dst)

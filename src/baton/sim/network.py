@@ -34,14 +34,15 @@ class Network:
         self._next_id = 0
         self.bytes_moved = 0.0
 
-    def start(self, now_s: float, src: int, dst: int, num_bytes: float, tag: tuple) -> list[tuple[float, Flow]]:
-        """Start a flow; returns (completion time, flow) for every flow whose time changed."""
+    def start(self, now_s: float, src: int, dst: int, num_bytes: float,
+              tag: tuple) -> tuple[Flow, list[tuple[float, Flow]]]:
+        """Start a flow; returns it and (completion time, flow) for every flow whose time changed."""
         self._settle(now_s)
         self._next_id += 1
         flow = Flow(self._next_id, src, dst, float(num_bytes), tag, updated_s=now_s)
         self.flows[flow.flow_id] = flow
         self.bytes_moved += num_bytes
-        return self._rebalance(now_s)
+        return flow, self._rebalance(now_s)
 
     def finish(self, now_s: float, flow_id: int) -> list[tuple[float, Flow]]:
         """Remove a finished or cancelled flow; returns rescheduled completions."""

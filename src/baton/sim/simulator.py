@@ -42,7 +42,6 @@ class Transfer:
     src: int
     dst: int
     dst_blocks: int
-    flow_id: int | None = None
     bytes_done: bool = False
     prefill_done: bool = False
     alone_s: float = 0.0
@@ -323,16 +322,16 @@ class Simulator:
         self.instances[tr.dst].add_incoming(tr.req_id, st.request.prompt_tokens + 1)
         nbytes = self.perf.kv_bytes(st.request.prompt_tokens)
         tr.alone_s = self.perf.transfer_time_s(nbytes, self.cluster.nic_bytes_per_s)
-        tr.flow_id = self.start_flow(tr.src, tr.dst, nbytes, ("pd", tr.req_id))
+        self.start_flow(tr.src, tr.dst, nbytes, ("pd", tr.req_id))
 
     def start_flow(self, src: int, dst: int, nbytes: float, tag: tuple) -> int:
         """Start a KV flow; migration flows count towards ``migration_bytes``."""
         if tag[0] == "mig":
             self.counters.migration_bytes += nbytes
-        changed = self.net.start(self.now, src, dst, nbytes, tag)
+        started, changed = self.net.start(self.now, src, dst, nbytes, tag)
         for t, flow in changed:
             self.push(t, FLOW_DONE, (flow.flow_id, flow.version))
-        return self.net._next_id
+        return started.flow_id
 
     def _on_flow_done(self, flow_id: int, version: int) -> None:
         flow = self.net.flows.get(flow_id)
