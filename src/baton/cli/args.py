@@ -1,0 +1,72 @@
+"""Flags shared by the commands, and the experiment they describe."""
+
+from __future__ import annotations
+
+import argparse
+
+from baton.core.errors import ConfigError
+from baton.experiments import Experiment, WorkloadConfig, load_experiment, with_cluster
+from baton.metrics import SLO
+from baton.workload import FORMATS
+
+
+def add_workload_flags(p: argparse.ArgumentParser, rate_list: bool = False) -> None:
+    p.add_argument("--config", help="experiment YAML (cluster, policy, workload, slo, seed)")
+    p.add_argument("--trace", help="trace file (Azure CSV, Mooncake JSONL, BurstGPT, ShareGPT JSON, Vidur CSV)")
+    p.add_argument("--format", choices=sorted(FORMATS), help="trace format (default: detect)")
+    p.add_argument("--requests", type=int, help="keep the first N requests")
+    if rate_list:
+        p.add_argument("--rate", required=True, help="request rates to sweep, e.g. 2,4,8,16 (req/s)")
+    else:
+        p.add_argument("--rate", type=float, help="rescale arrivals to R requests/s on average")
+
+
+def add_common(p: argparse.ArgumentParser, rate_list: bool = False) -> None:
+    add_workload_flags(p, rate_list)
+    p.add_argument("--prefill", type=int, help="prefill instances")
+    p.add_argument("--decode", type=int, help="decode instances")
+    p.add_argument("--mixed", type=int, help="mixed (colocated) instances")
+    p.add_argument("--preset", help="model@hardware performance preset")
+    p.add_argument("--ttft-slo", type=float, help="TTFT SLO in seconds")
+    p.add_argument("--tpot-slo", type=float, help="TPOT SLO in seconds")
+    p.add_argument("--seed", type=int, help="random seed")
+    p.add_argument("--out", default="baton-out", help="output directory (default: baton-out)")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _positive(name: str, value: float | None) -> None:
+    if value is not None and value <= 0:
+        raise ConfigError(f"--{name}: expected a positive number, got {value}")
+
+
+def parse_rates(text: str) -> list[float]:
+    """``2,4,8`` or ``2 4 8`` -> [2.0, 4.0, 8.0]."""
+    try:
+        rates = [float(x) for x in text.replace(",", " ").split()]
+    except ValueError:
+        raise ConfigError(f"--rate: expected numbers separated by commas, got {text!r}") from None
+    if not rates or any(r <= 0 for r in rates):
+        raise ConfigError(f"--rate: expected positive request rates, got {text!r}")
+    return rates
+
+
+def experiment_from(args: argparse.Namespace, base: Experiment | None = None) -> Experiment:
+    """The experiment from --config (or ``base``), with flags taking precedence."""
+    for name in ("requests", "prefill", "decode", "ttft_slo", "tpot_slo"):
+        _positive(name.replace("_", "-"), getattr(args, name, None))
+    if not isinstance(args.rate, str):
+        _positive("rate", args.rate)
+    exp = load_experiment(args.config) if args.config else (base or Experiment())
+    exp = with_cluster(exp, prefill=args.prefill, decode=args.decode, mixed=args.mixed, preset=args.preset)
+    if args.trace:
+        exp.workload = WorkloadConfig(trace=args.trace, format=args.format)
+    if args.requests is not None:
+        exp.workload.requests = args.requests
+    if args.rate is not None and not isinstance(args.rate, str):
+        exp.workload.rate_rps = args.rate
+    if args.ttft_slo is not None or args.tpot_slo is not None:
+        exp.slo = SLO(args.ttft_slo or exp.slo.ttft_s, args.tpot_slo or exp.slo.tpot_s)
+    if args.seed is not None:
+        exp.seed = args.seed
+    return exp

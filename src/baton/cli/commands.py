@@ -1,0 +1,203 @@
+"""The commands behind ``baton simulate | compare | sweep | demo | workload stats``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from baton.cli.args import experiment_from, parse_rates
+from baton.cli.output import console, points_bar, progress_bar, summary_table
+from baton.core.errors import ConfigError
+from baton.experiments import Experiment, RunData, WorkloadConfig, load_experiment, policy_label, run_experiment
+from baton.experiments.sweep import run_sweep
+from baton.metrics import SLO, write_records
+from baton.perf import build as build_preset
+from baton.policies import PolicyContext, build_scheduler
+from baton.sim import ClusterSpec
+from baton.workload import SyntheticSpec, load_trace, workload_stats
+
+DEMO_POLICIES = ("round-robin", "least-loaded", "least-kv", "least-requests", "power-of-two", "colocated")
+
+
+def demo_experiment() -> Experiment:
+    """The embedded default: bursty (Gamma, CV 3) arrivals, heavy-tailed lognormal lengths,
+    2 prefill + 4 decode Llama-3.1-8B instances on A100-80G."""
+    spec = SyntheticSpec(requests=1500, rate_rps=14.0, arrival="gamma", cv=3.0,
+                         prompt="lognormal", prompt_median=700, prompt_sigma=0.9, prompt_cap=8192,
+                         output="lognormal", output_median=250, output_sigma=1.1, output_cap=4096)
+    return Experiment(cluster=ClusterSpec(prefill=2, decode=4), workload=WorkloadConfig(synthetic=spec),
+                      slo=SLO(ttft_s=1.0, tpot_s=0.05), seed=7)
+
+
+def clean(summary: dict) -> dict:
+    """JSON-safe: NaN becomes null."""
+    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in summary.items()}
+
+
+def _emit_json(payload: dict) -> None:
+    print(json.dumps(payload, allow_nan=False))
+
+
+def _cluster_text(exp: Experiment) -> str:
+    c = exp.cluster
+    return f"{c.prefill}P{c.decode}D{f'+{c.mixed}M' if c.mixed else ''} {c.preset}"
+
+
+def _validate(exp: Experiment, policies: list[tuple[str, Any]]) -> None:
+    """Build every policy once before any run, so a bad name fails fast."""
+    perf = build_preset(exp.cluster.preset)
+    names = [n for n, _ in policies]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise ConfigError(f"policy names must be unique; repeated: {', '.join(sorted(dup))}")
+    for _, pol in policies:
+        build_scheduler(pol, PolicyContext(rng=np.random.default_rng(0), perf=perf))
+
+
+def _run_all(exp: Experiment, policies: list[tuple[str, Any]], args) -> list[RunData]:
+    _validate(exp, policies)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    horizon = exp.workload.load(exp.seed)
+    horizon_s = horizon[-1].arrival_s if horizon else 0.0
+    runs = []
+    for name, pol in policies:
+        with progress_bar(not args.quiet, name, horizon_s) as update:
+            result, data = run_experiment(replace(exp, policy=pol), closed_form=not args.reference,
+                                          progress=update, name=name)
+        write_records(result.records, out / f"{name}.requests.csv")
+        (out / f"{name}.summary.json").write_text(json.dumps(clean(data.summary), indent=2))
+        runs.append(data)
+    return runs
+
+
+def _compare_report(exp: Experiment, runs: list[RunData], args, title: str) -> None:
+    from baton.report import Report, compare_figures, write_report
+    summaries = {r.name: clean(r.summary) for r in runs}
+    (Path(args.out) / "summary.json").write_text(json.dumps(summaries, indent=2))
+    meta = [f"cluster {_cluster_text(exp)}; SLO TTFT {exp.slo.ttft_s} s, TPOT {exp.slo.tpot_s} s; "
+            f"seed {exp.seed}; {runs[0].summary.get('requests', 0):.0f} requests"]
+    path = write_report(args.out, Report(title, summaries, compare_figures(runs), meta))
+    if args.json:
+        _emit_json(summaries)
+    else:
+        console().print(summary_table(summaries, title))
+        print(f"report: {path.resolve()}")
+
+
+def cmd_simulate(args: argparse.Namespace) -> None:
+    exp = experiment_from(args)
+    if args.policy:
+        exp.policy = args.policy
+    name = policy_label(exp.policy)
+    runs = _run_all(exp, [(name, exp.policy)], args)
+    summaries = {name: clean(runs[0].summary)}
+    if args.json:
+        _emit_json(summaries)
+    else:
+        console().print(summary_table(summaries, f"{name} on {_cluster_text(exp)}"))
+        print(f"records and summary written to {Path(args.out).resolve()}")
+
+
+def _named_policies(args) -> list[tuple[str, Any]]:
+    items = [(p.strip(), p.strip()) for p in (args.policies or "").split(",") if p.strip()]
+    for path in args.configs or []:
+        items.append((Path(path).stem, load_experiment(path).policy))
+    if not items:
+        raise ConfigError("compare: name the policies with --policies a,b,... or --configs A.yaml B.yaml")
+    return items
+
+
+def cmd_compare(args: argparse.Namespace) -> None:
+    exp = experiment_from(args)
+    policies = _named_policies(args)
+    runs = _run_all(exp, policies, args)
+    _compare_report(exp, runs, args, f"{' vs '.join(n for n, _ in policies)} on {_cluster_text(exp)}")
+
+
+def cmd_demo(args: argparse.Namespace) -> None:
+    exp = experiment_from(args, base=demo_experiment())
+    runs = _run_all(exp, [(p, p) for p in DEMO_POLICIES], args)
+    _compare_report(exp, runs, args, f"Baton demo: bursty heavy-tailed workload on {_cluster_text(exp)}")
+
+
+def _sweep_payload(sweep) -> dict:
+    maxima = sweep.max_rates_rps()
+    return {name: {"max_sustainable_rate_rps": maxima[name], "target_attainment": sweep.target_attainment,
+                   "points": [clean(p) for p in pts]} for name, pts in sweep.points.items()}
+
+
+def _sweep_rows(sweep) -> list[list[str]]:
+    maxima = sweep.max_rates_rps()
+    rows = []
+    for name, pts in sweep.points.items():
+        best = maxima[name]
+        cells = [f"{p['slo_attainment'] * 100:.0f}% / {p['p99_tpot_s'] * 1e3:.0f} / {p['p95_ttft_s'] * 1e3:.0f}"
+                 if not math.isnan(p["p99_tpot_s"]) else "-" for p in pts]
+        censored = best is not None and best == sweep.rates_rps[-1]
+        rows.append([name, "-" if best is None else f"{'>=' if censored else ''}{best:.2f}", *cells])
+    return rows
+
+
+def cmd_sweep(args: argparse.Namespace) -> None:
+    from baton.report import Report, sweep_figures, write_report
+    exp = experiment_from(args)
+    rates = parse_rates(args.rate)
+    policies = _named_policies(args)
+    _validate(exp, policies)
+    with points_bar(not args.quiet, "sweep", len(rates) * len(policies)) as update:
+        sweep = run_sweep(exp, dict(policies), rates, executor="ray" if args.ray else "processes",
+                          workers=args.workers, ray_address=args.ray_address,
+                          target_attainment=args.target, on_point=update)
+    payload = _sweep_payload(sweep)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / "sweep.json").write_text(json.dumps(payload, indent=2))
+    head = ["policy", f"max rate @{args.target:.0%} (req/s)"] + [f"{r:g} req/s" for r in rates]
+    rows = _sweep_rows(sweep)
+    title = f"Rate sweep on {_cluster_text(exp)}"
+    caption = "SLO attainment / P99 TPOT ms / P95 TTFT ms at each rate"
+    path = write_report(args.out, Report(title, figures=sweep_figures(sweep), extra_tables=[(caption, head, rows)],
+                                         meta=[f"seed {exp.seed}; SLO TTFT {exp.slo.ttft_s} s, TPOT {exp.slo.tpot_s} s"]),
+                        stem="sweep")
+    if args.json:
+        _emit_json(payload)
+        return
+    from rich.table import Table
+    table = Table(title=f"{title}: {caption}")
+    for h in head:
+        table.add_column(h, justify="right")
+    for row in rows:
+        table.add_row(*row)
+    console().print(table)
+    print(f"report: {path.resolve()}")
+
+
+def cmd_workload_stats(args: argparse.Namespace) -> None:
+    from baton.report import Report, workload_figure, write_report
+    requests = load_trace(args.file, args.format)
+    if not requests:
+        raise ConfigError(f"{args.file}: the trace has no requests")
+    stats = workload_stats(requests)
+    name = Path(args.file).name
+    fig = workload_figure(np.array([r.prompt_tokens for r in requests]), np.array([r.output_tokens for r in requests]),
+                          np.array([r.arrival_s for r in requests]), f"Workload {name}")
+    rows = [[k, f"{v:,.3f}".rstrip("0").rstrip(".")] for k, v in stats.items()]
+    path = write_report(args.out, Report(f"Workload statistics: {name}", figures=[fig],
+                                         extra_tables=[("Statistics", ["metric", "value"], rows)]), stem="workload")
+    if args.json:
+        _emit_json({name: clean(stats)})
+        return
+    from rich.table import Table
+    table = Table(title=f"Workload statistics: {name}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for row in rows:
+        table.add_row(*row)
+    console().print(table)
+    print(f"histogram: {(Path(args.out) / 'workload.png').resolve()}")

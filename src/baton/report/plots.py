@@ -1,0 +1,165 @@
+"""The figures of compare, sweep and workload reports. Every axis has a title, units and a
+legend; latencies use log scales because their tails span orders of magnitude."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: reports are written to files, never shown
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.figure import Figure as MplFigure  # noqa: E402
+
+from baton.experiments.run import RunData  # noqa: E402
+from baton.experiments.sweep import SweepResult  # noqa: E402
+from baton.report.html import Figure  # noqa: E402
+
+from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
+
+MAX_LINES = 12  # above this many instances, the load plot shows a min/median/max band
+
+
+def plain_log_labels(ax, which: str = "y") -> None:
+    """Plain numbers on a log axis; minor ticks labelled only when it spans under 1.5 decades."""
+    axis = ax.yaxis if which == "y" else ax.xaxis
+    lo, hi = ax.get_ylim() if which == "y" else ax.get_xlim()
+    fmt = FuncFormatter(lambda v, _: f"{v:g}")
+    axis.set_major_formatter(fmt)
+    axis.set_minor_formatter(fmt if lo > 0 and hi / lo < 30 else NullFormatter())
+
+
+def _cdf(ax, values: np.ndarray, label: str) -> None:
+    if values.size:
+        xs = np.sort(values)
+        ax.step(xs * 1e3, np.arange(1, xs.size + 1) / xs.size, where="post", label=label)
+
+
+def latency_cdfs(runs: Sequence[RunData]) -> MplFigure:
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), layout="constrained")
+    for run in runs:
+        _cdf(axes[0], run.ttft_s, run.name)
+        _cdf(axes[1], run.tpot_s, run.name)
+    for ax, what in zip(axes, ("TTFT", "TPOT")):
+        ax.set(xscale="log", xlabel=f"{what} (ms, log scale)", ylabel="fraction of requests",
+               title=f"CDF of {what}", ylim=(0, 1.01))
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+        plain_log_labels(ax, "x")
+    return fig
+
+
+def tbt_percentiles(runs: Sequence[RunData]) -> MplFigure:
+    fig, ax = plt.subplots(figsize=(8, 4.5), layout="constrained")
+    qs = sorted(runs[0].tbt_percentiles_s) if runs else []
+    width = 0.8 / max(len(runs), 1)
+    for i, run in enumerate(runs):
+        vals = [run.tbt_percentiles_s[q] * 1e3 for q in qs]
+        ax.bar(np.arange(len(qs)) + i * width - 0.4 + width / 2, vals, width, label=run.name)
+    ax.set_xticks(np.arange(len(qs)), [f"P{q:g}" for q in qs])
+    ax.set(yscale="log", ylabel="time between tokens (ms, log scale)",
+           title="Time between tokens (TBT) percentiles, all tokens")
+    ax.grid(True, axis="y", which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    plain_log_labels(ax)
+    return fig
+
+
+def _load_panel(ax, run: RunData) -> None:
+    t, m = run.load_times_s, run.load_tokens
+    if m.size == 0:
+        ax.text(0.5, 0.5, "no samples", ha="center", transform=ax.transAxes)
+    elif m.shape[1] <= MAX_LINES:
+        for j in range(m.shape[1]):
+            ax.plot(t, m[:, j] / 1e3, lw=0.9, label=run.instance_labels[j])
+    else:
+        ax.fill_between(t, m.min(axis=1) / 1e3, m.max(axis=1) / 1e3, alpha=0.3, label="min-max")
+        ax.plot(t, np.median(m, axis=1) / 1e3, lw=1.2, label="median")
+    ax.set(title=f"{run.name}", xlabel="time (s)", ylabel="token load (k tokens)")
+    ax.grid(True, alpha=0.3)
+
+
+def instance_load(runs: Sequence[RunData]) -> MplFigure:
+    cols = min(len(runs), 3) or 1
+    rows = (len(runs) + cols - 1) // cols or 1
+    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.4 * rows), layout="constrained",
+                             sharey=True, squeeze=False)
+    for ax, run in zip(axes.flat, runs):
+        _load_panel(ax, run)
+        if run.instance_labels != runs[0].instance_labels:
+            ax.legend(fontsize=7, ncol=2)
+    for ax in list(axes.flat)[len(runs):]:
+        ax.set_visible(False)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 8), fontsize=8)
+    fig.suptitle("Token load per decode instance over time (context tokens held)")
+    return fig
+
+
+def throughput_bars(runs: Sequence[RunData]) -> MplFigure:
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), layout="constrained")
+    names = [r.name for r in runs]
+    colors = [f"C{i}" for i in range(len(runs))]
+    for ax, key, label in ((axes[0], "throughput_tok_s", "output tokens/s"),
+                           (axes[1], "goodput_rps", "requests/s meeting both SLOs")):
+        vals = [r.summary.get(key, float("nan")) for r in runs]
+        bars = ax.bar(names, vals, color=colors)
+        ax.bar_label(bars, fmt="%.3g", fontsize=8)
+        ax.set(ylabel=label, title="Throughput" if key.startswith("throughput") else "Goodput")
+        ax.tick_params(axis="x", rotation=30, labelsize=8)
+        ax.grid(True, axis="y", alpha=0.3)
+    return fig
+
+
+def compare_figures(runs: Sequence[RunData]) -> list[Figure]:
+    """The four figures of a comparison report."""
+    return [Figure("latency_cdf", "TTFT and TPOT distributions", latency_cdfs(runs)),
+            Figure("tbt_percentiles", "Time between tokens, P50 to P99.9", tbt_percentiles(runs)),
+            Figure("instance_load", "Load balance over time", instance_load(runs)),
+            Figure("throughput_goodput", "Throughput and goodput", throughput_bars(runs))]
+
+
+def sweep_figures(sweep: SweepResult) -> list[Figure]:
+    """SLO attainment, P99 TPOT and P95 TTFT against request rate, one line per policy."""
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5), layout="constrained")
+    panels = (("slo_attainment", 100, "SLO attainment (%)", "SLO attainment vs rate", "linear"),
+              ("p99_tpot_s", 1e3, "P99 TPOT (ms, log scale)", "P99 TPOT vs rate", "log"),
+              ("p95_ttft_s", 1e3, "P95 TTFT (ms, log scale)", "P95 TTFT vs rate", "log"))
+    for ax, (key, scale, ylabel, title, yscale) in zip(axes, panels):
+        for name in sweep.points:
+            ax.plot(sweep.rates_rps, np.array(sweep.series(name, key), dtype=float) * scale,
+                    marker="o", label=name)
+        ax.set(xlabel="request rate (req/s)", ylabel=ylabel, title=title, yscale=yscale)
+        ax.grid(True, which="both", alpha=0.3)
+        if yscale == "log":
+            plain_log_labels(ax)
+    axes[0].axhline(sweep.target_attainment * 100, color="grey", ls="--", lw=1,
+                    label=f"{sweep.target_attainment:.0%} target")
+    for ax in axes:
+        ax.legend(fontsize=8)
+    axes[0].set_ylim(0, 102)
+    return [Figure("sweep", "Latency and SLO attainment against request rate", fig)]
+
+
+def workload_figure(prompt_tokens: np.ndarray, output_tokens: np.ndarray,
+                    arrival_s: np.ndarray, title: str) -> Figure:
+    """Histograms of prompt and output lengths (log bins) and the arrival rate over time."""
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.2), layout="constrained")
+    for ax, vals, what in ((axes[0], prompt_tokens, "prompt"), (axes[1], output_tokens, "output")):
+        vals = np.maximum(vals, 1)
+        bins = np.logspace(0, np.log10(vals.max() + 1), 50) if vals.size else 10
+        ax.hist(vals, bins=bins, color="C0" if what == "prompt" else "C1")
+        ax.set(xscale="log", xlabel=f"{what} length (tokens, log scale)", ylabel="requests",
+               title=f"{what.capitalize()} lengths")
+        ax.grid(True, which="both", alpha=0.3)
+    span = float(arrival_s.max() - arrival_s.min()) if arrival_s.size > 1 else 1.0
+    bins = max(10, min(200, int(span)))
+    counts, edges = np.histogram(arrival_s, bins=bins)
+    axes[2].plot(edges[:-1], counts / np.diff(edges), drawstyle="steps-post")
+    axes[2].set(xlabel="time (s)", ylabel="arrivals per second", title="Arrival rate over time")
+    axes[2].grid(True, alpha=0.3)
+    fig.suptitle(title)
+    return Figure("workload", title, fig)

@@ -1,0 +1,52 @@
+"""The summary table's cells, shared by the terminal and HTML renderings."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+# (summary key, column title, scale, format)
+COLUMNS = (
+    ("finished", "done", 1, "{:.0f}"), ("rejected", "rej", 1, "{:.0f}"),
+    ("p50_ttft_s", "P50 TTFT ms", 1e3, "{:.1f}"), ("p95_ttft_s", "P95 TTFT ms", 1e3, "{:.1f}"),
+    ("mean_tpot_s", "mean TPOT ms", 1e3, "{:.2f}"), ("p99_tpot_s", "P99 TPOT ms", 1e3, "{:.2f}"),
+    ("tbt_p99_s", "P99 TBT ms", 1e3, "{:.2f}"), ("throughput_tok_s", "tok/s", 1, "{:.0f}"),
+    ("goodput_rps", "goodput rps", 1, "{:.2f}"), ("slo_attainment", "SLO %", 100, "{:.1f}"),
+    ("preemptions", "preempt", 1, "{:.0f}"), ("migrations", "migr", 1, "{:.0f}"),
+    ("load_cv", "load CV", 1, "{:.2f}"),
+)
+# Counts, shown without a percentage change.
+ABSOLUTE = {"finished", "rejected", "preemptions", "migrations"}
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def cell(value, scale: float, fmt: str) -> str:
+    return "-" if _missing(value) else fmt.format(value * scale)
+
+
+def change_pct(value, ref) -> float | None:
+    """Relative change of ``value`` against ``ref``, in percent; None when undefined."""
+    if _missing(value) or _missing(ref) or ref == 0:
+        return None
+    return (value - ref) / abs(ref) * 100
+
+
+def table_rows(results: Mapping[str, Mapping[str, float]]) -> list[tuple[str, list[str]]]:
+    """One row per policy; rows after the first carry their change against the first."""
+    base = next(iter(results.values()), {})
+    rows = []
+    for i, (policy, summary) in enumerate(results.items()):
+        cells = []
+        for key, _, scale, fmt in COLUMNS:
+            text = cell(summary.get(key), scale, fmt)
+            pct = change_pct(summary.get(key), base.get(key)) if i and key not in ABSOLUTE else None
+            cells.append(text if pct is None else f"{text} ({pct:+.0f}%)")
+        rows.append((policy, cells))
+    return rows
+
+
+def headers() -> list[str]:
+    return ["policy"] + [title for _, title, _, _ in COLUMNS]

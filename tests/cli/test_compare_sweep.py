@@ -1,0 +1,93 @@
+"""`baton compare`, `baton sweep` and `baton workload stats` as a user runs them."""
+
+import json
+
+import pytest
+
+from tests.cli.test_cli import baton
+
+SMALL = ("--requests", "60", "--rate", "6", "--prefill", "1", "--decode", "2", "--quiet")
+
+
+def test_compare_json_table_and_report(tmp_path):
+    p = baton("compare", *SMALL, "--policies", "round-robin,least-kv", "--json", "--out", str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    summary = json.loads(p.stdout)
+    assert list(summary) == ["round-robin", "least-kv"]
+    assert all(v["finished"] + v["rejected"] == 60 for v in summary.values())
+    for f in ("report.html", "latency_cdf.png", "tbt_percentiles.png", "instance_load.png",
+              "throughput_goodput.png", "round-robin.requests.csv", "least-kv.summary.json"):
+        assert (tmp_path / f).stat().st_size > 0, f
+    assert json.loads((tmp_path / "summary.json").read_text()) == summary
+
+
+def test_compare_matches_simulate_for_the_same_seed(tmp_path):
+    c = baton("compare", *SMALL, "--policies", "least-kv,round-robin", "--json", "--out", str(tmp_path / "c"))
+    s = baton("simulate", *SMALL, "--policy", "round-robin", "--json", "--out", str(tmp_path / "s"))
+    a, b = json.loads(c.stdout)["round-robin"], json.loads(s.stdout)["round-robin"]
+    assert {k: v for k, v in a.items() if k != "wall_s"} == {k: v for k, v in b.items() if k != "wall_s"}
+
+
+def test_compare_table_shows_change_against_first(tmp_path):
+    p = baton("compare", *SMALL, "--policies", "round-robin,least-kv", "--out", str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    row = next(line for line in p.stdout.splitlines() if "│" in line and "least-kv" in line)
+    assert "%)" in row and "\x1b[" not in p.stdout and "report:" in p.stdout
+
+
+def test_compare_named_yaml_configs(tmp_path):
+    (tmp_path / "fast.yaml").write_text("policy: {name: p2, stages: [{stage: power-of-two}]}\n")
+    (tmp_path / "plain.yaml").write_text("policy: least-requests\n")
+    p = baton("compare", *SMALL, "--configs", str(tmp_path / "plain.yaml"), str(tmp_path / "fast.yaml"),
+              "--json", "--out", str(tmp_path / "o"))
+    assert p.returncode == 0, p.stderr
+    assert list(json.loads(p.stdout)) == ["plain", "fast"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["compare"], "name the policies"),
+    (["compare", "--policies", "round-robin,nope"], "unknown policy 'nope'"),
+    (["compare", "--policies", "round-robin,round-robin"], "repeated: round-robin"),
+    (["compare", "--policies", "round-robin", "--configs", "/nonexistent.yaml"], "cannot read config"),
+    (["sweep", "--policies", "round-robin", "--rate", "2,fast"], "--rate: expected numbers"),
+    (["sweep", "--policies", "round-robin", "--rate", "0,2"], "positive request rates"),
+    (["sweep", "--policies", "round-robin", "--rate", "2", "--target", "1.5"], "--target"),
+    (["sweep", "--policies", "round-robin", "--rate", "2", "--workers", "0"], "--workers"),
+    (["workload", "stats", "/nonexistent/t.csv"], "no such trace file"),
+])
+def test_bad_input_one_line_error(tmp_path, args, message):
+    p = baton(*args, "--out", str(tmp_path / "o"))
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert message in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert not (tmp_path / "o" / "round-robin.requests.csv").exists()
+
+
+def test_sweep_json_and_report(tmp_path):
+    p = baton("sweep", "--requests", "60", "--prefill", "1", "--decode", "1", "--quiet", "--rate", "40,2,10",
+              "--policies", "round-robin,least-kv", "--tpot-slo", "0.03", "--workers", "2", "--json",
+              "--out", str(tmp_path), timeout=300)
+    assert p.returncode == 0, p.stderr
+    data = json.loads(p.stdout)
+    assert list(data) == ["round-robin", "least-kv"]
+    for entry in data.values():
+        assert [pt["rate_rps"] for pt in entry["points"]] == [2.0, 10.0, 40.0]
+        assert all(pt["finished"] + pt["rejected"] == 60 for pt in entry["points"])
+        att = [pt["slo_attainment"] for pt in entry["points"]]
+        best = entry["max_sustainable_rate_rps"]
+        assert best is None or 2.0 <= best <= 40.0
+        if att[0] >= 0.9 and att[-1] < 0.9:
+            assert best < 40.0
+    assert (tmp_path / "sweep.png").stat().st_size > 0 and (tmp_path / "sweep.html").exists()
+
+
+def test_workload_stats(tmp_path):
+    trace = tmp_path / "t.csv"
+    rows = [f"2023-11-16 18:15:{s:02d}.000,{100 + s},{10 * (s + 1)}" for s in range(20)]
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(rows) + "\n")
+    p = baton("workload", "stats", str(trace), "--json", "--out", str(tmp_path / "o"))
+    assert p.returncode == 0, p.stderr
+    stats = json.loads(p.stdout)["t.csv"]
+    assert stats["requests"] == 20 and stats["duration_s"] == pytest.approx(19.0)
+    assert stats["prompt_max_tokens"] == 119 and stats["output_mean_tokens"] == pytest.approx(105.0)
+    assert stats["interarrival_cv"] == pytest.approx(0.0, abs=1e-6)
+    assert (tmp_path / "o" / "workload.png").stat().st_size > 0
