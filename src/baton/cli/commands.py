@@ -201,3 +201,23 @@ def cmd_workload_stats(args: argparse.Namespace) -> None:
         table.add_row(*row)
     console().print(table)
     print(f"histogram: {(Path(args.out) / 'workload.png').resolve()}")
+
+
+def cmd_calibrate(args: argparse.Namespace) -> None:
+    from baton.experiments.calibration import survival_calibration
+    if not 0 < args.train_fraction < 1:
+        raise ConfigError(f"--train-fraction: expected a fraction in (0, 1), got {args.train_fraction}")
+    exp = experiment_from(args)
+    requests = exp.workload.load(exp.seed)
+    if len(requests) < 10:
+        raise ConfigError(f"calibrate: need at least 10 requests, got {len(requests)}")
+    lengths = np.array([r.output_tokens for r in sorted(requests, key=lambda r: r.arrival_s)])
+    result = survival_calibration(lengths, args.delta_tokens, args.alpha, args.train_fraction)
+    name = Path(exp.workload.trace).name if exp.workload.trace else "synthetic"
+    if args.json:
+        _emit_json({name: clean(result)})
+        return
+    print(f"survival calibration on {name}: mean absolute error {result['mae']:.4f}, "
+          f"p95 {result['p95_abs_error']:.4f}, max {result['max_abs_error']:.4f} "
+          f"over {result['grid_cells']} (current, target) cells; learned from {result['train_requests']} "
+          f"requests, checked against {result['test_requests']} (Δ={args.delta_tokens}, α={args.alpha})")

@@ -39,6 +39,11 @@ def parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="built-in bursty heavy-tailed workload, every baseline, HTML report")
     add_common(demo)
     demo.add_argument("--reference", action="store_true", help="per-iteration reference mode")
+    cal = sub.add_parser("calibrate", help="calibration error of the survival estimator (SIBYL Fig. 7)")
+    add_common(cal)
+    cal.add_argument("--delta-tokens", type=int, default=64, help="survival bucket step Δ (tokens)")
+    cal.add_argument("--alpha", type=float, default=0.995, help="EMA smoothing α")
+    cal.add_argument("--train-fraction", type=float, default=0.5, help="share of requests learned from")
     wl = sub.add_parser("workload", help="workload tools")
     wl_sub = wl.add_subparsers(dest="workload_command", required=True)
     stats = wl_sub.add_parser("stats", help="length and arrival statistics of a trace, with histograms")
@@ -51,7 +56,7 @@ def parser() -> argparse.ArgumentParser:
 
 COMMANDS = {"simulate": commands.cmd_simulate, "compare": commands.cmd_compare,
             "sweep": commands.cmd_sweep, "demo": commands.cmd_demo,
-            "workload": commands.cmd_workload_stats}
+            "workload": commands.cmd_workload_stats, "calibrate": commands.cmd_calibrate}
 
 
 def main(argv: list[str] | None = None) -> int:

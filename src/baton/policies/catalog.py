@@ -12,11 +12,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from baton.core.errors import ConfigError
-from baton.policies import colocated, least_loaded, round_robin
+from baton.policies import colocated, least_loaded, round_robin, sibyl
 from baton.policies.base import PolicyContext, Scheduler, Stage
 
 STAGE_TYPES: Mapping[str, type[Stage]] = {
-    **round_robin.STAGES, **least_loaded.STAGES, **colocated.STAGES,
+    **round_robin.STAGES, **least_loaded.STAGES, **colocated.STAGES, **sibyl.STAGES,
 }
 
 # Stable names users and configs refer to.
@@ -28,6 +28,16 @@ POLICIES: Mapping[str, list[dict[str, Any]]] = {
     "power-of-two": [{"stage": "power-of-two"}],
     "colocated": [{"stage": "colocated"}],
     "static-xpyd": [{"stage": "static-xpyd"}],
+    # SIBYL's baselines bind the decode instance when the request arrives.
+    "rr-early": [{"stage": "round-robin", "early_binding": True}],
+    "ils": [{"stage": "least-requests", "early_binding": True}],
+    "sibyl": [{"stage": "sibyl"}],
+    # SIBYL ablations (paper appendix J).
+    "sibyl-prob1": [{"stage": "sibyl", "prob": False}],
+    "sibyl-no-type1": [{"stage": "sibyl", "type1": False}],
+    "sibyl-no-type2": [{"stage": "sibyl", "type2": False}],
+    "sibyl-no-type3": [{"stage": "sibyl", "type3": False}],
+    "sibyl-reqlevel": [{"stage": "sibyl", "reqlevel": True}],
 }
 
 

@@ -1,12 +1,14 @@
-"""Load-based baselines: least token load, least KV usage (ILS), least requests,
-power-of-two choices. Prefills go to the instance with the least queued prefill work."""
+"""Load-based baselines: least token load, least KV usage, least requests (ILS when bound
+early), power-of-two choices. Prefills go to the instance with the least queued prefill
+work. The decode instance is chosen when the prefill ends, or on arrival with
+``early_binding`` (the instantaneous-load baselines SIBYL compares against)."""
 
 from __future__ import annotations
 
 from baton.core.decisions import ArrivalPlan
 from baton.core.request import RequestState
 from baton.core.view import ClusterView
-from baton.policies.base import Stage
+from baton.policies.base import PolicyContext, Stage
 from baton.policies.selection import argmin
 
 
@@ -14,6 +16,17 @@ class LeastLoaded(Stage):
     """Decode to the instance with the least token load (contexts + incoming + queued)."""
 
     name = "least-loaded"
+
+    def __init__(self, context: PolicyContext, early_binding: bool = False) -> None:
+        super().__init__(context)
+        self.early_binding = early_binding
+
+    def _bind(self, view: ClusterView, request: RequestState, plan: ArrivalPlan, prefill: int | None) -> ArrivalPlan:
+        """The plan with ``prefill``; with early binding, the decode instance chosen now."""
+        decode = plan.decode_instance
+        if self.early_binding and decode is None and prefill is not None:
+            decode = self.choose_decode(view, request)
+        return ArrivalPlan(prefill, decode, plan.prefill_chunk_limit_tokens)
 
     def prefill_key(self, view: ClusterView, instance_id: int) -> float:
         inst = view.instance(instance_id)
@@ -25,8 +38,7 @@ class LeastLoaded(Stage):
     def plan_arrival(self, view: ClusterView, request: RequestState, plan: ArrivalPlan) -> ArrivalPlan:
         if plan.prefill_instance is not None:
             return plan
-        choice = argmin(view.prefill_ids, lambda i: self.prefill_key(view, i))
-        return ArrivalPlan(choice, plan.decode_instance, plan.prefill_chunk_limit_tokens)
+        return self._bind(view, request, plan, argmin(view.prefill_ids, lambda i: self.prefill_key(view, i)))
 
     def choose_decode(self, view: ClusterView, request: RequestState) -> int | None:
         return argmin(view.decode_ids, lambda i: self.decode_key(view, i))
@@ -66,8 +78,7 @@ class PowerOfTwo(LeastLoaded):
     def plan_arrival(self, view: ClusterView, request: RequestState, plan: ArrivalPlan) -> ArrivalPlan:
         if plan.prefill_instance is not None:
             return plan
-        choice = self._pick(view.prefill_ids, lambda i: self.prefill_key(view, i))
-        return ArrivalPlan(choice, plan.decode_instance, plan.prefill_chunk_limit_tokens)
+        return self._bind(view, request, plan, self._pick(view.prefill_ids, lambda i: self.prefill_key(view, i)))
 
     def choose_decode(self, view: ClusterView, request: RequestState) -> int | None:
         return self._pick(view.decode_ids, lambda i: self.decode_key(view, i))

@@ -9,12 +9,14 @@ from baton.policies.base import PolicyContext, Stage
 
 
 class RoundRobin(Stage):
-    """Cycle through prefill instances on arrival and decode instances at handoff."""
+    """Cycle through prefill instances on arrival and decode instances at handoff (or on
+    arrival too, with ``early_binding``)."""
 
     name = "round-robin"
 
-    def __init__(self, context: PolicyContext) -> None:
+    def __init__(self, context: PolicyContext, early_binding: bool = False) -> None:
         super().__init__(context)
+        self.early_binding = early_binding
         self._next_prefill = 0
         self._next_decode = 0
 
@@ -24,7 +26,10 @@ class RoundRobin(Stage):
             return plan
         choice = ids[self._next_prefill % len(ids)]
         self._next_prefill += 1
-        return ArrivalPlan(choice, plan.decode_instance, plan.prefill_chunk_limit_tokens)
+        decode = plan.decode_instance
+        if self.early_binding and decode is None:
+            decode = self.choose_decode(view, request)
+        return ArrivalPlan(choice, decode, plan.prefill_chunk_limit_tokens)
 
     def choose_decode(self, view: ClusterView, request: RequestState) -> int | None:
         ids = view.decode_ids
