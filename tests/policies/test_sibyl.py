@@ -34,7 +34,11 @@ def cluster(decodes_per_instance, prefill_queue=0):
             st.phase, st.decode_instance = Phase.DECODE, i
             st.decode_start_s, st.generated_tokens = NOW - (gen - 1) / rate, gen
             states[rid] = st
-            inst.decodes.add(rid, prompt + gen, gen, 50_000, rid, -(-(prompt + gen) // 16))
+            # joined with its first token, decoding at ``rate`` since
+            inst.decodes.add(rid, prompt + 1, 1, 50_000, rid, -(-(prompt + gen) // 16),
+                             joined_s=NOW - (gen - 1) / rate)
+            inst.decodes.set(rid, "ctx", prompt + gen)
+            inst.decodes.set(rid, "generated", gen)
         instances[i] = inst
     view = ClusterView(instances, states)
     view.now_s = NOW
@@ -142,7 +146,7 @@ def test_projection_matches_equations_from_scratch():
     view = cluster(decs)
     stage = sibyl()
     teach(stage, rng.lognormal(6.5, 1.0, 400).astype(int) + 1)
-    tau = NOW + 0.75  # a grid horizon, so the cached curve is exact there
+    tau = NOW + 0.7  # a grid horizon, so the cached curve is exact there
     _, got = stage.projected_loads(view, tau)
     want = []
     for i in range(1, 7):
@@ -154,12 +158,30 @@ def test_projection_matches_equations_from_scratch():
             later = gen + rate * (tau - NOW)
             total += (st.request.prompt_tokens + later) * stage.survival.conditional(gen, later)
         want.append(total)
-    assert got == pytest.approx(np.array(want), rel=1e-9)
+    assert got == pytest.approx(np.array(want), rel=1e-6)  # join times are kept in microseconds
 
 
-def test_completion_cleans_up_and_marks_the_instance():
+def test_completion_is_subtracted_from_the_cached_curve():
+    stage = sibyl()
+    view = cluster([[(100, 10, 30.0), (5000, 10, 30.0)], []])
+    _, before = stage.projected_loads(view, NOW + 0.5)
+    stage.pending.add(1, 1, NOW, 100)
+    view.request(2).decode_instance = 1
+    stage.observe(view, Completed(2, 10, NOW))  # the 5,000-token request on instance 1 ends
+    _, after = stage.projected_loads(view, NOW + 0.5)
+    assert before[0] > 5000 and after[0] < 200 and stage.survival.count == 1
+    stage.observe(view, Completed(1, 10, NOW))
+    assert len(stage.pending) == 0
+
+
+def test_tick_refreshes_stale_curves_and_drops_joined_pending():
     stage = sibyl()
     view = cluster([[(100, 10, 30.0)], []])
-    stage.pending.add(1, 1, NOW, 100)
-    stage.observe(view, Completed(1, 10, NOW))
-    assert len(stage.pending) == 0 and 1 in stage.curves.dirty and stage.survival.count == 1
+    stage.projected_loads(view, NOW)
+    stage.pending.add(1, 1, NOW, 100)  # request 1 is already in instance 1's batch
+    view.now_s = NOW + 0.5
+    stage.tick(view)
+    assert len(stage.pending) == 1  # not stale yet
+    view.now_s = NOW + 1.5
+    stage.tick(view)
+    assert len(stage.pending) == 0 and stage.curves.t0_s[1] == NOW + 1.5

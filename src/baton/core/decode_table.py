@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-_COLUMNS = ("req_id", "ctx", "generated", "stop_at", "admit_seq", "blocks", "watch_ctx")
+_COLUMNS = ("req_id", "ctx", "generated", "stop_at", "admit_seq", "blocks", "watch_ctx",
+            "joined_us", "joined_generated")
 
 
 class DecodeTable:
@@ -18,7 +19,9 @@ class DecodeTable:
     ``generated`` (output tokens so far); ``stop_at`` (output length at which the request
     ends; runtime-only, policies read lengths through estimators); ``admit_seq``
     (admission order, for latest-first preemption); ``blocks`` (KV blocks held);
-    ``watch_ctx`` (next watched context length, or a huge value).
+    ``watch_ctx`` (next watched context length, or a huge value); ``joined_us`` and
+    ``joined_generated`` (when the row joined this batch, in microseconds, and its output
+    length then: a request's observed decode rate here is the ratio of their increments).
     Aggregates ``ctx_sum`` is kept incrementally.
     """
 
@@ -46,14 +49,14 @@ class DecodeTable:
         return self._cols[name][: self.n]
 
     def add(self, req_id: int, ctx: int, generated: int, stop_at: int, admit_seq: int,
-            blocks: int, watch_ctx: int | None = None) -> None:
+            blocks: int, watch_ctx: int | None = None, joined_s: float = 0.0) -> None:
         """Append a row for a request that joins the decode batch."""
         if self.n == len(self._cols["req_id"]):
             for name, arr in self._cols.items():
                 self._cols[name] = np.concatenate([arr, np.zeros_like(arr)])
         i = self.n
         values = (req_id, ctx, generated, stop_at, admit_seq, blocks,
-                  self.NO_WATCH if watch_ctx is None else watch_ctx)
+                  self.NO_WATCH if watch_ctx is None else watch_ctx, round(joined_s * 1e6), generated)
         for name, value in zip(_COLUMNS, values):
             self._cols[name][i] = value
         self._row[req_id] = i

@@ -40,18 +40,22 @@ class Sibyl(LeastLoaded):
     Parameters: ``delta_tokens`` and ``alpha`` of the survival table; ``prob`` (False:
     PROB@1); ``type1``/``type2``/``type3`` (False drops that term); ``reqlevel`` (count
     requests instead of tokens); ``refresh_s`` (maximum age of an instance's cached
-    Type-1 curve) and ``refresh_budget`` (stale curves recomputed per decision).
+    Type-1 curve), recomputed by a periodic ``tick`` every ``tick_s`` seconds, at most
+    ``refresh_budget`` instances per tick, so decisions only interpolate. Between
+    refreshes a curve is kept exact for completions (their contribution is subtracted)
+    and for joins (a request stays in the pending table until its instance is refreshed).
     """
 
     name = "sibyl"
 
     def __init__(self, context: PolicyContext, delta_tokens: int = 64, alpha: float = 0.995,
                  max_tokens: int = 65536, prob: bool = True, type1: bool = True, type2: bool = True,
-                 type3: bool = True, reqlevel: bool = False, refresh_s: float = 0.25,
-                 refresh_budget: int = 8) -> None:
+                 type3: bool = True, reqlevel: bool = False, refresh_s: float = 1.0,
+                 tick_s: float = 0.1, refresh_budget: int = 64) -> None:
         super().__init__(context)
-        if refresh_s < 0 or refresh_budget < 1:
-            raise ValueError("refresh_s must be >= 0 and refresh_budget >= 1")
+        if refresh_s < 0 or tick_s <= 0 or refresh_budget < 1:
+            raise ValueError("need refresh_s >= 0, tick_s > 0 and refresh_budget >= 1")
+        self.tick_interval_s = tick_s
         self.survival = SurvivalTable(delta_tokens, alpha, max_tokens)
         self.prob, self.types, self.reqlevel = prob, (type1, type2, type3), reqlevel
         self.refresh_s, self.refresh_budget = refresh_s, refresh_budget
@@ -77,15 +81,11 @@ class Sibyl(LeastLoaded):
         if ids is not self._ids_src:
             self._ids_src, self._ids = ids, np.array(ids, dtype=np.int64)
             self.curves.ensure(int(self._ids.max()) + 1 if ids else 0)
+            self._refresh(view, self._ids, np.inf, 0)  # curves of instances never seen
         return self._ids
 
-    def _refresh(self, view: ClusterView, ids: np.ndarray) -> None:
-        todo = set(self.curves.dirty)
-        todo.update(self.curves.stalest(ids, view.now_s, self.refresh_s, self.refresh_budget))
-        for inst in todo:
-            if inst >= self.curves.t0_s.size or not view.instance(inst).role.decodes:
-                self.curves.dirty.discard(inst)
-                continue
+    def _refresh(self, view: ClusterView, ids: np.ndarray, max_age_s: float, budget: int) -> None:
+        for inst in self.curves.due(ids, view.now_s, max_age_s, budget):
             joined = self.curves.refresh(view, inst, self.survival, self.prob and not self.reqlevel,
                                          token_level=not self.reqlevel)
             for rid in joined.tolist():
@@ -97,23 +97,19 @@ class Sibyl(LeastLoaded):
         ids = self._decode_ids(view)
         if ids.size == 0:
             return ids, np.zeros(0)
-        self._refresh(view, ids)
         size = self.curves.t0_s.size
         if self.reqlevel:
             return ids, self.curves.evaluate(ids, tau_s) + self.pending.counts(size)[ids]
         load = self.curves.evaluate(ids, tau_s) if self.types[0] else np.zeros(ids.size)
         if self.types[1] or self.types[2]:
-            l2, l3 = self.pending.loads(tau_s, self.v_sys, self.survival, self.prob, size)
-            if self.types[1]:
-                load = load + l2[ids]
-            if self.types[2]:
-                load = load + l3[ids]
+            load = load + self.pending.loads(tau_s, self.v_sys, self.survival, self.prob, size,
+                                             self.types[1], self.types[2])[ids]
         return ids, load
 
     def assign(self, view: ClusterView, tau_s: float) -> int | None:
         """The decode instance with the least projected load at ``tau_s`` (ties: lowest id)."""
         ids, load = self.projected_loads(view, tau_s)
-        return int(ids[int(np.argmin(load))]) if ids.size else None
+        return int(ids[load.argmin()]) if ids.size else None
 
     # --- hooks ---------------------------------------------------------------------------
     def plan_arrival(self, view: ClusterView, request: RequestState, plan: ArrivalPlan) -> ArrivalPlan:
@@ -134,13 +130,18 @@ class Sibyl(LeastLoaded):
             self.pending.add(request.req_id, choice, view.now_s, request.request.prompt_tokens)
         return choice
 
+    def tick(self, view: ClusterView) -> list:
+        """Off the decision path: recompute curves older than ``refresh_s`` (oldest first)."""
+        self._refresh(view, self._decode_ids(view), self.refresh_s, self.refresh_budget)
+        return []
+
     def observe(self, view: ClusterView, observation: Observation) -> None:
         if isinstance(observation, Completed):
             self.survival.update(observation.output_tokens)
             self.pending.remove(observation.req_id)
             inst = view.request(observation.req_id).decode_instance
             if inst is not None:
-                self.curves.dirty.add(inst)
+                self.curves.forget(inst, observation.req_id)
         elif isinstance(observation, PrefillDone):
             self.pending.set_start(observation.req_id, observation.now_s)
         elif isinstance(observation, DecodeProgress) and observation.mean_iteration_s > 0:

@@ -172,7 +172,8 @@ class Engine:
         while self.joins and table.n + self._admitted_prefills() < self.cfg.max_num_seqs:
             j = self.joins.popleft()
             self.admit_seq += 1
-            table.add(j.req_id, j.ctx, j.generated, j.stop_at, self.admit_seq, j.blocks, j.watch_ctx)
+            table.add(j.req_id, j.ctx, j.generated, j.stop_at, self.admit_seq, j.blocks, j.watch_ctx,
+                      joined_s=now_s)
             self.state.drop_incoming(j.req_id)
             self.new_rows[j.req_id] = j.last_token_s
             self._cv2 = None
