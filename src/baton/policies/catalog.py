@@ -12,11 +12,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from baton.core.errors import ConfigError
-from baton.policies import colocated, least_loaded, round_robin, sibyl
+from baton.policies import ares, colocated, least_loaded, round_robin, sibyl
 from baton.policies.base import PolicyContext, Scheduler, Stage
 
 STAGE_TYPES: Mapping[str, type[Stage]] = {
     **round_robin.STAGES, **least_loaded.STAGES, **colocated.STAGES, **sibyl.STAGES,
+    **ares.STAGES,
 }
 
 # Stable names users and configs refer to.
@@ -38,6 +39,12 @@ POLICIES: Mapping[str, list[dict[str, Any]]] = {
     "sibyl-no-type2": [{"stage": "sibyl", "type2": False}],
     "sibyl-no-type3": [{"stage": "sibyl", "type3": False}],
     "sibyl-reqlevel": [{"stage": "sibyl", "reqlevel": True}],
+    # ARES and the baselines of its paper: PD with current-KV-load balancing and no
+    # migration ("vllm" there), rescheduling on current load only, and the oracle.
+    "pd-kv": [{"stage": "least-kv"}],
+    "ares-none": [{"stage": "least-kv"}, {"stage": "ares", "estimator": "none"}],
+    "ares": [{"stage": "least-kv"}, {"stage": "ares", "estimator": "survival"}],
+    "ares-oracle": [{"stage": "least-kv"}, {"stage": "ares", "estimator": "oracle"}],
 }
 
 

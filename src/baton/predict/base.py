@@ -8,6 +8,8 @@ only). Survival-table and learned predictors implement the same interface.
 
 from __future__ import annotations
 
+import numpy as np
+
 from baton.core.events import Observation
 from baton.core.view import ClusterView
 
@@ -19,6 +21,11 @@ class LengthEstimator:
 
     def remaining_tokens(self, view: ClusterView, req_id: int) -> float:
         raise NotImplementedError
+
+    def remaining_batch(self, view: ClusterView, req_ids: np.ndarray, generated: np.ndarray) -> np.ndarray:
+        """Expected remaining tokens of many running requests with ``generated`` tokens so
+        far (the default asks one by one; estimators override it with a vectorised form)."""
+        return np.array([self.remaining_tokens(view, int(r)) for r in req_ids], dtype=np.float64)
 
     def observe(self, view: ClusterView, observation: Observation) -> None:
         """Learn from an observation; the default ignores it."""
@@ -42,3 +49,6 @@ class NoPrediction(LengthEstimator):
 
     def remaining_tokens(self, view: ClusterView, req_id: int) -> float:
         return 0.0
+
+    def remaining_batch(self, view: ClusterView, req_ids: np.ndarray, generated: np.ndarray) -> np.ndarray:
+        return np.zeros(len(req_ids))

@@ -89,3 +89,6 @@ class SurvivalTable(LengthEstimator):
 
     def remaining_tokens(self, view: ClusterView, req_id: int) -> float:
         return float(self.expected_remaining(view.generated_tokens(req_id)))
+
+    def remaining_batch(self, view: ClusterView, req_ids: np.ndarray, generated: np.ndarray) -> np.ndarray:
+        return self.expected_remaining(generated)

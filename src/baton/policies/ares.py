@@ -1,0 +1,182 @@
+"""ARES: periodic decode-to-decode rescheduling that minimises the time-weighted variance
+of token load across decode instances (ARES section 5, Algorithm 1).
+
+Token load of an instance at horizon step t (t = 0 is now) is the sum over its requests of
+``ctx + t*s`` while the request is predicted to still run (``remaining > t*s``), where s is
+the tokens each request generates per step; incoming KV counts as load throughout. Each
+round:
+1. classify: w_i = Σ β_t N̂_i(t) (β normalised to sum 1); overloaded if w_i > (1+θ) w̄,
+   candidate target if N_i(0) < (1+θ) w̄;
+2. enumerate (request, source, target): predicted remaining tokens above the migration
+   cost in iterations (KV transfer time / source iteration time), and the target's peak
+   predicted load over the horizon plus the request's predicted final size (context plus
+   predicted remaining) within the target's KV capacity;
+3. pick the move with the largest drop of Var(N(0)) + Σ β_t Var(N̂(t)); none if no move
+   lowers it. With ``max_migrations > 1`` further moves are chosen greedily on the
+   updated loads. At most ``max_per_instance`` migrations touch an instance at once.
+
+Remaining lengths come from any ``LengthEstimator``; predictions are refreshed every
+``repredict_tokens`` generated tokens (section 5.3), i.e. a request's prediction is made at
+the last multiple of k tokens and counted down since.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from baton.core.decisions import Decision, Migrate, MigrationMode
+from baton.core.events import Observation
+from baton.core.view import ClusterView
+from baton.policies.base import PolicyContext, Stage
+from baton.predict import NoPrediction, build_estimator
+
+
+class Ares(Stage):
+    """Decode rebalancer. See the module docstring for the algorithm and parameters."""
+
+    name = "ares"
+
+    def __init__(self, context: PolicyContext, estimator: str = "survival", interval_s: float = 1.0,
+                 horizon_steps: int = 8, step_tokens: int = 50, beta: float = 0.8, theta: float = 0.1,
+                 max_migrations: int = 1, max_per_instance: int = 1, mode: str = "live",
+                 link_gbps: float = 25.0, repredict_tokens: int = 20, memory_headroom: float = 0.95) -> None:
+        super().__init__(context)
+        if interval_s <= 0 or horizon_steps < 1 or step_tokens < 1 or max_migrations < 1:
+            raise ValueError("need interval_s > 0, horizon_steps >= 1, step_tokens >= 1, max_migrations >= 1")
+        self.tick_interval_s = interval_s
+        self.estimator = build_estimator(estimator)
+        # Without a prediction, a request's load is its current context for the whole
+        # horizon and the worth-it filter cannot apply ("rescheduling without prediction").
+        self.static = isinstance(self.estimator, NoPrediction)
+        self.horizon, self.step_tokens, self.theta = horizon_steps, step_tokens, theta
+        betas = beta ** np.arange(1, horizon_steps + 1)
+        self.beta = betas / betas.sum()
+        self.weights = np.concatenate([[1.0], self.beta])  # σ0² plus the weighted future terms
+        self.max_migrations, self.max_per_instance = max_migrations, max_per_instance
+        self.mode = MigrationMode(mode)
+        self.link_bytes_per_s = link_gbps * 1e9 / 8
+        self.k = max(1, repredict_tokens)
+        self.headroom = memory_headroom
+        self.in_flight: dict[int, tuple[int, int]] = {}  # req id -> (source, target)
+
+    def observe(self, view: ClusterView, observation: Observation) -> None:
+        self.estimator.observe(view, observation)
+
+    # --- the load model ----------------------------------------------------------------
+    def snapshot(self, view: ClusterView, ids: np.ndarray):
+        """Running decodes of every instance: (req ids, owner position, ctx, remaining)."""
+        parts = [view.decode_snapshot(int(i)) for i in ids]
+        req_ids = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
+        owner = np.repeat(np.arange(ids.size), [p[0].size for p in parts])
+        ctx = np.concatenate([p[1] for p in parts]).astype(np.float64) if parts else np.zeros(0)
+        gen = np.concatenate([p[2] for p in parts]).astype(np.float64) if parts else np.zeros(0)
+        since = gen % self.k  # tokens since the last (re-)prediction
+        remaining = np.maximum(self.estimator.remaining_batch(view, req_ids, gen - since) - since, 0.0)
+        return req_ids, owner, ctx, remaining
+
+    def trajectories(self, ctx: np.ndarray, remaining: np.ndarray) -> np.ndarray:
+        """Each request's token load at steps 0..H (rows: requests)."""
+        if self.static:
+            return np.repeat(ctx[:, None], self.horizon + 1, axis=1)
+        grown = self.step_tokens * np.arange(self.horizon + 1, dtype=np.float64)[None, :]
+        alive = (remaining[:, None] > grown) | (grown == 0)
+        return np.where(alive, ctx[:, None] + np.minimum(grown, remaining[:, None]), 0.0)
+
+    def instance_loads(self, view: ClusterView, ids: np.ndarray, owner: np.ndarray,
+                       traj: np.ndarray) -> np.ndarray:
+        """Token load per instance position and step (rows: instances)."""
+        loads = np.zeros((ids.size, self.horizon + 1))
+        np.add.at(loads, owner, traj)
+        incoming = np.array([view.instance(int(i)).incoming_tokens for i in ids], dtype=np.float64)
+        return loads + incoming[:, None]
+
+    def objective(self, loads: np.ndarray) -> float:
+        """Var(N(0)) + Σ β_t Var(N̂(t)), tokens²."""
+        return float(loads.var(axis=0) @ self.weights)
+
+    # --- the round -------------------------------------------------------------------------
+    def _purge(self, view: ClusterView) -> None:
+        """Forget migrations that have finished or were refused."""
+        for rid in [r for r in self.in_flight if not view.request(r).migrating]:
+            del self.in_flight[rid]
+
+    def _busy(self, ids: np.ndarray) -> np.ndarray:
+        """Instances already at the concurrent-migration cap (by position)."""
+        pos = {int(i): p for p, i in enumerate(ids)}
+        count = np.zeros(ids.size, dtype=np.int64)
+        for src, dst in self.in_flight.values():
+            for inst in (src, dst):
+                if inst in pos:
+                    count[pos[inst]] += 1
+        return count >= self.max_per_instance
+
+    def classify(self, loads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Phase 1: (overloaded, candidate targets) as boolean masks over positions."""
+        w = loads[:, 1:] @ self.beta
+        bar = w.mean()
+        return w > (1 + self.theta) * bar, loads[:, 0] < (1 + self.theta) * bar
+
+    def candidates(self, view: ClusterView, ids: np.ndarray, owner: np.ndarray, ctx: np.ndarray,
+                   remaining: np.ndarray, over: np.ndarray, req_ids: np.ndarray) -> np.ndarray:
+        """Phase 2 (first filter): rows of requests on overloaded instances whose predicted
+        remaining tokens exceed the migration cost in iterations."""
+        rows = np.flatnonzero(over[owner])
+        if rows.size == 0:
+            return rows
+        iter_s = np.array([max(view.instance(int(i)).recent_iteration_s_at(view.now_s), 1e-4) for i in ids])
+        cost_iters = self.context.perf.kv_bytes(1) * ctx[rows] / self.link_bytes_per_s / iter_s[owner[rows]]
+        keep = (remaining[rows] > cost_iters) | (self.static & (remaining[rows] >= 0))
+        moving = np.isin(req_ids[rows], np.fromiter(self.in_flight, dtype=np.int64, count=len(self.in_flight)))
+        return rows[keep & ~moving]
+
+    def best_move(self, loads: np.ndarray, traj: np.ndarray, rows: np.ndarray, owner: np.ndarray,  # noqa: PLR0913
+                  targets: np.ndarray, capacity: np.ndarray, need: np.ndarray) -> tuple[int, int, float] | None:
+        """Phase 2 (memory) and 3: the (row, target position, Δobjective) with the lowest
+        Δ < 0, or None. Δ of moving x from s to t, per step: 2x(x - L_s + L_t)/n."""
+        if rows.size == 0 or targets.size == 0:
+            return None
+        x = traj[rows]  # (R, H+1)
+        ls = loads[owner[rows]]
+        n = loads.shape[0]
+        own = (x * (x - ls)) @ self.weights  # (R,)
+        cross = (x * self.weights) @ loads[targets].T  # (R, T)
+        delta = 2.0 / n * (own[:, None] + cross)
+        fits = loads[targets].max(axis=1)[None, :] + need[rows][:, None] <= capacity[targets][None, :]
+        delta = np.where(fits & (owner[rows][:, None] != targets[None, :]), delta, np.inf)
+        r, t = np.unravel_index(int(np.argmin(delta)), delta.shape)
+        return (int(rows[r]), int(targets[t]), float(delta[r, t])) if delta[r, t] < -1e-9 else None
+
+    def tick(self, view: ClusterView) -> list[Decision]:
+        ids = np.array(view.decode_ids, dtype=np.int64)
+        if ids.size < 2:
+            return []
+        req_ids, owner, ctx, remaining = self.snapshot(view, ids)
+        if req_ids.size == 0:
+            return []
+        traj = self.trajectories(ctx, remaining)
+        loads = self.instance_loads(view, ids, owner, traj)
+        capacity = np.array([view.instance(int(i)).kv_blocks_total * view.instance(int(i)).block_size_tokens
+                             for i in ids], dtype=np.float64) * self.headroom
+        self._purge(view)
+        busy = self._busy(ids)
+        need = np.where(self.static, ctx, ctx + remaining)  # the request's final size
+        decisions: list[Decision] = []
+        while len(decisions) < self.max_migrations:
+            over, under = self.classify(loads)
+            rows = self.candidates(view, ids, owner, ctx, remaining, over & ~busy, req_ids)
+            move = self.best_move(loads, traj, rows, owner, np.flatnonzero(under & ~busy), capacity, need)
+            if move is None:
+                break
+            row, tgt, _ = move
+            src = int(owner[row])
+            loads[src] -= traj[row]
+            loads[tgt] += traj[row]
+            remaining[row] = -1.0  # never chosen twice
+            rid = int(req_ids[row])
+            self.in_flight[rid] = (int(ids[src]), int(ids[tgt]))
+            decisions.append(Migrate(rid, int(ids[tgt]), self.mode))
+            busy = self._busy(ids)
+        return decisions
+
+
+STAGES = {"ares": Ares}
