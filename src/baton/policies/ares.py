@@ -12,8 +12,8 @@ round:
    predicted load over the horizon plus the request's predicted final size (context plus
    predicted remaining) within the target's KV capacity;
 3. pick the move with the largest drop of Var(N(0)) + Σ β_t Var(N̂(t)); none if no move
-   lowers it. With ``max_migrations > 1`` further moves are chosen greedily on the
-   updated loads. At most ``max_per_instance`` migrations touch an instance at once.
+   lowers it (targets limited to the ``max_targets`` least loaded candidates). With
+   ``max_migrations > 1`` further moves are chosen greedily on the updated loads. At most ``max_per_instance`` migrations touch an instance at once.
 
 Remaining lengths come from any ``LengthEstimator``; predictions are refreshed every
 ``repredict_tokens`` generated tokens (section 5.3), i.e. a request's prediction is made at
@@ -39,7 +39,8 @@ class Ares(Stage):
     def __init__(self, context: PolicyContext, estimator: str = "survival", interval_s: float = 1.0,
                  horizon_steps: int = 8, step_tokens: int = 50, beta: float = 0.8, theta: float = 0.1,
                  max_migrations: int = 1, max_per_instance: int = 1, mode: str = "live",
-                 link_gbps: float = 25.0, repredict_tokens: int = 20, memory_headroom: float = 0.95) -> None:
+                 link_gbps: float = 25.0, repredict_tokens: int = 20, memory_headroom: float = 0.95,
+                 max_targets: int = 32) -> None:
         super().__init__(context)
         if interval_s <= 0 or horizon_steps < 1 or step_tokens < 1 or max_migrations < 1:
             raise ValueError("need interval_s > 0, horizon_steps >= 1, step_tokens >= 1, max_migrations >= 1")
@@ -57,6 +58,7 @@ class Ares(Stage):
         self.link_bytes_per_s = link_gbps * 1e9 / 8
         self.k = max(1, repredict_tokens)
         self.headroom = memory_headroom
+        self.max_targets = max(1, max_targets)
         self.in_flight: dict[int, tuple[int, int]] = {}  # req id -> (source, target)
 
     def observe(self, view: ClusterView, observation: Observation) -> None:
@@ -85,8 +87,8 @@ class Ares(Stage):
     def instance_loads(self, view: ClusterView, ids: np.ndarray, owner: np.ndarray,
                        traj: np.ndarray) -> np.ndarray:
         """Token load per instance position and step (rows: instances)."""
-        loads = np.zeros((ids.size, self.horizon + 1))
-        np.add.at(loads, owner, traj)
+        loads = np.column_stack([np.bincount(owner, weights=traj[:, c], minlength=ids.size)
+                                 for c in range(self.horizon + 1)])
         incoming = np.array([view.instance(int(i)).incoming_tokens for i in ids], dtype=np.float64)
         return loads + incoming[:, None]
 
@@ -116,18 +118,26 @@ class Ares(Stage):
         bar = w.mean()
         return w > (1 + self.theta) * bar, loads[:, 0] < (1 + self.theta) * bar
 
-    def candidates(self, view: ClusterView, ids: np.ndarray, owner: np.ndarray, ctx: np.ndarray,
+    def candidates(self, iter_s: np.ndarray, owner: np.ndarray, ctx: np.ndarray,
                    remaining: np.ndarray, over: np.ndarray, req_ids: np.ndarray) -> np.ndarray:
         """Phase 2 (first filter): rows of requests on overloaded instances whose predicted
         remaining tokens exceed the migration cost in iterations."""
         rows = np.flatnonzero(over[owner])
         if rows.size == 0:
             return rows
-        iter_s = np.array([max(view.instance(int(i)).recent_iteration_s_at(view.now_s), 1e-4) for i in ids])
         cost_iters = self.context.perf.kv_bytes(1) * ctx[rows] / self.link_bytes_per_s / iter_s[owner[rows]]
         keep = (remaining[rows] > cost_iters) | (self.static & (remaining[rows] >= 0))
         moving = np.isin(req_ids[rows], np.fromiter(self.in_flight, dtype=np.int64, count=len(self.in_flight)))
         return rows[keep & ~moving]
+
+    def targets(self, loads: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """Candidate targets: the ``max_targets`` least loaded (by weighted future load) of
+        ``mask``; all of them when there are fewer. Bounds a round's cost at scale."""
+        pos = np.flatnonzero(mask)
+        if pos.size > self.max_targets:
+            w = loads[pos] @ self.weights
+            pos = np.sort(pos[np.argpartition(w, self.max_targets - 1)[: self.max_targets]])
+        return pos
 
     def best_move(self, loads: np.ndarray, traj: np.ndarray, rows: np.ndarray, owner: np.ndarray,  # noqa: PLR0913
                   targets: np.ndarray, capacity: np.ndarray, need: np.ndarray) -> tuple[int, int, float] | None:
@@ -157,14 +167,15 @@ class Ares(Stage):
         loads = self.instance_loads(view, ids, owner, traj)
         capacity = np.array([view.instance(int(i)).kv_blocks_total * view.instance(int(i)).block_size_tokens
                              for i in ids], dtype=np.float64) * self.headroom
+        iter_s = np.array([max(view.instance(int(i)).recent_iteration_s_at(view.now_s), 1e-4) for i in ids])
         self._purge(view)
         busy = self._busy(ids)
         need = np.where(self.static, ctx, ctx + remaining)  # the request's final size
         decisions: list[Decision] = []
         while len(decisions) < self.max_migrations:
             over, under = self.classify(loads)
-            rows = self.candidates(view, ids, owner, ctx, remaining, over & ~busy, req_ids)
-            move = self.best_move(loads, traj, rows, owner, np.flatnonzero(under & ~busy), capacity, need)
+            rows = self.candidates(iter_s, owner, ctx, remaining, over & ~busy, req_ids)
+            move = self.best_move(loads, traj, rows, owner, self.targets(loads, under & ~busy), capacity, need)
             if move is None:
                 break
             row, tgt, _ = move
