@@ -88,5 +88,6 @@ def test_demo_runs_every_baseline(tmp_path):
     p = baton("demo", "--requests", "120", "--json", "--quiet", "--out", str(tmp_path), timeout=300)
     assert p.returncode == 0, p.stderr
     summary = json.loads(p.stdout)
-    assert set(summary) == {"round-robin", "least-loaded", "least-kv", "least-requests", "power-of-two", "colocated"}
+    assert set(summary) == {"round-robin", "least-loaded", "least-kv", "least-requests", "power-of-two", "colocated",
+                            "ils", "sibyl", "ares"}
     assert all(v["finished"] == 120 for v in summary.values())

@@ -22,7 +22,8 @@ from baton.policies import PolicyContext, build_scheduler
 from baton.sim import ClusterSpec
 from baton.workload import SyntheticSpec, load_trace, workload_stats
 
-DEMO_POLICIES = ("round-robin", "least-loaded", "least-kv", "least-requests", "power-of-two", "colocated")
+DEMO_POLICIES = ("round-robin", "least-loaded", "least-kv", "least-requests", "power-of-two", "colocated",
+                 "ils", "sibyl", "ares")
 
 
 def demo_experiment() -> Experiment:
