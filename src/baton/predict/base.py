@@ -41,6 +41,11 @@ class OracleLength(LengthEstimator):
         state = view.request(req_id)
         return float(state.request.output_tokens - view.generated_tokens(req_id))
 
+    def remaining_batch(self, view: ClusterView, req_ids: np.ndarray, generated: np.ndarray) -> np.ndarray:
+        lengths = np.fromiter((view.request(int(r)).request.output_tokens for r in req_ids),
+                              dtype=np.float64, count=len(req_ids))
+        return lengths - generated
+
 
 class NoPrediction(LengthEstimator):
     """Assume nothing more will be generated: balance on current load only."""
