@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from baton.cli.args import experiment_from, parse_rates
-from baton.cli.output import console, points_bar, progress_bar, summary_table
+from baton.cli.output import console, points_bar, progress_bar, rows_table, summary_table
 from baton.core.errors import ConfigError
 from baton.experiments import Experiment, RunData, WorkloadConfig, load_experiment, policy_label, run_experiment
 from baton.experiments.sweep import run_sweep
@@ -65,13 +65,13 @@ def _run_all(exp: Experiment, policies: list[tuple[str, Any]], args) -> list[Run
     _validate(exp, policies)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    horizon = exp.workload.load(exp.seed)
-    horizon_s = horizon[-1].arrival_s if horizon else 0.0
+    requests = exp.workload.load(exp.seed)  # once: every policy sees the same list
+    horizon_s = requests[-1].arrival_s if requests else 0.0
     runs = []
     for name, pol in policies:
         with progress_bar(not args.quiet, name, horizon_s) as update:
             result, data = run_experiment(replace(exp, policy=pol), closed_form=not args.reference,
-                                          progress=update, name=name)
+                                          progress=update, name=name, requests=requests)
         write_records(result.records, out / f"{name}.requests.csv")
         (out / f"{name}.summary.json").write_text(json.dumps(clean(data.summary), indent=2))
         runs.append(data)
@@ -169,13 +169,7 @@ def cmd_sweep(args: argparse.Namespace) -> None:
     if args.json:
         _emit_json(payload)
         return
-    from rich.table import Table
-    table = Table(title=f"{title}: {caption}")
-    for h in head:
-        table.add_column(h, justify="right")
-    for row in rows:
-        table.add_row(*row)
-    console().print(table)
+    console().print(rows_table(f"{title}: {caption}", head, rows))
     print(f"report: {path.resolve()}")
 
 
@@ -194,13 +188,7 @@ def cmd_workload_stats(args: argparse.Namespace) -> None:
     if args.json:
         _emit_json({name: clean(stats)})
         return
-    from rich.table import Table
-    table = Table(title=f"Workload statistics: {name}")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for row in rows:
-        table.add_row(*row)
-    console().print(table)
+    console().print(rows_table(f"Workload statistics: {name}", ["metric", "value"], rows))
     print(f"histogram: {(Path(args.out) / 'workload.png').resolve()}")
 
 

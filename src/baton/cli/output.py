@@ -23,6 +23,16 @@ def summary_table(results: Mapping[str, Mapping[str, float]], title: str) -> Tab
     return table
 
 
+def rows_table(title: str, head: list[str], rows: list[list[str]]) -> Table:
+    """A plain table: first column left-aligned, the rest right-aligned."""
+    table = Table(title=title)
+    for i, name in enumerate(head):
+        table.add_column(name, justify="left" if i == 0 else "right")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
 def console() -> Console:
     """A console that writes colour and widths only to terminals."""
     return Console(width=200 if not sys.stdout.isatty() else None)

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from baton.core.request import Request
 from baton.experiments.config import Experiment
 from baton.metrics.tbt import PERCENTILES
 from baton.sim import simulate
@@ -56,9 +57,11 @@ def policy_label(policy: str | Mapping[str, Any]) -> str:
 
 def run_experiment(exp: Experiment, closed_form: bool = True,
                    progress: Callable[[float, int, int], None] | None = None,
-                   name: str | None = None) -> tuple[SimResult, RunData]:
-    """Simulate ``exp`` once; returns the raw result and the report data."""
-    requests = exp.workload.load(exp.seed)
+                   name: str | None = None, requests: list[Request] | None = None) -> tuple[SimResult, RunData]:
+    """Simulate ``exp`` once; returns the raw result and the report data. ``requests``,
+    when given, is ``exp``'s workload already loaded (so a comparison reads it once)."""
+    if requests is None:
+        requests = exp.workload.load(exp.seed)
     result = simulate(requests, exp.cluster, exp.policy, seed=exp.seed,
                       closed_form=closed_form, progress=progress)
     summary = result.summary(exp.slo)
