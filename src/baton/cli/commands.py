@@ -210,3 +210,9 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
           f"p95 {result['p95_abs_error']:.4f}, max {result['max_abs_error']:.4f} "
           f"over {result['grid_cells']} (current, target) cells; learned from {result['train_requests']} "
           f"requests, checked against {result['test_requests']} (Δ={args.delta_tokens}, α={args.alpha})")
+
+
+def cmd_emulate(args: argparse.Namespace) -> None:
+    """``baton emulate``: serve one emulated engine until interrupted."""
+    from baton.emulator.run import build_emulator, serve
+    serve(build_emulator(args))

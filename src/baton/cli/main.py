@@ -8,6 +8,7 @@ import sys
 from baton.cli import commands
 from baton.cli.args import add_common
 from baton.core.errors import BatonError
+from baton.emulator.run import add_emulate_args
 from baton.workload import FORMATS
 
 
@@ -51,12 +52,15 @@ def parser() -> argparse.ArgumentParser:
     stats.add_argument("--format", choices=sorted(FORMATS), help="trace format (default: detect)")
     stats.add_argument("--out", default="baton-out", help="output directory for the figure")
     stats.add_argument("--json", action="store_true", help="print the statistics as one JSON object")
+    emu = sub.add_parser("emulate", help="run an engine emulator (an HTTP server that behaves like vLLM)")
+    add_emulate_args(emu)
     return top
 
 
 COMMANDS = {"simulate": commands.cmd_simulate, "compare": commands.cmd_compare,
             "sweep": commands.cmd_sweep, "demo": commands.cmd_demo,
-            "workload": commands.cmd_workload_stats, "calibrate": commands.cmd_calibrate}
+            "workload": commands.cmd_workload_stats, "calibrate": commands.cmd_calibrate,
+            "emulate": commands.cmd_emulate}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,256 @@
+"""Continuous batching for one emulated engine, timed by a performance model.
+
+Each iteration serves every running decode (one token each) plus prefill chunks up to the
+token budget, like vLLM v1's scheduler; its duration is ``perf.iteration_time_s`` of the
+batch, times ``time_scale``. KV is paged: a prefill is admitted when blocks for its whole
+prompt are free; a decode that needs a new block and finds none preempts the most
+recently admitted request, which later recomputes its prompt and output (vLLM's
+recompute preemption).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+from baton.perf.model import PerfModel, batch_shape
+
+
+class SeqState(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    HELD = "held"  # prefill done for a remote decode; blocks kept until pulled
+    DONE = "done"
+
+
+@dataclass(slots=True, frozen=True)
+class BatcherConfig:
+    """Scheduler limits (tokens, sequences, tokens per block), KV capacity in blocks and
+    a time scale applied to every iteration (2.0 = twice as slow as the preset)."""
+
+    kv_blocks: int
+    block_size: int = 16
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    time_scale: float = 1.0
+
+
+@dataclass(slots=True, eq=False)
+class Sequence:
+    """One request inside the emulator. Events go to ``events``: ``("token", position)``,
+    ``("done", finish_reason)``."""
+
+    rid: str
+    prompt_len: int
+    max_new: int
+    prefill_only: bool = False
+    generated: int = 0
+    to_prefill: int = 0
+    ctx: int = 0
+    blocks: int = 0
+    admit_seq: int = 0
+    state: SeqState = SeqState.WAITING
+    events: asyncio.Queue = field(default_factory=asyncio.Queue)
+
+    def emit_token(self) -> None:
+        self.events.put_nowait(("token", self.prompt_len + self.generated))
+        self.generated += 1
+
+
+def blocks_for(tokens: int, block_size: int) -> int:
+    return math.ceil(tokens / block_size)
+
+
+class Batcher:
+    """The engine loop and its queues; ``run()`` is a task on the server's event loop."""
+
+    def __init__(self, config: BatcherConfig, perf: PerfModel) -> None:
+        self.config, self.perf = config, perf
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.held: dict[str, Sequence] = {}
+        self.blocks_used = 0
+        self.preemptions = 0
+        self.prompt_tokens = 0
+        self.generation_tokens = 0
+        self.finished = 0
+        self._admits = 0
+        self._wake = asyncio.Event()
+        self._freed = asyncio.Condition()
+        self._reserving = 0
+
+    # --- submission ------------------------------------------------------------------
+    def submit(self, seq: Sequence) -> None:
+        """Queue a request whose prompt is prefilled here."""
+        seq.to_prefill, seq.ctx = seq.prompt_len, 0
+        self.prompt_tokens += seq.prompt_len
+        self.waiting.append(seq)
+        self._wake.set()
+
+    async def reserve(self, blocks: int, timeout_s: float) -> bool:
+        """Wait until ``blocks`` are free and take them (a KV transfer's destination)."""
+        async def _take() -> None:
+            async with self._freed:
+                await self._freed.wait_for(lambda: self.free_blocks >= blocks)
+                self.blocks_used += blocks
+        self._reserving += 1
+        try:
+            await asyncio.wait_for(_take(), timeout_s)
+            return True
+        except asyncio.TimeoutError:
+            return False
+        finally:
+            self._reserving -= 1
+
+    def join_decode(self, seq: Sequence, blocks: int) -> None:
+        """Start decoding a request whose prompt KV (``blocks``, already reserved) arrived."""
+        seq.blocks, seq.ctx, seq.to_prefill = blocks, seq.prompt_len, 0
+        self._admit(seq)
+        self._wake.set()
+
+    def abort(self, seq: Sequence) -> None:
+        """Drop a request wherever it is and free its blocks."""
+        if seq.state is SeqState.WAITING and seq in self.waiting:
+            self.waiting.remove(seq)
+        elif seq.state is SeqState.RUNNING:
+            self.running.remove(seq)
+        elif seq.state is SeqState.HELD:
+            self.held.pop(seq.rid, None)
+        self._finish(seq, None)
+
+    def release_held(self, rid: str) -> Sequence | None:
+        """Hand over a held prefill's KV (the pull side calls this after the transfer)."""
+        seq = self.held.pop(rid, None)
+        if seq is not None:
+            self._finish(seq, None)
+        return seq
+
+    # --- reads -----------------------------------------------------------------------
+    @property
+    def free_blocks(self) -> int:
+        return self.config.kv_blocks - self.blocks_used
+
+    @property
+    def kv_usage(self) -> float:
+        return self.blocks_used / self.config.kv_blocks
+
+    # --- the loop --------------------------------------------------------------------
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_s = loop.time()
+        while True:
+            if not self.running and not self._admissible():
+                self._wake.clear()
+                await self._wake.wait()
+                next_s = loop.time()
+            decodes, chunks = self._plan()
+            if not decodes and not chunks:
+                self._wake.clear()
+                await self._wake.wait()
+                next_s = loop.time()
+                continue
+            shape = batch_shape([(c, s.ctx) for s, c in chunks], [s.ctx for s in decodes])
+            next_s = max(next_s, loop.time() - 0.05) + self.perf.iteration_time_s(shape) * self.config.time_scale
+            await asyncio.sleep(max(0.0, next_s - loop.time()))
+            self._apply(decodes, chunks)
+
+    def _admissible(self) -> bool:
+        if not self.waiting or len(self.running) >= self.config.max_num_seqs:
+            return False
+        head = self.waiting[0]
+        return blocks_for(head.to_prefill + 1, self.config.block_size) <= self.free_blocks
+
+    def _plan(self) -> tuple[list[Sequence], list[tuple[Sequence, int]]]:
+        """This iteration's decodes and prefill chunks; allocates blocks, may preempt."""
+        self._grow_decodes()
+        decodes = [s for s in self.running if s.to_prefill == 0]
+        budget = self.config.max_num_batched_tokens - len(decodes)
+        chunks: list[tuple[Sequence, int]] = []
+        for s in self.running:
+            if s.to_prefill > 0 and budget > 0:
+                chunks.append((s, min(s.to_prefill, budget)))
+                budget -= chunks[-1][1]
+        while budget > 0 and self._admissible():
+            s = self.waiting.popleft()
+            need = blocks_for(s.to_prefill + 1, self.config.block_size)
+            self.blocks_used += need
+            s.blocks = need
+            self._admit(s)
+            chunks.append((s, min(s.to_prefill, budget)))
+            budget -= chunks[-1][1]
+        return decodes, chunks
+
+    def _admit(self, seq: Sequence) -> None:
+        self._admits += 1
+        seq.admit_seq, seq.state = self._admits, SeqState.RUNNING
+        self.running.append(seq)
+
+    def _grow_decodes(self) -> None:
+        """Give every decode the block its next token needs, preempting the latest
+        admitted request while blocks run short."""
+        bs = self.config.block_size
+        for s in sorted((s for s in self.running if s.to_prefill == 0), key=lambda s: s.admit_seq):
+            if s.state is not SeqState.RUNNING:
+                continue
+            need = blocks_for(s.ctx + 1, bs) - s.blocks
+            while need > self.free_blocks and s.state is SeqState.RUNNING:
+                self._preempt(max(self.running, key=lambda r: r.admit_seq))
+            if s.state is SeqState.RUNNING and need > 0:
+                self.blocks_used += need
+                s.blocks += need
+
+    def _preempt(self, victim: Sequence) -> None:
+        self.running.remove(victim)
+        self.blocks_used -= victim.blocks
+        victim.blocks, victim.ctx = 0, 0
+        victim.to_prefill = victim.prompt_len + victim.generated
+        victim.state = SeqState.WAITING
+        self.waiting.appendleft(victim)
+        self.preemptions += 1
+
+    def _apply(self, decodes: list[Sequence], chunks: list[tuple[Sequence, int]]) -> None:
+        for s in decodes:
+            if s.state is SeqState.RUNNING:
+                s.ctx += 1
+                self._emit(s)
+        for s, chunk in chunks:
+            if s.state is not SeqState.RUNNING:
+                continue
+            s.to_prefill -= chunk
+            s.ctx += chunk
+            if s.to_prefill == 0:
+                self._emit(s)
+        self._notify_freed()
+
+    def _emit(self, s: Sequence) -> None:
+        s.emit_token()
+        self.generation_tokens += 1
+        if s.prefill_only:
+            self.running.remove(s)
+            s.state = SeqState.HELD
+            self.held[s.rid] = s
+            s.events.put_nowait(("done", "length"))
+        elif s.generated >= s.max_new:
+            self.running.remove(s)
+            self._finish(s, "length")
+
+    def _finish(self, seq: Sequence, reason: str | None) -> None:
+        if seq.state is SeqState.DONE:
+            return
+        self.blocks_used -= seq.blocks
+        seq.blocks, seq.state = 0, SeqState.DONE
+        if reason is not None:
+            self.finished += 1
+            seq.events.put_nowait(("done", reason))
+        self._wake.set()
+        self._notify_freed()
+
+    def _notify_freed(self) -> None:
+        async def _notify() -> None:
+            async with self._freed:
+                self._freed.notify_all()
+        if self._reserving:
+            asyncio.get_running_loop().create_task(_notify())

@@ -1,0 +1,57 @@
+"""Start an emulator from command-line options."""
+
+from __future__ import annotations
+
+import argparse
+
+from aiohttp import web
+
+from baton.core.errors import ConfigError
+from baton.emulator.batcher import BatcherConfig
+from baton.emulator.server import EmulatorConfig, Emulator
+from baton.perf import presets
+
+
+def add_emulate_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8100)
+    p.add_argument("--model", default="baton-emulated", help="served model name")
+    p.add_argument("--preset", default=presets.DEFAULT_PRESET, help="perf preset timing the iterations")
+    p.add_argument("--kv-blocks", type=int, help="KV capacity in blocks (default: the preset's capacity)")
+    p.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
+    p.add_argument("--max-num-seqs", type=int, default=256)
+    p.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    p.add_argument("--max-model-len", type=int, default=32768)
+    p.add_argument("--time-scale", type=float, default=1.0, help="multiply every iteration time (2 = slower)")
+    p.add_argument("--nic-gbps", type=float, default=100.0, help="KV transfer bandwidth, Gbit/s")
+    p.add_argument("--disaggregation-mode", choices=["null", "prefill", "decode"], default="null",
+                   help="role for SGLang bootstrap requests")
+    p.add_argument("--kv-hold-timeout-s", type=float, default=30.0,
+                   help="free a remote-decode prefill's KV if nobody pulls it in this time")
+
+
+def build_emulator(args: argparse.Namespace) -> Emulator:
+    """An emulator from parsed options; ConfigError names a bad value."""
+    perf = presets.build(args.preset)
+    for name in ("block_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len"):
+        if getattr(args, name) <= 0:
+            raise ConfigError(f"--{name.replace('_', '-')}: expected a positive integer")
+    if args.time_scale <= 0 or args.nic_gbps <= 0:
+        raise ConfigError("--time-scale and --nic-gbps must be positive")
+    kv_blocks = args.kv_blocks if args.kv_blocks is not None else perf.kv_capacity_tokens // args.block_size
+    if kv_blocks <= 0:
+        raise ConfigError("--kv-blocks: expected a positive integer")
+    batcher = BatcherConfig(kv_blocks, args.block_size, args.max_num_batched_tokens, args.max_num_seqs,
+                            args.time_scale)
+    config = EmulatorConfig(args.model, args.host, args.port, args.max_model_len, args.nic_gbps,
+                            args.disaggregation_mode, args.kv_hold_timeout_s)
+    return Emulator(config, batcher, perf)
+
+
+def serve(emulator: Emulator) -> None:
+    """Serve until interrupted."""
+    cfg = emulator.config
+    print(f"baton emulate: {cfg.model} on http://{cfg.host}:{cfg.port} "
+          f"({emulator.batcher.config.kv_blocks} KV blocks)", flush=True)
+    web.run_app(emulator.app(), host=cfg.host, port=cfg.port, print=None, handler_cancellation=True,
+                access_log=None)

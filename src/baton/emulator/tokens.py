@@ -1,0 +1,47 @@
+"""The emulator's deterministic tokenizer and token text.
+
+Prompt words map to ids by CRC32; output token ids are their absolute position in the
+sequence and their text is `` <position>``. A continuation (prompt ids + the tokens
+generated so far, as a token-id prompt) therefore produces exactly the tokens an
+uninterrupted request would have, which lets tests check migrations token by token.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+from baton.protocol.requests import CHAT
+
+_WORD_ID_BASE = 1000
+_WORD_ID_RANGE = 50_000
+BOS, EOT, ASSISTANT = 1, 2, 3
+_ROLE_IDS = {"system": 4, "user": 5, "assistant": 3, "tool": 6}
+
+
+def word_ids(text: str) -> list[int]:
+    return [_WORD_ID_BASE + zlib.crc32(w.encode()) % _WORD_ID_RANGE for w in text.split()]
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return ""
+
+
+def prompt_ids(kind: str, body: dict[str, Any]) -> list[int]:
+    """Token ids of a validated request's prompt (chat: a simple template)."""
+    if kind == CHAT:
+        ids: list[int] = []
+        for m in body["messages"]:
+            ids += [BOS, _ROLE_IDS.get(m["role"], 7)] + word_ids(_content_text(m.get("content"))) + [EOT]
+        return ids + [BOS, ASSISTANT]
+    prompt = body["prompt"]
+    return list(prompt) if isinstance(prompt, list) else (word_ids(prompt) or [BOS])
+
+
+def token_text(position: int) -> str:
+    """Text of the output token at an absolute sequence position."""
+    return f" {position}"

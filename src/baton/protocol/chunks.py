@@ -1,0 +1,76 @@
+"""Builders for completion responses and stream chunks, and SSE framing."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from baton.protocol.requests import CHAT
+
+DONE = b"data: [DONE]\n\n"
+
+
+def sse(payload: dict[str, Any]) -> bytes:
+    """One server-sent event carrying a JSON payload."""
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def stream_chunk(kind: str, rid: str, model: str, created: int, text: str,
+                 finish_reason: str | None, token_ids: list[int] | None = None,
+                 first: bool = False) -> dict[str, Any]:
+    """One streamed chunk with ``text`` (possibly empty) and an optional finish reason."""
+    if kind == CHAT:
+        delta: dict[str, Any] = {"role": "assistant", "content": text} if first else {"content": text}
+        choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None,
+                                  "finish_reason": finish_reason}
+        obj = "chat.completion.chunk"
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+        obj = "text_completion"
+    if token_ids is not None:
+        choice["token_ids"] = token_ids
+    return {"id": rid, "object": obj, "created": created, "model": model, "choices": [choice]}
+
+
+def usage_chunk(kind: str, rid: str, model: str, created: int, prompt_tokens: int,
+                completion_tokens: int) -> dict[str, Any]:
+    """The final chunk of a stream with ``stream_options.include_usage``."""
+    obj = "chat.completion.chunk" if kind == CHAT else "text_completion"
+    return {"id": rid, "object": obj, "created": created, "model": model, "choices": [],
+            "usage": usage(prompt_tokens, completion_tokens)}
+
+
+def full_response(kind: str, rid: str, model: str, created: int, text: str, finish_reason: str | None,
+                  prompt_tokens: int, completion_tokens: int,
+                  token_ids: list[int] | None = None,
+                  prompt_token_ids: list[int] | None = None) -> dict[str, Any]:
+    """A non-streamed response."""
+    if kind == CHAT:
+        choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
+                                  "logprobs": None, "finish_reason": finish_reason}
+        obj = "chat.completion"
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+        obj = "text_completion"
+    out: dict[str, Any] = {"id": rid, "object": obj, "created": created, "model": model,
+                           "choices": [choice], "usage": usage(prompt_tokens, completion_tokens)}
+    if token_ids is not None:
+        choice["token_ids"] = token_ids
+        if kind == CHAT:
+            out["prompt_token_ids"] = prompt_token_ids
+        else:
+            choice["prompt_token_ids"] = prompt_token_ids
+    return out
+
+
+def chunk_text(kind: str, choice: dict[str, Any]) -> str:
+    """The text a streamed or full choice carries, in either format."""
+    if kind == CHAT:
+        part = choice.get("delta") or choice.get("message") or {}
+        return part.get("content") or ""
+    return choice.get("text") or ""

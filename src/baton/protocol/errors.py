@@ -1,0 +1,24 @@
+"""OpenAI-style error bodies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ApiError(Exception):
+    """An error to return to an HTTP client: status, message and OpenAI error type."""
+
+    def __init__(self, status: int, message: str, err_type: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.err_type = status, message, err_type
+        self.param, self.code = param, code
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.message, self.err_type, self.param, self.code or str(self.status))
+
+
+def error_body(message: str, err_type: str = "invalid_request_error", param: str | None = None,
+               code: str | None = None) -> dict[str, Any]:
+    """``{"error": {...}}`` as the OpenAI API returns it."""
+    return {"error": {"message": message, "type": err_type, "param": param, "code": code}}
