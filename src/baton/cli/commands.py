@@ -216,3 +216,14 @@ def cmd_emulate(args: argparse.Namespace) -> None:
     """``baton emulate``: serve one emulated engine until interrupted."""
     from baton.emulator.run import build_emulator, serve
     serve(build_emulator(args))
+
+
+def cmd_serve(args: argparse.Namespace) -> None:
+    """``baton serve``: the live gateway."""
+    from baton.gateway.config import load_config
+    from baton.gateway.run import serve
+    config = load_config(args.config)
+    for key in ("host", "port", "policy"):
+        if getattr(args, key) is not None:
+            setattr(config, key, getattr(args, key))
+    serve(config)

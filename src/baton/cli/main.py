@@ -52,6 +52,11 @@ def parser() -> argparse.ArgumentParser:
     stats.add_argument("--format", choices=sorted(FORMATS), help="trace format (default: detect)")
     stats.add_argument("--out", default="baton-out", help="output directory for the figure")
     stats.add_argument("--json", action="store_true", help="print the statistics as one JSON object")
+    srv = sub.add_parser("serve", help="run the live gateway in front of vLLM/SGLang engines or emulators")
+    srv.add_argument("--config", required=True, help="gateway YAML (engines, roles, policy)")
+    srv.add_argument("--host", help="listen address (overrides the config)")
+    srv.add_argument("--port", type=int, help="listen port (overrides the config)")
+    srv.add_argument("--policy", help="policy name (overrides the config)")
     emu = sub.add_parser("emulate", help="run an engine emulator (an HTTP server that behaves like vLLM)")
     add_emulate_args(emu)
     return top
@@ -60,7 +65,7 @@ def parser() -> argparse.ArgumentParser:
 COMMANDS = {"simulate": commands.cmd_simulate, "compare": commands.cmd_compare,
             "sweep": commands.cmd_sweep, "demo": commands.cmd_demo,
             "workload": commands.cmd_workload_stats, "calibrate": commands.cmd_calibrate,
-            "emulate": commands.cmd_emulate}
+            "emulate": commands.cmd_emulate, "serve": commands.cmd_serve}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,95 @@
+"""Admin API (bearer token): list instances with their live state, add or remove an
+instance, change a role, show the active policy config."""
+
+from __future__ import annotations
+
+import hmac
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from baton.core.errors import ConfigError
+from baton.core.instance import Role
+from baton.gateway.config import parse_engine
+from baton.protocol.errors import ApiError
+from baton.protocol.requests import parse_json
+
+if TYPE_CHECKING:
+    from baton.gateway.server import Gateway
+
+
+def _authorise(gw: Gateway, request: web.Request) -> None:
+    token = gw.config.admin_token
+    if not token:
+        raise ApiError(403, "admin API disabled: set admin_token in the config or BATON_ADMIN_TOKEN",
+                       err_type="permission_error")
+    given = request.headers.get("Authorization", "")
+    if not given.startswith("Bearer ") or not hmac.compare_digest(given[7:].encode(), token.encode()):
+        raise ApiError(401, "missing or wrong bearer token", err_type="authentication_error")
+
+
+def _guarded(gw: Gateway, handler):
+    async def wrapped(request: web.Request) -> web.Response:
+        try:
+            _authorise(gw, request)
+            return await handler(request)
+        except ApiError as err:
+            return web.json_response(err.body(), status=err.status)
+        except ConfigError as err:
+            return web.json_response(ApiError(400, str(err)).body(), status=400)
+    return wrapped
+
+
+def _instance(gw: Gateway, request: web.Request) -> int:
+    iid = gw.cluster.find(request.match_info["key"])
+    if iid is None:
+        raise ApiError(404, f"no instance named {request.match_info['key']!r}", err_type="not_found_error")
+    return iid
+
+
+def add_routes(app: web.Application, gw: Gateway) -> None:
+    async def list_instances(_request: web.Request) -> web.Response:
+        gw.cluster.now()
+        return web.json_response({"instances": [gw.cluster.describe(i) for i in gw.cluster.instances
+                                                if not gw.cluster.engines[i].removed],
+                                  "in_flight": gw.cluster.totals()})
+
+    async def add_instance(request: web.Request) -> web.Response:
+        spec = parse_engine(parse_json(await request.read()), "instance")
+        if gw.cluster.find(spec.name) is not None:
+            raise ApiError(409, f"an instance named {spec.name!r} exists", err_type="conflict_error")
+        iid = gw.cluster.add_engine(spec)
+        await gw.scrape(iid)
+        return web.json_response(gw.cluster.describe(iid), status=201)
+
+    async def remove_instance(request: web.Request) -> web.Response:
+        iid = _instance(gw, request)
+        gw.cluster.remove_engine(iid)
+        return web.json_response({"removed": gw.cluster.engines[iid].spec.name,
+                                  "draining_requests": gw.cluster.instances[iid].num_requests})
+
+    async def change_role(request: web.Request) -> web.Response:
+        iid = _instance(gw, request)
+        body = parse_json(await request.read())
+        try:
+            role = Role(body.get("role"))
+        except ValueError:
+            raise ApiError(400, f"'role' must be prefill, decode or mixed, got {body.get('role')!r}",
+                           param="role") from None
+        if gw.cluster.set_role(iid, role):
+            gw.metrics.flips.labels(role.value).inc()
+        gw.cluster.now()
+        return web.json_response(gw.cluster.describe(iid))
+
+    async def policy(_request: web.Request) -> web.Response:
+        cfg = gw.config
+        return web.json_response({"policy": cfg.policy, "scheduler": gw.scheduler.name,
+                                  "stages": [s.name for s in gw.scheduler.stages],
+                                  "ticks_s": [i for _, i in gw.scheduler.tickers], "preset": cfg.preset,
+                                  "pd_protocol": cfg.pd_protocol, "scrape_interval_s": cfg.scrape_interval_s})
+
+    app.router.add_get("/admin/instances", _guarded(gw, list_instances))
+    app.router.add_post("/admin/instances", _guarded(gw, add_instance))
+    app.router.add_delete("/admin/instances/{key}", _guarded(gw, remove_instance))
+    app.router.add_patch("/admin/instances/{key}", _guarded(gw, change_role))
+    app.router.add_get("/admin/policy", _guarded(gw, policy))

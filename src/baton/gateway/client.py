@@ -1,0 +1,81 @@
+"""The client side of a request: one response in the client's format (completions or
+chat, streamed or not), whichever legs and instances its tokens come from."""
+
+from __future__ import annotations
+
+import time
+
+from aiohttp import web
+
+from baton.protocol.chunks import DONE, full_response, sse, stream_chunk, usage_chunk
+from baton.protocol.errors import ApiError
+from baton.protocol.requests import ParsedRequest
+
+
+class ClientOut:
+    """Writes tokens as they are relayed; remembers what was sent so that a continuation
+    picks up exactly after it. A streamed response is started at the first token, so
+    errors before that are plain JSON error responses with their HTTP status."""
+
+    def __init__(self, request: web.Request, parsed: ParsedRequest, model: str, response_id: str) -> None:
+        self.request, self.parsed, self.model, self.rid = request, parsed, model, response_id
+        self.created = int(time.time())
+        self.with_ids = bool(parsed.body.get("return_token_ids"))
+        self.texts: list[str] = []
+        self.token_ids: list[int] = []
+        self.prompt_token_ids: list[int] | None = None
+        self.prompt_tokens = 0
+        self.tokens = 0
+        self.response: web.StreamResponse | None = None
+
+    @property
+    def started(self) -> bool:
+        return self.response is not None
+
+    async def _start(self) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                           "X-Request-Id": self.rid})
+        await resp.prepare(self.request)
+        self.response = resp
+        return resp
+
+    async def send(self, text: str, token_ids: list[int] | None, count: int) -> None:
+        """Relay ``count`` tokens (their text and ids)."""
+        first = self.tokens == 0
+        self.tokens += count
+        self.texts.append(text)
+        if token_ids:
+            self.token_ids.extend(token_ids)
+        if not self.parsed.stream:
+            return
+        resp = self.response or await self._start()
+        chunk = stream_chunk(self.parsed.kind, self.rid, self.model, self.created, text, None,
+                             token_ids if self.with_ids else None, first)
+        await resp.write(sse(chunk))
+
+    async def finish(self, reason: str | None) -> web.StreamResponse:
+        """End the response normally."""
+        if not self.parsed.stream:
+            body = full_response(self.parsed.kind, self.rid, self.model, self.created, "".join(self.texts),
+                                 reason, self.prompt_tokens, self.tokens,
+                                 self.token_ids if self.with_ids else None,
+                                 self.prompt_token_ids if self.with_ids else None)
+            return web.json_response(body, headers={"X-Request-Id": self.rid})
+        resp = self.response or await self._start()
+        await resp.write(sse(stream_chunk(self.parsed.kind, self.rid, self.model, self.created, "", reason)))
+        if self.parsed.include_usage:
+            await resp.write(sse(usage_chunk(self.parsed.kind, self.rid, self.model, self.created,
+                                             self.prompt_tokens, self.tokens)))
+        await resp.write(DONE)
+        return resp
+
+    async def fail(self, err: ApiError) -> web.StreamResponse:
+        """End with an error: an HTTP error before the stream started, else an error event."""
+        if self.response is None:
+            return web.json_response(err.body(), status=err.status, headers={"X-Request-Id": self.rid})
+        try:
+            await self.response.write(sse(err.body()))
+            await self.response.write(DONE)
+        except (ConnectionError, RuntimeError):
+            pass
+        return self.response

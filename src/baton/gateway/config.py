@@ -1,0 +1,146 @@
+"""Gateway configuration from YAML: listen address, policy, engines and their roles.
+
+Every error names the key at fault (``engines[1].role: ...``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import yaml
+
+from baton.core.errors import ConfigError
+from baton.core.instance import Role
+
+ENGINE_TYPES = ("vllm", "sglang")
+PD_PROTOCOLS = ("nixl", "sglang")
+
+# Scraped names per engine type: running, waiting, KV usage (0..1), preemptions (counter).
+DEFAULT_METRIC_NAMES: Mapping[str, dict[str, str | None]] = {
+    "vllm": {"running": "vllm:num_requests_running", "waiting": "vllm:num_requests_waiting",
+             "kv_usage": "vllm:kv_cache_usage_perc", "preemptions": "vllm:num_preemptions_total"},
+    "sglang": {"running": "sglang:num_running_reqs", "waiting": "sglang:num_queue_reqs",
+               "kv_usage": "sglang:token_usage", "preemptions": None},
+}
+
+
+@dataclass(slots=True)
+class EngineSpec:
+    """One engine: base URL, role, engine type (metric names and protocol fields), model,
+    KV capacity in blocks (None: the preset's), and SGLang's bootstrap port."""
+
+    url: str
+    role: Role
+    name: str = ""
+    engine_type: str = "vllm"
+    model: str | None = None
+    kv_blocks: int | None = None
+    bootstrap_port: int | None = None
+    metric_names: dict[str, str | None] = field(default_factory=dict)
+
+    @property
+    def host(self) -> str:
+        return urlparse(self.url).hostname or "127.0.0.1"
+
+
+@dataclass(slots=True)
+class GatewayConfig:
+    """Everything ``baton serve`` needs. Times are seconds, sizes bytes."""
+
+    engines: list[EngineSpec]
+    host: str = "127.0.0.1"
+    port: int = 8000
+    model: str | None = None
+    policy: Any = "least-loaded"
+    preset: str = "llama-3.1-8b@a100-80g"
+    pd_protocol: str = "nixl"
+    admin_token: str | None = None
+    scrape_interval_s: float = 1.0
+    unhealthy_after_failures: int = 2
+    max_inflight: int = 1024
+    max_body_bytes: int = 4 * 1024 * 1024
+    upstream_timeout_s: float = 600.0
+    connect_timeout_s: float = 3.0
+    max_recoveries: int = 2
+    block_size: int = 16
+    seed: int = 0
+
+
+def _require(cond: bool, where: str, msg: str) -> None:
+    if not cond:
+        raise ConfigError(f"{where}: {msg}")
+
+
+def parse_engine(raw: Any, where: str) -> EngineSpec:
+    """One ``engines[i]`` entry (also the body of the admin API's add-instance call)."""
+    _require(isinstance(raw, Mapping), where, "expected a mapping with url and role")
+    unknown = sorted(set(raw) - {"url", "role", "name", "type", "model", "kv_blocks", "bootstrap_port",
+                                 "metric_names"})
+    _require(not unknown, f"{where}.{unknown[0] if unknown else ''}", "unknown key")
+    url = raw.get("url")
+    _require(isinstance(url, str) and urlparse(url).scheme in ("http", "https") and bool(urlparse(url).netloc),
+             f"{where}.url", f"expected an http(s) URL, got {url!r}")
+    try:
+        role = Role(raw.get("role"))
+    except ValueError:
+        raise ConfigError(f"{where}.role: expected prefill, decode or mixed, got {raw.get('role')!r}") from None
+    etype = raw.get("type", "vllm")
+    _require(etype in ENGINE_TYPES, f"{where}.type", f"expected one of {', '.join(ENGINE_TYPES)}")
+    for key in ("kv_blocks", "bootstrap_port"):
+        v = raw.get(key)
+        _require(v is None or (isinstance(v, int) and v > 0), f"{where}.{key}", "expected a positive integer")
+    names = dict(DEFAULT_METRIC_NAMES[etype])
+    overrides = raw.get("metric_names") or {}
+    _require(isinstance(overrides, Mapping) and set(overrides) <= set(names), f"{where}.metric_names",
+             f"expected a mapping with keys among {', '.join(names)}")
+    names.update(overrides)
+    return EngineSpec(url.rstrip("/"), role, str(raw.get("name") or urlparse(url).netloc), etype,
+                      raw.get("model"), raw.get("kv_blocks"), raw.get("bootstrap_port"), names)
+
+
+_SCALARS = {"host": str, "port": int, "model": str, "preset": str, "pd_protocol": str,
+            "admin_token": str, "scrape_interval_s": (int, float), "unhealthy_after_failures": int,
+            "max_inflight": int, "max_body_bytes": int, "upstream_timeout_s": (int, float),
+            "connect_timeout_s": (int, float), "max_recoveries": int, "block_size": int, "seed": int}
+
+
+def parse_config(raw: Any, source: str = "config") -> GatewayConfig:
+    """Validate a parsed YAML document."""
+    _require(isinstance(raw, Mapping), source, "expected a mapping at the top level")
+    unknown = sorted(set(raw) - set(_SCALARS) - {"engines", "policy"})
+    _require(not unknown, f"{source}: {unknown[0] if unknown else ''}", "unknown key")
+    engines = raw.get("engines")
+    _require(isinstance(engines, list) and bool(engines), f"{source}: engines", "expected a non-empty list")
+    specs = [parse_engine(e, f"engines[{i}]") for i, e in enumerate(engines)]
+    names = [s.name for s in specs]
+    _require(len(set(names)) == len(names), "engines", "engine names must be unique")
+    kwargs: dict[str, Any] = {}
+    for key, typ in _SCALARS.items():
+        if raw.get(key) is not None:
+            ok = isinstance(raw[key], typ) and not isinstance(raw[key], bool)
+            _require(ok, key, f"expected {getattr(typ, '__name__', 'a number')}, got {raw[key]!r}")
+            kwargs[key] = raw[key]
+    cfg = GatewayConfig(specs, policy=raw.get("policy", "least-loaded"), **kwargs)
+    _require(cfg.pd_protocol in PD_PROTOCOLS, "pd_protocol", f"expected one of {', '.join(PD_PROTOCOLS)}")
+    for key in ("scrape_interval_s", "max_inflight", "max_body_bytes", "upstream_timeout_s",
+                "connect_timeout_s", "block_size", "unhealthy_after_failures"):
+        _require(getattr(cfg, key) > 0, key, "must be positive")
+    cfg.admin_token = cfg.admin_token or os.environ.get("BATON_ADMIN_TOKEN") or None
+    return cfg
+
+
+def load_config(path: str | Path) -> GatewayConfig:
+    """Read and validate a gateway YAML file."""
+    p = Path(path)
+    try:
+        raw = yaml.safe_load(p.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: not valid YAML: {exc}") from None
+    return parse_config(raw, str(p))

@@ -1,0 +1,283 @@
+"""One client request through the gateway: placement, the prefill and decode legs, the
+token relay, continuation migration, recovery from engine faults, and cleanup.
+
+Whatever happens, ``run`` releases everything the request holds in the gateway's
+accounting before it returns (or is cancelled by a client disconnect).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from baton.core.events import Completed, PrefillDone
+from baton.core.instance import Role
+from baton.core.request import Phase, RequestState
+from baton.gateway import handoff
+from baton.gateway.client import ClientOut
+from baton.gateway.upstream import Piece, StreamLeg, UpstreamError, endpoint, post_json
+from baton.protocol.errors import ApiError
+from baton.protocol.requests import COMPLETIONS, ParsedRequest
+
+if TYPE_CHECKING:
+    from baton.gateway.server import Gateway
+
+
+def _api_error(err: UpstreamError, what: str) -> ApiError:
+    """The client-facing error for a failed leg: the engine's own 4xx, else 502."""
+    if not err.engine_fault and err.status is not None:
+        api = ApiError(err.status, str(err))
+        if err.body:
+            e = err.body["error"]
+            api = ApiError(err.status, str(e.get("message")), e.get("type") or "invalid_request_error",
+                           e.get("param"), e.get("code"))
+        return api
+    return ApiError(502, f"{what}: {err}", err_type="server_error", code="backend_error")
+
+
+class Flow:
+    """Drives one request. ``request_migration`` may be called by a policy tick at any
+    time; the relay acts on it between two tokens."""
+
+    def __init__(self, gw: Gateway, parsed: ParsedRequest, out: ClientOut, state: RequestState,
+                 xid: str, prompt_ids: list[int] | None) -> None:
+        self.gw, self.cluster, self.parsed, self.out, self.state = gw, gw.cluster, parsed, out, state
+        self.headers = {"X-Request-Id": xid}
+        auth = out.request.headers.get("Authorization")
+        if auth:
+            self.headers["Authorization"] = auth
+        self.prompt_ids = prompt_ids
+        self.generated_ids: list[int] = []
+        self.ids_complete = True
+        self.leg: StreamLeg | None = None
+        self.migrate_to: int | None = None
+        self.path = "pd"
+        self.colocated = False
+        self.recoveries = 0
+        self.reason: str | None = None
+        self._prefill_task: asyncio.Task | None = None
+
+    @property
+    def can_continue(self) -> bool:
+        """A continuation needs the prompt ids and the id of every token relayed."""
+        return self.prompt_ids is not None and self.ids_complete
+
+    def request_migration(self, target: int) -> None:
+        self.migrate_to = target
+
+    # --- the whole request ---------------------------------------------------------------
+    async def run(self):
+        outcome = "error"
+        try:
+            await self._place()
+            response = await self._relay()
+            outcome = "ok"
+            return response
+        except ApiError as err:
+            outcome = "rejected" if err.status in (429, 503) and not self.out.started else "error"
+            return await self.out.fail(err)
+        except (ConnectionResetError, asyncio.CancelledError):
+            outcome = "client_abort"
+            raise
+        finally:
+            self._cleanup(outcome)
+
+    def _cleanup(self, outcome: str) -> None:
+        if self.leg is not None:
+            self.leg.close()
+        if self._prefill_task is not None and not self._prefill_task.done():
+            self._prefill_task.cancel()
+        self.cluster.finish(self.state, None if outcome == "ok" else outcome)
+        self.gw.flow_ended(self, outcome)
+
+    # --- placement and first legs --------------------------------------------------------
+    async def _place(self) -> None:
+        plan = self.gw.plan(self.state)
+        p, d = plan.prefill_instance, plan.decode_instance
+        if plan.prefill_chunk_limit_tokens is not None:
+            self.path = "deflected"
+            self.gw.metrics.deflections.inc()
+        elif d is not None:
+            self.path = "pd-early"
+        self.cluster.bind(self.state, p, d, plan.prefill_chunk_limit_tokens)
+        if d == p or (d is None and self.cluster.is_role(p, Role.MIXED)):
+            await self._colocated(p)
+        elif self.gw.config.pd_protocol == "sglang":
+            await self._sglang(p, d)
+        else:
+            await self._nixl(p, d)
+
+    async def _colocated(self, iid: int) -> None:
+        self.path, self.colocated = ("deflected" if self.path == "deflected" else "colocated"), True
+        self.state.decode_instance = iid
+        await self._open_decode(iid, handoff.colocated_body(self.parsed, self.gw.wants_ids(iid)), self.parsed.kind)
+
+    async def _nixl(self, p: int, d: int | None) -> None:
+        p, params = await self._prefill_leg(p)
+        self.cluster.prefill_done(self.state)
+        self.gw.observe(PrefillDone(self.state.req_id, p, self.cluster.now()))
+        target = d if d is not None and self.cluster.instances[d].healthy else self.gw.choose_decode(self.state)
+        self.cluster.expect_decode(self.state, target)
+        await self._open_decode(target, handoff.decode_body(self.parsed, params, self.gw.wants_ids(target)),
+                                self.parsed.kind)
+
+    async def _prefill_leg(self, p: int) -> tuple[int, dict[str, Any] | None]:
+        """Run the prefill leg, moving to another prefill instance on engine faults."""
+        body = handoff.prefill_body(self.parsed)
+        for _ in range(self.gw.config.max_recoveries + 1):
+            try:
+                resp = await post_json(self.gw.session, self.cluster.url(p) + endpoint(self.parsed.kind), body,
+                                       self.headers, self.gw.upstream_timeout)
+            except UpstreamError as err:
+                self.gw.backend_error(p, err)
+                if not err.engine_fault:
+                    raise _api_error(err, "prefill") from None
+                p = self.gw.fallback_prefill(self.state)
+                continue
+            usage = resp.get("usage") or {}
+            if isinstance(usage.get("prompt_tokens"), int):
+                self.cluster.set_prompt_tokens(self.state, usage["prompt_tokens"])
+                self.out.prompt_tokens = usage["prompt_tokens"]
+            return p, resp.get("kv_transfer_params")
+        raise ApiError(502, "prefill failed on every instance tried", err_type="server_error", code="backend_error")
+
+    async def _sglang(self, p: int, d: int | None) -> None:
+        target = d if d is not None else self.gw.choose_decode(self.state)
+        spec = self.cluster.engines[p].spec
+        room = int(self.gw.rng.integers(0, 2**63 - 1))
+        pre, dec = handoff.sglang_bodies(self.parsed, spec.host, spec.bootstrap_port, room,
+                                         self.gw.wants_ids(target))
+        url = self.cluster.url(p) + endpoint(self.parsed.kind)
+        self._prefill_task = asyncio.create_task(
+            post_json(self.gw.session, url, pre, self.headers, self.gw.upstream_timeout))
+        self._prefill_task.add_done_callback(lambda t: self._sglang_prefill_done(p, t))
+        self.cluster.expect_decode(self.state, target)
+        await self._open_decode(target, dec, self.parsed.kind)
+
+    def _sglang_prefill_done(self, p: int, task: asyncio.Task) -> None:
+        if task.cancelled() or self.state.done:
+            return
+        if task.exception() is not None:
+            self.gw.backend_error(p, task.exception())  # the decode leg then fails or times out
+            return
+        self.cluster.prefill_done(self.state)
+        self.gw.observe(PrefillDone(self.state.req_id, p, self.cluster.now()))
+
+    async def _open_decode(self, iid: int, body: dict[str, Any], kind: str) -> None:
+        url = self.cluster.url(iid) + endpoint(kind)
+        leg = StreamLeg(iid, kind, url, body, self.headers)
+        try:
+            await leg.open(self.gw.session, self.gw.upstream_timeout)
+        except UpstreamError as err:
+            self.gw.backend_error(iid, err)
+            if not err.engine_fault:
+                raise _api_error(err, "decode") from None
+            self.leg = leg
+            await self._recover(err)
+            return
+        self.leg = leg
+
+    # --- relay -------------------------------------------------------------------------------
+    async def _relay(self):
+        while True:
+            assert self.leg is not None
+            try:
+                piece = await self.leg.next()
+            except UpstreamError as err:
+                self.gw.backend_error(self.leg.instance_id, err)
+                await self._recover(err)
+                continue
+            if piece is None:
+                return await self.out.finish(self.reason)
+            await self._on_piece(piece)
+            if piece.finish_reason:
+                self.reason = piece.finish_reason
+            elif self.migrate_to is not None:
+                await self._migrate()
+
+    async def _on_piece(self, piece: Piece) -> None:
+        if piece.prompt_token_ids and self.prompt_ids is None:
+            self.prompt_ids = list(piece.prompt_token_ids)
+            self.cluster.set_prompt_tokens(self.state, len(self.prompt_ids))
+        if piece.prompt_tokens and not self.out.prompt_tokens:
+            self.out.prompt_tokens = piece.prompt_tokens
+        n = piece.tokens
+        if n == 0:
+            return
+        if self.state.phase is not Phase.DECODE:
+            self._joined()
+        self.gw.token_timing(self, n)
+        self.cluster.token(self.state, n)
+        if piece.token_ids is not None:
+            self.generated_ids.extend(piece.token_ids)
+        else:
+            self.ids_complete = False
+        await self.out.send(piece.text, piece.token_ids, n)
+        self.gw.check_watch(self.state)
+
+    def _joined(self) -> None:
+        """First token from the current decode leg."""
+        if self.state.prefill_instance is not None and self.state.req_id in \
+                self.cluster.instances[self.state.prefill_instance].prefill_queue:
+            self.cluster.prefill_done(self.state)
+            self.gw.observe(PrefillDone(self.state.req_id, self.state.prefill_instance, self.cluster.now()))
+        self.cluster.start_decode(self.state)
+
+    # --- migration and recovery ---------------------------------------------------------------
+    def _continuation(self, target: int) -> StreamLeg:
+        body = handoff.continuation_body(self.parsed, self.prompt_ids or [], self.generated_ids)
+        return StreamLeg(target, COMPLETIONS, self.cluster.url(target) + endpoint(COMPLETIONS), body, self.headers)
+
+    def _move_to(self, target: int, leg: StreamLeg) -> None:
+        if self.leg is not None:
+            self.leg.close()
+        self.cluster.leave_decode(self.state)
+        self.state.phase = Phase.TRANSFER
+        self.cluster.expect_decode(self.state, target)
+        self.leg = leg
+
+    async def _migrate(self) -> None:
+        """Make before break: open the continuation on the target while the source keeps
+        its place; only a target that answers 200 replaces the source."""
+        target, self.migrate_to = self.migrate_to, None
+        self.state.migrating = False
+        source = self.leg.instance_id if self.leg else None
+        if target is None or target == source or not self.can_continue or not self.cluster.instances[target].healthy:
+            self.gw.metrics.migrations.labels("refused").inc()
+            return
+        leg = self._continuation(target)
+        try:
+            await leg.open(self.gw.session, self.gw.upstream_timeout)
+        except UpstreamError as err:
+            self.gw.backend_error(target, err)
+            self.gw.metrics.migrations.labels("failed").inc()
+            return
+        self._move_to(target, leg)
+        self.state.migrations += 1
+        self.gw.metrics.migrations.labels("ok").inc()
+
+    async def _recover(self, err: UpstreamError) -> None:
+        """The decode leg failed: continue elsewhere when that is safe, else fail the request."""
+        if not err.engine_fault:
+            raise _api_error(err, "decode")
+        while self.recoveries < self.gw.config.max_recoveries:
+            self.recoveries += 1
+            target = self.gw.choose_decode(self.state)
+            if self.can_continue:
+                leg = self._continuation(target)
+            elif self.out.tokens == 0:  # nothing sent yet: the original request can start over
+                body = handoff.colocated_body(self.parsed, self.gw.wants_ids(target))
+                leg = StreamLeg(target, self.parsed.kind, self.cluster.url(target) + endpoint(self.parsed.kind),
+                                body, self.headers)
+            else:
+                break
+            self._move_to(target, leg)
+            try:
+                await leg.open(self.gw.session, self.gw.upstream_timeout)
+            except UpstreamError as err2:
+                self.gw.backend_error(target, err2)
+                continue
+            self.gw.metrics.recoveries.inc()
+            return
+        raise ApiError(502, f"engine failed mid-request and the request cannot be continued: {err}",
+                       err_type="server_error", code="backend_error")

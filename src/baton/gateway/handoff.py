@@ -1,0 +1,76 @@
+"""Request bodies for each leg of a request.
+
+- NixlConnector (vLLM): the prefill leg is the body with ``max_tokens=1``, no stream,
+  no ``min_tokens`` and ``kv_transfer_params.do_remote_decode``; the decode leg is the
+  original body plus the ``kv_transfer_params`` the prefill returned (with
+  ExampleConnector it returns none and the decode instance finds the KV by prompt).
+- SGLang: both legs carry ``bootstrap_host``/``bootstrap_port``/``bootstrap_room`` and
+  are sent at once.
+- Continuation (migration and recovery without native KV migration): a completions
+  request whose prompt is the prompt token ids plus the tokens generated so far, with
+  ``max_tokens`` and ``min_tokens`` reduced by what was generated.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from baton.protocol.requests import CHAT, ParsedRequest
+
+# Sampling fields a continuation keeps (a chat request continues as a completions request).
+_CONTINUE_KEYS = ("model", "temperature", "top_p", "top_k", "min_p", "stop", "stop_token_ids",
+                  "ignore_eos", "presence_penalty", "frequency_penalty", "repetition_penalty",
+                  "skip_special_tokens", "spaces_between_special_tokens", "include_stop_str_in_output",
+                  "logit_bias", "bad_words", "allowed_token_ids", "user", "priority")
+
+
+def _streamed(body: dict[str, Any], with_ids: bool) -> dict[str, Any]:
+    """The decode side always streams, so the gateway sees every token as it is made."""
+    out = dict(body, stream=True, stream_options={"include_usage": True})
+    if with_ids:
+        out["return_token_ids"] = True
+    return out
+
+
+def prefill_body(parsed: ParsedRequest) -> dict[str, Any]:
+    body = {k: v for k, v in parsed.body.items() if k not in ("min_tokens", "stream_options")}
+    body.update(max_tokens=1, stream=False, kv_transfer_params={
+        "do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
+        "remote_block_ids": None, "remote_host": None, "remote_port": None})
+    if parsed.kind == CHAT and "max_completion_tokens" in body:
+        body["max_completion_tokens"] = 1
+    return body
+
+
+def decode_body(parsed: ParsedRequest, transfer_params: dict[str, Any] | None, with_ids: bool) -> dict[str, Any]:
+    body = _streamed(parsed.body, with_ids)
+    if transfer_params:
+        body["kv_transfer_params"] = transfer_params
+    return body
+
+
+def colocated_body(parsed: ParsedRequest, with_ids: bool) -> dict[str, Any]:
+    return _streamed(parsed.body, with_ids)
+
+
+def sglang_bodies(parsed: ParsedRequest, host: str, port: int | None, room: int,
+                  with_ids: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(prefill body, decode body) with the same bootstrap fields."""
+    boot = {"bootstrap_host": host, "bootstrap_port": port, "bootstrap_room": room}
+    prefill = dict(parsed.body, stream=False, **boot)
+    prefill.pop("stream_options", None)
+    return prefill, dict(_streamed(parsed.body, with_ids), **boot)
+
+
+def continuation_body(parsed: ParsedRequest, prompt_ids: list[int], generated_ids: list[int],
+                      with_ids: bool = True) -> dict[str, Any]:
+    """A completions body that continues a request after ``generated_ids``."""
+    body = {k: parsed.body[k] for k in _CONTINUE_KEYS if k in parsed.body}
+    body["prompt"] = list(prompt_ids) + list(generated_ids)
+    done = len(generated_ids)
+    if parsed.max_tokens is not None:
+        body["max_tokens"] = parsed.max_tokens - done
+    min_tokens = parsed.body.get("min_tokens")
+    if isinstance(min_tokens, int) and min_tokens > done:
+        body["min_tokens"] = min_tokens - done
+    return _streamed(body, with_ids)

@@ -1,0 +1,279 @@
+"""The gateway's view of the cluster: its own exact in-flight accounting (it relays every
+token) reconciled with engine metrics scraped at an interval.
+
+The ``InstanceState``/``RequestState`` objects are the ones the simulator maintains, so
+policies read the same ``ClusterView``. Decode rows are written per relayed token (there
+is no closed-form segment in a live system).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from baton.core.instance import InstanceState, Role
+from baton.core.request import Phase, Request, RequestState
+from baton.core.view import ClusterView
+from baton.gateway.config import EngineSpec
+
+_RATE_SMOOTHING = 0.1  # EMA weight of each observed token gap in an instance's iteration time
+
+
+@dataclass(slots=True)
+class ScrapeSample:
+    """Engine metrics read at ``at_s`` (gateway clock); None where the engine has no such metric."""
+
+    at_s: float
+    running: float | None = None
+    waiting: float | None = None
+    kv_usage: float | None = None
+    preemptions: float | None = None
+
+
+@dataclass(slots=True)
+class LiveEngine:
+    """What the gateway knows about one engine besides its ``InstanceState``."""
+
+    spec: EngineSpec
+    own_blocks: int = 0
+    own_blocks_at_scrape: int = 0
+    sample: ScrapeSample | None = None
+    failures: int = 0
+    removed: bool = False
+    tokens_since_report: int = 0
+
+
+class LiveCluster:
+    """Instances, requests and the view policies read. ``clock`` returns seconds since
+    the gateway started; every mutation refreshes the instance's effective KV usage."""
+
+    def __init__(self, clock: Callable[[], float], default_kv_blocks: int, block_size: int) -> None:
+        self.clock = clock
+        self.default_kv_blocks, self.block_size = default_kv_blocks, block_size
+        self.instances: dict[int, InstanceState] = {}
+        self.engines: dict[int, LiveEngine] = {}
+        self.requests: dict[int, RequestState] = {}
+        self.view = ClusterView(self.instances, self.requests)
+        self._next_instance = 0
+        self._next_request = 0
+        self._admits = 0
+
+    def now(self) -> float:
+        """Advance the view's clock to now and return it (call before any policy hook)."""
+        self.view.now_s = self.clock()
+        return self.view.now_s
+
+    # --- instances ---------------------------------------------------------------------
+    def add_engine(self, spec: EngineSpec) -> int:
+        iid = self._next_instance
+        self._next_instance += 1
+        self.instances[iid] = InstanceState(iid, spec.role, spec.kv_blocks or self.default_kv_blocks,
+                                            self.block_size)
+        self.engines[iid] = LiveEngine(spec)
+        self.view.invalidate_roles()
+        return iid
+
+    def find(self, key: str) -> int | None:
+        """An instance id from its name or its decimal id."""
+        for iid, eng in self.engines.items():
+            if not eng.removed and (eng.spec.name == key or str(iid) == key):
+                return iid
+        return None
+
+    def remove_engine(self, iid: int) -> None:
+        """Stop sending new work; requests already there finish where they are."""
+        self.engines[iid].removed = True
+        self.set_health(iid, False)
+
+    def set_role(self, iid: int, role: Role) -> bool:
+        """Change a role; True if it changed."""
+        inst = self.instances[iid]
+        if inst.role is role:
+            return False
+        inst.role = role
+        self.engines[iid].spec.role = role
+        self.view.invalidate_roles()
+        return True
+
+    def set_health(self, iid: int, healthy: bool) -> bool:
+        """Mark an instance (un)healthy; True if that changed. Removed ones stay out."""
+        healthy = healthy and not self.engines[iid].removed
+        inst = self.instances[iid]
+        if inst.healthy is healthy:
+            return False
+        inst.healthy = healthy
+        self.view.invalidate_roles()
+        return True
+
+    def url(self, iid: int) -> str:
+        return self.engines[iid].spec.url
+
+    # --- KV accounting -----------------------------------------------------------------
+    def _blocks(self, tokens: int) -> int:
+        return math.ceil(tokens / self.block_size)
+
+    def _own(self, iid: int, delta_blocks: int) -> None:
+        eng = self.engines[iid]
+        eng.own_blocks += delta_blocks
+        self._refresh_kv(iid)
+
+    def _refresh_kv(self, iid: int) -> None:
+        """Effective blocks in use: the last scrape plus what this gateway changed since,
+        never below its own count. A stale scrape therefore cannot hide requests the
+        gateway has just placed (no herding onto an instance that only looked empty)."""
+        eng, inst = self.engines[iid], self.instances[iid]
+        own = eng.own_blocks
+        if eng.sample is not None and eng.sample.kv_usage is not None:
+            scraped = round(eng.sample.kv_usage * inst.kv_blocks_total)
+            own = max(own, scraped + eng.own_blocks - eng.own_blocks_at_scrape)
+        inst.kv_blocks_used = min(own, inst.kv_blocks_total)
+
+    def record_scrape(self, iid: int, sample: ScrapeSample) -> None:
+        eng = self.engines[iid]
+        eng.sample, eng.own_blocks_at_scrape = sample, eng.own_blocks
+        self._refresh_kv(iid)
+
+    # --- requests ----------------------------------------------------------------------
+    def new_request(self, prompt_tokens: int, max_tokens: int) -> RequestState:
+        """A request arriving now. ``output_tokens`` holds the cap (the true length is unknown live)."""
+        rid = self._next_request
+        self._next_request += 1
+        state = RequestState(Request(rid, self.now(), prompt_tokens, max_tokens))
+        self.requests[rid] = state
+        return state
+
+    def set_prompt_tokens(self, state: RequestState, prompt_tokens: int) -> None:
+        """Correct the gateway's prompt-length estimate with the engine's count."""
+        if prompt_tokens != state.request.prompt_tokens:
+            state.request = replace(state.request, prompt_tokens=prompt_tokens)
+
+    def bind(self, state: RequestState, prefill: int, decode: int | None, chunk_limit: int | None) -> None:
+        state.prefill_instance, state.chunk_limit_tokens = prefill, chunk_limit
+        tokens = state.request.prompt_tokens
+        self.instances[prefill].queue_prefill(state.req_id, tokens)
+        self._own(prefill, self._blocks(tokens))
+        state.visit(prefill)
+        if decode is not None:
+            state.decode_instance, state.bound_early = decode, True
+            if decode != prefill:
+                self.instances[decode].add_shadow(state.req_id, tokens)
+
+    def rebind_prefill(self, state: RequestState, prefill: int) -> None:
+        """Move a prefill that failed to start onto another instance."""
+        self._drop_prefill(state)
+        tokens = state.request.prompt_tokens
+        state.prefill_instance = prefill
+        self.instances[prefill].queue_prefill(state.req_id, tokens)
+        self._own(prefill, self._blocks(tokens))
+        state.visit(prefill)
+
+    def _drop_prefill(self, state: RequestState) -> None:
+        p = state.prefill_instance
+        if p is not None and state.req_id in self.instances[p].prefill_queue:
+            self.instances[p].drop_prefill(state.req_id)
+            self._own(p, -self._blocks(state.request.prompt_tokens))
+
+    def prefill_done(self, state: RequestState) -> None:
+        """The prefill leg returned (PD) or the first token arrived (colocated)."""
+        now = self.now()
+        self._drop_prefill(state)
+        state.first_token_s = state.first_token_s or now
+        state.phase = Phase.TRANSFER
+
+    def expect_decode(self, state: RequestState, decode: int) -> None:
+        """The decode leg is being sent to ``decode``: its KV is on the way there."""
+        if state.decode_instance is not None and state.decode_instance != decode:
+            self.instances[state.decode_instance].drop_shadow(state.req_id)
+        self.instances[decode].drop_shadow(state.req_id)
+        state.decode_instance = decode
+        ctx = state.request.prompt_tokens + state.generated_tokens
+        self.instances[decode].add_incoming(state.req_id, ctx)
+        self._own(decode, self._blocks(ctx))
+
+    def start_decode(self, state: RequestState) -> None:
+        """First token from the decode leg: the request is in the running batch."""
+        d = state.decode_instance
+        assert d is not None
+        inst = self.instances[d]
+        now = self.now()
+        if state.req_id in inst.incoming:
+            inst.drop_incoming(state.req_id)
+            self._own(d, -self._blocks(state.request.prompt_tokens + state.generated_tokens))
+        ctx = state.request.prompt_tokens + state.generated_tokens
+        self._admits += 1
+        inst.decodes.add(state.req_id, ctx, state.generated_tokens, state.request.output_tokens,
+                         self._admits, self._blocks(ctx), joined_s=now)
+        self._own(d, self._blocks(ctx))
+        state.phase, state.decode_start_s = Phase.DECODE, state.decode_start_s or now
+        state.visit(d)
+
+    def token(self, state: RequestState, count: int = 1) -> None:
+        """``count`` output tokens relayed for a decoding request."""
+        now = self.now()
+        d = state.decode_instance
+        inst = self.instances[d]  # type: ignore[index]
+        if state.last_token_s is not None and count:
+            gap = (now - state.last_token_s) / count
+            inst.recent_iteration_s += _RATE_SMOOTHING * (gap - inst.recent_iteration_s)
+            inst.recent_token_interval_s = inst.recent_iteration_s
+        state.generated_tokens += count
+        state.last_token_s = now
+        if state.req_id in inst.decodes:
+            ctx = state.request.prompt_tokens + state.generated_tokens
+            inst.decodes.set(state.req_id, "ctx", ctx)
+            inst.decodes.set(state.req_id, "generated", state.generated_tokens)
+            grow = self._blocks(ctx) - inst.decodes.get(state.req_id, "blocks")
+            if grow > 0:
+                inst.decodes.set(state.req_id, "blocks", self._blocks(ctx))
+                self._own(d, grow)  # type: ignore[arg-type]
+        self.engines[d].tokens_since_report += count  # type: ignore[index]
+
+    def leave_decode(self, state: RequestState) -> None:
+        """Take a request off its decode instance (finish, migration or failure)."""
+        d = state.decode_instance
+        if d is None:
+            return
+        inst = self.instances[d]
+        inst.drop_shadow(state.req_id)
+        if state.req_id in inst.incoming:
+            inst.drop_incoming(state.req_id)
+            self._own(d, -self._blocks(state.request.prompt_tokens + state.generated_tokens))
+        if state.req_id in inst.decodes:
+            self._own(d, -inst.decodes.remove(state.req_id)["blocks"])
+
+    def finish(self, state: RequestState, reason: str | None = None) -> None:
+        """Release everything the request holds; ``reason`` marks a rejection or failure."""
+        self._drop_prefill(state)
+        self.leave_decode(state)
+        state.phase = Phase.REJECTED if reason else Phase.FINISHED
+        state.reject_reason, state.finish_s = reason, self.now()
+        self.requests.pop(state.req_id, None)
+
+    def totals(self) -> dict[str, int]:
+        """Sums over instances of everything in flight (all zero when the gateway is idle)."""
+        insts = list(self.instances.values())
+        return {"requests": len(self.requests),
+                "prefill_queue_tokens": sum(i.prefill_queue_tokens for i in insts),
+                "shadow_tokens": sum(i.shadow_tokens for i in insts),
+                "incoming_tokens": sum(i.incoming_tokens for i in insts),
+                "decodes": sum(i.decodes.n for i in insts),
+                "own_blocks": sum(e.own_blocks for e in self.engines.values())}
+
+    def describe(self, iid: int) -> dict:
+        """Live state of one instance for the admin API."""
+        inst, eng = self.instances[iid], self.engines[iid]
+        s = eng.sample
+        return {"id": iid, "name": eng.spec.name, "url": eng.spec.url, "role": inst.role.value,
+                "type": eng.spec.engine_type, "healthy": inst.healthy, "removed": eng.removed,
+                "queued_prefills": len(inst.prefill_queue), "incoming": len(inst.incoming),
+                "decoding": inst.decodes.n, "shadow": len(inst.shadow),
+                "token_load": inst.token_load(self.view.now_s), "kv_blocks_total": inst.kv_blocks_total,
+                "kv_usage": round(inst.kv_usage_at(self.view.now_s), 6),
+                "decode_rate_tokens_per_s": round(inst.decode_rate_tokens_per_s(self.view.now_s), 3),
+                "scraped": None if s is None else {"age_s": round(self.view.now_s - s.at_s, 3),
+                                                   "running": s.running, "waiting": s.waiting,
+                                                   "kv_usage": s.kv_usage, "preemptions": s.preemptions}}
+
+    def is_role(self, iid: int, role: Role) -> bool:
+        return self.instances[iid].role is role

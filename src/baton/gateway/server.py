@@ -1,0 +1,298 @@
+"""The gateway: an aiohttp server that runs a Baton scheduler live.
+
+It builds the same ``ClusterView`` the simulator builds (``LiveCluster``), asks the same
+scheduler for placements, runs the scheduler's periodic ticks in the server loop and
+executes their decisions: migrations (as continuations), role changes and watches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from typing import Any
+
+import aiohttp
+import numpy as np
+from aiohttp import web
+
+from baton.core.decisions import ArrivalPlan, ChangeRole, Decision, Migrate, Watch
+from baton.core.events import Completed, DecodeProgress, Observation
+from baton.core.request import RequestState
+from baton.gateway import admin
+from baton.gateway.client import ClientOut
+from baton.gateway.config import GatewayConfig
+from baton.gateway.flow import Flow
+from baton.gateway.live import LiveCluster
+from baton.gateway.metrics import GatewayMetrics
+from baton.gateway.scrape import parse_metrics
+from baton.gateway.upstream import UpstreamError
+from baton.perf import presets
+from baton.policies import PolicyContext, build_scheduler
+from baton.protocol.errors import ApiError
+from baton.protocol.requests import CHAT, COMPLETIONS, parse_json, parse_request
+
+log = logging.getLogger("baton.gateway")
+
+
+def estimate_prompt_tokens(kind: str, body: dict[str, Any]) -> tuple[int, list[int] | None]:
+    """Prompt length before any engine has tokenised it: exact for token-id prompts,
+    else about four characters per token (corrected when the engine reports usage)."""
+    if kind == COMPLETIONS and isinstance(body["prompt"], list):
+        return len(body["prompt"]), list(body["prompt"])
+    if kind == COMPLETIONS:
+        return max(1, len(body["prompt"]) // 4), None
+    chars = sum(len(m.get("content") or "") if isinstance(m.get("content"), str) else 64
+                for m in body["messages"])
+    return max(1, chars // 4 + 4 * len(body["messages"])), None
+
+
+class Gateway:
+    """State and behaviour of one ``baton serve`` process."""
+
+    def __init__(self, config: GatewayConfig) -> None:
+        self.config = config
+        perf = presets.build(config.preset)
+        t0 = time.monotonic()
+        self.cluster = LiveCluster(lambda: time.monotonic() - t0, perf.kv_capacity_tokens // config.block_size,
+                                   config.block_size)
+        for spec in config.engines:
+            self.cluster.add_engine(spec)
+        self.rng = np.random.default_rng(config.seed)
+        self.scheduler = build_scheduler(config.policy, PolicyContext(np.random.default_rng(config.seed), perf))
+        self.metrics = GatewayMetrics()
+        self.model = config.model or next((e.model for e in config.engines if e.model), None) or "baton"
+        self.flows: dict[int, Flow] = {}
+        self.watches: dict[int, tuple[int, int]] = {}
+        self.decisions: list[tuple[str, int, Any]] = []  # placement log, for replay checks
+        self.session: aiohttp.ClientSession | None = None
+        self.upstream_timeout = aiohttp.ClientTimeout(total=config.upstream_timeout_s,
+                                                      sock_connect=config.connect_timeout_s)
+        self._tasks: list[asyncio.Task] = []
+
+    # --- app -----------------------------------------------------------------------------
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.config.max_body_bytes)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/metrics", self.prometheus)
+        admin.add_routes(app, self)
+        app.on_startup.append(self._start)
+        app.on_cleanup.append(self._stop)
+        return app
+
+    async def _start(self, _app: web.Application) -> None:
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
+        self.session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+        self.cluster.now()
+        for stage_index, decision in self.scheduler.start(self.cluster.view):
+            self.execute(decision, stage_index)
+        self._tasks.append(asyncio.create_task(self._scrape_loop()))
+        for stage_index, interval in self.scheduler.tickers:
+            self._tasks.append(asyncio.create_task(self._tick_loop(stage_index, interval)))
+
+    async def _stop(self, _app: web.Application) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.session is not None:
+            await self.session.close()
+
+    # --- endpoints -----------------------------------------------------------------------
+    async def health(self, _request: web.Request) -> web.Response:
+        live = [i for i in self.cluster.instances.values() if i.healthy]
+        ok = any(i.role.prefills for i in live) and any(i.role.decodes for i in live)
+        return web.json_response({"status": "ok" if ok else "degraded", "healthy_instances": len(live)},
+                                 status=200 if ok else 503)
+
+    async def models(self, _request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [
+            {"id": self.model, "object": "model", "created": 0, "owned_by": "baton"}]})
+
+    async def prometheus(self, _request: web.Request) -> web.Response:
+        return web.Response(body=self.metrics.render(),
+                            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, COMPLETIONS)
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, CHAT)
+
+    async def _read(self, request: web.Request, kind: str):
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise ApiError(413, f"request body exceeds {self.config.max_body_bytes} bytes") from None
+        parsed = parse_request(kind, parse_json(raw))
+        model = parsed.body.get("model")
+        if model is not None and model != self.model:
+            raise ApiError(404, f"The model `{model}` does not exist.", err_type="NotFoundError",
+                           param="model", code="model_not_found")
+        return parsed
+
+    async def _serve(self, request: web.Request, kind: str) -> web.StreamResponse:
+        xid = request.headers.get("X-Request-Id") or uuid.uuid4().hex
+        try:
+            parsed = await self._read(request, kind)
+            if len(self.flows) >= self.config.max_inflight:
+                self.metrics.rejected.labels("overload").inc()
+                raise ApiError(429, f"gateway at capacity ({self.config.max_inflight} requests in flight); "
+                                    "retry later", err_type="rate_limit_exceeded", code="429")
+        except ApiError as err:
+            return web.json_response(err.body(), status=err.status, headers={"X-Request-Id": xid})
+        tokens, ids = estimate_prompt_tokens(kind, parsed.body)
+        state = self.cluster.new_request(tokens, parsed.max_tokens or 0)
+        out = ClientOut(request, parsed, self.model, f"cmpl-{xid}" if kind == COMPLETIONS else f"chatcmpl-{xid}")
+        flow = Flow(self, parsed, out, state, xid, ids)
+        self.flows[state.req_id] = flow
+        self.metrics.inflight.set(len(self.flows))
+        return await flow.run()
+
+    # --- policy calls --------------------------------------------------------------------
+    def plan(self, state: RequestState) -> ArrivalPlan:
+        """The scheduler's placement; ApiError 503 when nothing can take the request."""
+        self.cluster.now()
+        plan = self.scheduler.plan_arrival(self.cluster.view, state)
+        if plan.rejected:
+            self.metrics.rejected.labels(plan.reject_reason or "policy").inc()
+            raise ApiError(503, f"request rejected by policy: {plan.reject_reason}", err_type="server_error")
+        if plan.prefill_instance is None or not self.cluster.instances[plan.prefill_instance].healthy:
+            self.metrics.rejected.labels("no_instance").inc()
+            raise ApiError(503, "no healthy instance can take the request", err_type="server_error")
+        self.decisions.append(("prefill", state.req_id, plan.prefill_instance))
+        if plan.decode_instance is not None:
+            self.decisions.append(("decode", state.req_id, plan.decode_instance))
+        return plan
+
+    def choose_decode(self, state: RequestState) -> int:
+        self.cluster.now()
+        choice = self.scheduler.choose_decode(self.cluster.view, state)
+        if choice is None or not self.cluster.instances[choice].healthy:
+            ids = self.cluster.view.decode_ids
+            if not ids:
+                raise ApiError(503, "no healthy decode instance", err_type="server_error")
+            choice = min(ids, key=self.cluster.view.token_load)
+        self.decisions.append(("decode", state.req_id, choice))
+        return choice
+
+    def fallback_prefill(self, state: RequestState) -> int:
+        """Another prefill instance after a failed prefill leg (least queued prefill work)."""
+        ids = self.cluster.view.prefill_ids
+        if not ids:
+            raise ApiError(503, "no healthy prefill instance", err_type="server_error")
+        choice = min(ids, key=lambda i: self.cluster.instances[i].prefill_queue_tokens)
+        self.cluster.rebind_prefill(state, choice)
+        return choice
+
+    def observe(self, observation: Observation) -> None:
+        if self.scheduler.observes:
+            self.cluster.now()
+            self.scheduler.observe(self.cluster.view, observation)
+
+    def wants_ids(self, iid: int) -> bool:
+        """vLLM returns token ids on request (needed for continuation); SGLang does not."""
+        return self.cluster.engines[iid].spec.engine_type == "vllm"
+
+    # --- decisions -----------------------------------------------------------------------
+    def execute(self, decision: Decision, stage_index: int) -> None:
+        if isinstance(decision, Migrate):
+            flow = self.flows.get(decision.req_id)
+            if flow is not None:
+                flow.state.migrating = True
+                flow.request_migration(decision.target_instance)
+        elif isinstance(decision, ChangeRole):
+            if self.cluster.set_role(decision.instance_id, decision.role):
+                self.metrics.flips.labels(decision.role.value).inc()
+        elif isinstance(decision, Watch):
+            self.watches[decision.req_id] = (stage_index, decision.context_tokens)
+
+    def check_watch(self, state: RequestState) -> None:
+        watch = self.watches.get(state.req_id)
+        if watch is None or state.request.prompt_tokens + state.generated_tokens < watch[1]:
+            return
+        del self.watches[state.req_id]
+        self.cluster.now()
+        ctx = state.request.prompt_tokens + state.generated_tokens
+        for d in self.scheduler.on_threshold(watch[0], self.cluster.view, state.req_id, ctx):
+            self.execute(d, watch[0])
+
+    async def _tick_loop(self, stage_index: int, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            self._report_progress()
+            self.cluster.now()
+            for d in self.scheduler.tick(stage_index, self.cluster.view):
+                self.execute(d, stage_index)
+
+    def _report_progress(self) -> None:
+        now = self.cluster.now()
+        for iid, eng in self.cluster.engines.items():
+            inst = self.cluster.instances[iid]
+            if eng.tokens_since_report and inst.decodes.n:
+                iterations = max(1, eng.tokens_since_report // inst.decodes.n)
+                self.observe(DecodeProgress(iid, iterations, inst.recent_iteration_s, now))
+            eng.tokens_since_report = 0
+
+    # --- request bookkeeping -----------------------------------------------------------
+    def token_timing(self, flow: Flow, count: int) -> None:
+        now = self.cluster.clock()
+        st = flow.state
+        if st.last_token_s is None or flow.out.tokens == 0:
+            self.metrics.ttft.labels(flow.path).observe(now - st.request.arrival_s)
+        else:
+            self.metrics.tbt.labels(flow.path).observe(now - st.last_token_s)
+
+    def flow_ended(self, flow: Flow, outcome: str) -> None:
+        st = flow.state
+        self.flows.pop(st.req_id, None)
+        self.watches.pop(st.req_id, None)
+        self.metrics.inflight.set(len(self.flows))
+        self.metrics.requests.labels(flow.path, outcome).inc()
+        if outcome == "ok":
+            self.observe(Completed(st.req_id, flow.out.tokens, self.cluster.clock()))
+            if flow.out.tokens > 1 and st.decode_start_s is not None and st.finish_s is not None:
+                first = st.first_token_s or st.decode_start_s
+                self.metrics.tpot.labels(flow.path).observe((st.finish_s - first) / (flow.out.tokens - 1))
+
+    def backend_error(self, iid: int, err: BaseException) -> None:
+        kind = "connect" if isinstance(err, UpstreamError) and err.connect else (
+            "http" if isinstance(err, UpstreamError) and err.status else "stream")
+        self.metrics.backend_errors.labels(self.cluster.engines[iid].spec.name, kind).inc()
+        if not isinstance(err, UpstreamError) or err.engine_fault:
+            self.cluster.set_health(iid, False)
+
+    # --- scraping --------------------------------------------------------------------------
+    async def _scrape_loop(self) -> None:
+        while True:
+            ids = [i for i, e in self.cluster.engines.items() if not e.removed]
+            results = await asyncio.gather(*(self.scrape(i) for i in ids), return_exceptions=True)
+            for iid, res in zip(ids, results):
+                if isinstance(res, Exception):  # a scrape bug must not stop health probing
+                    log.warning("scrape of instance %s failed: %r", iid, res)
+            await asyncio.sleep(self.config.scrape_interval_s)
+
+    async def scrape(self, iid: int) -> bool:
+        """Read one engine's metrics; doubles as its health probe."""
+        eng = self.cluster.engines[iid]
+        timeout = aiohttp.ClientTimeout(total=max(1.0, self.config.connect_timeout_s))
+        try:
+            assert self.session is not None
+            async with self.session.get(eng.spec.url + "/metrics", timeout=timeout) as resp:
+                if resp.status != 200:
+                    raise ValueError(f"status {resp.status}")
+                sample = parse_metrics(await resp.text(), eng.spec.metric_names, self.cluster.clock())
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError):
+            eng.failures += 1
+            self.metrics.scrapes.labels(eng.spec.name, "error").inc()
+            if eng.failures >= self.config.unhealthy_after_failures:
+                self.cluster.set_health(iid, False)
+            return False
+        eng.failures = 0
+        self.cluster.record_scrape(iid, sample)
+        self.cluster.set_health(iid, True)
+        self.metrics.scrapes.labels(eng.spec.name, "ok").inc()
+        return True
