@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from baton.core.decisions import Migrate
 from baton.core.errors import ConfigError
 from baton.core.instance import Role
 from baton.gateway.config import parse_engine
@@ -88,6 +89,31 @@ def add_routes(app: web.Application, gw: Gateway) -> None:
                                   "ticks_s": [i for _, i in gw.scheduler.tickers], "preset": cfg.preset,
                                   "pd_protocol": cfg.pd_protocol, "scrape_interval_s": cfg.scrape_interval_s})
 
+    async def list_requests(_request: web.Request) -> web.Response:
+        gw.cluster.now()
+        return web.json_response({"requests": [f.describe() for f in gw.flows.values()]})
+
+    async def migrate(request: web.Request) -> web.Response:
+        """Move one request (an operator's drain or rebalance), like a policy's Migrate."""
+        try:
+            flow = gw.flows[int(request.match_info["req_id"])]
+        except (KeyError, ValueError):
+            raise ApiError(404, f"no request {request.match_info['req_id']!r} in flight",
+                           err_type="not_found_error") from None
+        body = parse_json(await request.read())
+        target = gw.cluster.find(str(body.get("target")))
+        if target is None:
+            raise ApiError(404, f"no instance named {body.get('target')!r}", err_type="not_found_error")
+        gw.execute(Migrate(flow.state.req_id, target), stage_index=-1)
+        return web.json_response({"req_id": flow.state.req_id, "target": target, "status": "requested"},
+                                 status=202)
+
+    async def decisions(_request: web.Request) -> web.Response:
+        return web.json_response({"decisions": list(gw.decisions)})
+
+    app.router.add_get("/admin/requests", _guarded(gw, list_requests))
+    app.router.add_post("/admin/requests/{req_id}/migrate", _guarded(gw, migrate))
+    app.router.add_get("/admin/decisions", _guarded(gw, decisions))
     app.router.add_get("/admin/instances", _guarded(gw, list_instances))
     app.router.add_post("/admin/instances", _guarded(gw, add_instance))
     app.router.add_delete("/admin/instances/{key}", _guarded(gw, remove_instance))

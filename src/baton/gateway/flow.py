@@ -55,12 +55,23 @@ class Flow:
         self.colocated = False
         self.recoveries = 0
         self.reason: str | None = None
+        self.first_token_s: float | None = None  # gateway clock, as the client saw them
+        self.last_token_s: float | None = None
         self._prefill_task: asyncio.Task | None = None
 
     @property
     def can_continue(self) -> bool:
         """A continuation needs the prompt ids and the id of every token relayed."""
         return self.prompt_ids is not None and self.ids_complete
+
+    def describe(self) -> dict[str, Any]:
+        """Live state for the admin API."""
+        st = self.state
+        return {"req_id": st.req_id, "x_request_id": self.headers["X-Request-Id"], "path": self.path,
+                "phase": st.phase.value, "prefill_instance": st.prefill_instance,
+                "decode_instance": st.decode_instance, "prompt_tokens": st.request.prompt_tokens,
+                "generated_tokens": st.generated_tokens, "migrations": st.migrations,
+                "age_s": round(self.cluster.view.now_s - st.request.arrival_s, 3)}
 
     def request_migration(self, target: int) -> None:
         self.migrate_to = target

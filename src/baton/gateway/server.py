@@ -11,6 +11,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections import deque
 from typing import Any
 
 import aiohttp
@@ -65,7 +66,7 @@ class Gateway:
         self.model = config.model or next((e.model for e in config.engines if e.model), None) or "baton"
         self.flows: dict[int, Flow] = {}
         self.watches: dict[int, tuple[int, int]] = {}
-        self.decisions: list[tuple[str, int, Any]] = []  # placement log, for replay checks
+        self.decisions: deque[tuple[str, int, int]] = deque(maxlen=100_000)  # placement log (admin API)
         self.session: aiohttp.ClientSession | None = None
         self.upstream_timeout = aiohttp.ClientTimeout(total=config.upstream_timeout_s,
                                                       sock_connect=config.connect_timeout_s)
@@ -239,12 +240,14 @@ class Gateway:
 
     # --- request bookkeeping -----------------------------------------------------------
     def token_timing(self, flow: Flow, count: int) -> None:
+        """TTFT at the first relayed token, then one TBT sample per relayed chunk."""
         now = self.cluster.clock()
-        st = flow.state
-        if st.last_token_s is None or flow.out.tokens == 0:
-            self.metrics.ttft.labels(flow.path).observe(now - st.request.arrival_s)
-        else:
-            self.metrics.tbt.labels(flow.path).observe(now - st.last_token_s)
+        if flow.first_token_s is None:
+            flow.first_token_s = now
+            self.metrics.ttft.labels(flow.path).observe(now - flow.state.request.arrival_s)
+        elif flow.last_token_s is not None:
+            self.metrics.tbt.labels(flow.path).observe(now - flow.last_token_s)
+        flow.last_token_s = now
 
     def flow_ended(self, flow: Flow, outcome: str) -> None:
         st = flow.state
@@ -254,9 +257,9 @@ class Gateway:
         self.metrics.requests.labels(flow.path, outcome).inc()
         if outcome == "ok":
             self.observe(Completed(st.req_id, flow.out.tokens, self.cluster.clock()))
-            if flow.out.tokens > 1 and st.decode_start_s is not None and st.finish_s is not None:
-                first = st.first_token_s or st.decode_start_s
-                self.metrics.tpot.labels(flow.path).observe((st.finish_s - first) / (flow.out.tokens - 1))
+            if flow.out.tokens > 1 and flow.first_token_s is not None and flow.last_token_s is not None:
+                tpot_s = (flow.last_token_s - flow.first_token_s) / (flow.out.tokens - 1)
+                self.metrics.tpot.labels(flow.path).observe(tpot_s)
 
     def backend_error(self, iid: int, err: BaseException) -> None:
         kind = "connect" if isinstance(err, UpstreamError) and err.connect else (

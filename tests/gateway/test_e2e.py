@@ -1,0 +1,281 @@
+"""End to end on 127.0.0.1: emulators and gateways as real processes.
+
+Emulator output tokens are their absolute positions (`` 4 5 6`` after a 4-token
+prompt), so every test checks the exact token sequence a client received.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from tests.live import (Stream, chunk_texts, get, metric, post, request, servers, start_emulator,
+                        start_gateway, wait_until)
+
+TOKEN = "s3cret"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+PROMPT = "a b c d"  # 4 prompt tokens for the emulator
+
+
+def expected(prompt_len: int, n: int) -> str:
+    return "".join(f" {prompt_len + i}" for i in range(n))
+
+
+def engines(p, d0, d1):
+    return [{"name": "p0", "url": p.url, "role": "prefill"},
+            {"name": "d0", "url": d0.url, "role": "decode"},
+            {"name": "d1", "url": d1.url, "role": "decode"}]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """One prefill and two decode emulators, and gateways with different policies on them."""
+    tmp = tmp_path_factory.mktemp("e2e")
+    p, d0, d1 = (start_emulator(tmp, "--time-scale", "2") for _ in range(3))
+    base = {"engines": engines(p, d0, d1), "admin_token": TOKEN, "scrape_interval_s": 0.2}
+    gws = {"pd": start_gateway(tmp, {**base, "policy": "least-loaded", "max_body_bytes": 65536}),
+           "ils": start_gateway(tmp, {**base, "policy": "ils"}),
+           "colocated": start_gateway(tmp, {"engines": engines(p, d0, d1), "policy": "colocated"}),
+           "small": start_gateway(tmp, {**base, "policy": "least-loaded", "max_inflight": 2})}
+    with servers(p, d0, d1, *gws.values()):
+        yield {"p": p, "d0": d0, "d1": d1, **gws}
+
+
+def idle(gw) -> bool:
+    """The gateway's accounting is back to zero everywhere."""
+    _, body = get(gw.url + "/admin/instances", headers=AUTH)
+    return all(v == 0 for v in body["in_flight"].values())
+
+
+def decisions(gw) -> list[list]:
+    return get(gw.url + "/admin/decisions", headers=AUTH)[1]["decisions"]
+
+
+def complete(gw, n=8, prompt=PROMPT, **extra):
+    return post(gw.url + "/v1/completions", {"prompt": prompt, "max_tokens": n, "ignore_eos": True, **extra})
+
+
+def test_pd_routing_prefills_on_prefill_and_pulls_kv_on_decode(cluster):
+    gw, before = cluster["pd"], {k: metric(cluster[k].url, "vllm:prompt_tokens_total") for k in ("p", "d0", "d1")}
+    results = [None] * 6
+
+    def one(i):
+        results[i] = complete(gw, 20)
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(6)]
+    [t.start() for t in threads]
+    [t.join(30) for t in threads]
+    for status, body in results:
+        assert status == 200, body
+        assert body["choices"][0]["text"] == expected(4, 20)
+        assert body["usage"] == {"prompt_tokens": 4, "completion_tokens": 20, "total_tokens": 24}
+    after = {k: metric(cluster[k].url, "vllm:prompt_tokens_total") for k in ("p", "d0", "d1")}
+    assert after["p"] - before["p"] == 24  # every prompt prefilled on the prefill instance
+    assert after["d0"] == before["d0"] and after["d1"] == before["d1"]  # decodes pulled the KV
+    placed = decisions(gw)[-12:]
+    assert {d[2] for d in placed if d[0] == "prefill"} == {0}
+    assert {d[2] for d in placed if d[0] == "decode"} == {1, 2}  # concurrent requests spread out
+    assert wait_until(lambda: idle(gw))
+
+
+@pytest.mark.parametrize("kind", ["completions", "chat"])
+def test_streaming_equals_non_streaming(cluster, kind):
+    gw = cluster["pd"]
+    if kind == "chat":
+        url, body, plen = gw.url + "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi there"}]}, 7
+    else:
+        url, body, plen = gw.url + "/v1/completions", {"prompt": PROMPT}, 4
+    body = {**body, "max_tokens": 12, "ignore_eos": True}
+    status, full = post(url, body)
+    assert status == 200
+    s = Stream(url, {**body, "stream": True, "stream_options": {"include_usage": True}})
+    assert s.status == 200
+    events = list(s.events())
+    s.close()
+    assert chunk_texts(events) == expected(plen, 12)
+    text = full["choices"][0]["text"] if kind == "completions" else full["choices"][0]["message"]["content"]
+    assert text == expected(plen, 12)
+    assert [e["choices"][0]["finish_reason"] for e in events if e["choices"]][-1] == "length"
+    assert events[-1]["usage"]["completion_tokens"] == 12 and events[-1]["choices"] == []
+    assert wait_until(lambda: idle(gw))
+
+
+def test_early_binding_binds_decode_at_arrival(cluster):
+    gw = cluster["ils"]
+    for _ in range(3):
+        assert complete(gw, 6)[1]["choices"][0]["text"] == expected(4, 6)
+    log = decisions(gw)
+    for rid in {d[1] for d in log}:
+        mine = [d for d in log if d[1] == rid]
+        assert [d[0] for d in mine] == ["prefill", "decode"]  # bound in the arrival plan, never re-chosen
+        assert mine[1][2] in (1, 2)
+
+
+def test_colocated_mode_serves_each_request_on_one_instance(cluster):
+    gw = cluster["colocated"]
+    before = {k: metric(cluster[k].url, "vllm:prompt_tokens_total") for k in ("p", "d0", "d1")}
+    for _ in range(3):
+        status, body = complete(gw, 5)
+        assert status == 200 and body["choices"][0]["text"] == expected(4, 5)
+    after = {k: metric(cluster[k].url, "vllm:prompt_tokens_total") for k in ("p", "d0", "d1")}
+    assert sum(after.values()) - sum(before.values()) == 12  # one full prefill per request, no handoff
+    status, body = get(gw.url + "/admin/instances", headers=AUTH)
+    assert status == 403  # this gateway has no admin token: the admin API is off
+
+
+def test_migration_mid_stream_keeps_the_token_sequence(cluster):
+    gw = cluster["pd"]
+    s = Stream(gw.url + "/v1/completions", {"prompt": PROMPT, "max_tokens": 300, "ignore_eos": True, "stream": True})
+    events, it = [], s.events()
+    for _ in range(10):
+        events.append(next(it))
+    (req,) = get(gw.url + "/admin/requests", headers=AUTH)[1]["requests"]
+    source = req["decode_instance"]
+    target = "d1" if source == 1 else "d0"
+    ok_before = metric(gw.url, 'baton_migrations_total{result="ok"}')
+    status, _ = post(gw.url + f"/admin/requests/{req['req_id']}/migrate", {"target": target}, headers=AUTH)
+    assert status == 202
+    events += list(it)
+    s.close()
+    assert chunk_texts(events) == expected(4, 300)  # nothing duplicated, nothing missing
+    assert metric(gw.url, 'baton_migrations_total{result="ok"}') == ok_before + 1
+    assert wait_until(lambda: idle(gw))
+
+
+def test_client_abort_stops_upstream_work(cluster):
+    gw = cluster["pd"]
+    s = Stream(gw.url + "/v1/completions", {"prompt": PROMPT, "max_tokens": 2000, "ignore_eos": True, "stream": True})
+    it = s.events()
+    for _ in range(5):
+        next(it)
+    s.close()
+    assert wait_until(lambda: idle(gw))
+    for k in ("p", "d0", "d1"):
+        assert wait_until(lambda: metric(cluster[k].url, "vllm:num_requests_running") == 0)
+        assert wait_until(lambda: metric(cluster[k].url, "vllm:kv_cache_usage_perc") == 0)
+
+
+def test_bad_input_gets_openai_errors(cluster):
+    gw = cluster["pd"]
+    status, body = request("POST", gw.url + "/v1/completions", raw=b'{"prompt": "x", ')
+    assert status == 400 and "not valid JSON" in body["error"]["message"]
+    status, body = request("POST", gw.url + "/v1/completions", raw=b'{"prompt": "' + b"x" * 70000 + b'"}')
+    assert status == 413 and "exceeds 65536 bytes" in body["error"]["message"]
+    status, body = post(gw.url + "/v1/completions", {"max_tokens": 3})
+    assert status == 400 and body["error"]["param"] == "prompt"
+    status, body = post(gw.url + "/v1/completions", {"prompt": "x", "max_tokens": -1})
+    assert status == 400 and body["error"]["param"] == "max_tokens"
+    status, body = post(gw.url + "/v1/completions", {"prompt": "x", "model": "nope"})
+    assert status == 404 and body["error"]["code"] == "model_not_found"
+    assert wait_until(lambda: idle(gw))
+
+
+def test_admin_requires_the_bearer_token(cluster):
+    gw = cluster["pd"]
+    assert get(gw.url + "/admin/instances")[0] == 401
+    assert get(gw.url + "/admin/instances", headers={"Authorization": "Bearer wrong"})[0] == 401
+    status, body = get(gw.url + "/admin/instances", headers=AUTH)
+    assert status == 200 and [i["name"] for i in body["instances"]] == ["p0", "d0", "d1"]
+    assert all(i["scraped"] is not None and i["scraped"]["kv_usage"] is not None for i in body["instances"])
+    assert get(gw.url + "/admin/policy", headers=AUTH)[1]["scheduler"] == "least-loaded"
+    assert request("PATCH", gw.url + "/admin/instances/d1", {"role": "mixed"})[0] == 401
+
+
+def test_admin_changes_roles_and_membership(cluster):
+    gw = cluster["ils"]
+    status, body = request("PATCH", gw.url + "/admin/instances/d1", {"role": "banana"}, headers=AUTH)
+    assert status == 400 and body["error"]["param"] == "role"
+    status, body = request("PATCH", gw.url + "/admin/instances/d1", {"role": "prefill"}, headers=AUTH)
+    assert status == 200 and body["role"] == "prefill"
+    for _ in range(4):
+        complete(gw, 3)
+    assert {d[2] for d in decisions(gw)[-8:] if d[0] == "decode"} == {1}  # d1 no longer decodes
+    request("PATCH", gw.url + "/admin/instances/d1", {"role": "decode"}, headers=AUTH)
+    assert metric(gw.url, "baton_role_flips_total") == 2
+    status, body = post(gw.url + "/admin/instances", {"name": "d0", "url": cluster["d0"].url, "role": "decode"},
+                        headers=AUTH)
+    assert status == 409
+    status, body = post(gw.url + "/admin/instances", {"url": "ftp://x", "role": "decode"}, headers=AUTH)
+    assert status == 400 and "instance.url" in body["error"]["message"]
+    status, body = post(gw.url + "/admin/instances", {"name": "d0b", "url": cluster["d0"].url, "role": "decode"},
+                        headers=AUTH)
+    assert status == 201 and body["healthy"] and body["scraped"] is not None
+    assert request("DELETE", gw.url + "/admin/instances/d0b", headers=AUTH)[0] == 200
+    assert [i["name"] for i in get(gw.url + "/admin/instances", headers=AUTH)[1]["instances"]] == ["p0", "d0", "d1"]
+
+
+def test_overload_gets_429_and_nothing_is_lost(cluster):
+    gw = cluster["small"]
+    results = []
+
+    def one():
+        results.append(complete(gw, 150))
+    threads = [threading.Thread(target=one) for _ in range(5)]
+    [t.start() for t in threads]
+    [t.join(30) for t in threads]
+    codes = sorted(s for s, _ in results)
+    assert len(codes) == 5 and codes.count(200) >= 2 and 429 in codes
+    for status, body in results:
+        if status == 429:
+            assert body["error"]["type"] == "rate_limit_exceeded"
+        else:
+            assert body["choices"][0]["text"] == expected(4, 150)
+    assert wait_until(lambda: idle(gw))
+
+
+def test_gateway_metrics_per_decision_path(cluster):
+    gw = cluster["pd"]
+    complete(gw, 4)
+    _, text = get(gw.url + "/metrics")
+    assert 'baton_ttft_seconds_count{path="pd"}' in text
+    assert metric(gw.url, 'baton_requests_total{outcome="ok",path="pd"}') >= 1
+    assert metric(gw.url, 'baton_tbt_seconds_count{path="pd"}') >= 3
+
+
+def test_engine_killed_mid_stream_is_continued_elsewhere(tmp_path):
+    p, d0, d1 = (start_emulator(tmp_path, "--time-scale", "2") for _ in range(3))
+    gw = start_gateway(tmp_path, {"engines": engines(p, d0, d1), "admin_token": TOKEN, "policy": "least-loaded"})
+    with servers(p, d0, d1, gw):
+        s = Stream(gw.url + "/v1/completions", {"prompt": PROMPT, "max_tokens": 200, "ignore_eos": True,
+                                                "stream": True})
+        events, it = [], s.events()
+        for _ in range(10):
+            events.append(next(it))
+        (req,) = get(gw.url + "/admin/requests", headers=AUTH)[1]["requests"]
+        victim, survivor = (d0, d1) if req["decode_instance"] == 1 else (d1, d0)
+        victim.kill()
+        events += list(it)
+        s.close()
+        assert chunk_texts(events) == expected(4, 200)
+        assert metric(gw.url, "baton_recoveries_total") == 1
+        insts = {i["name"]: i for i in get(gw.url + "/admin/instances", headers=AUTH)[1]["instances"]}
+        assert not insts["d0" if victim is d0 else "d1"]["healthy"]
+        assert wait_until(lambda: idle(gw))
+        # with the only other decode instance gone too, a request fails cleanly
+        survivor.kill()
+        status, body = complete(gw, 5)
+        assert status in (502, 503) and body["error"]["message"]
+        assert wait_until(lambda: idle(gw))
+
+
+def test_sglang_bootstrap_adapter(tmp_path):
+    p = start_emulator(tmp_path, "--disaggregation-mode", "prefill")
+    d = start_emulator(tmp_path, "--disaggregation-mode", "decode")
+    cfg = {"engines": [{"name": "p0", "url": p.url, "role": "prefill", "bootstrap_port": p.port},
+                       {"name": "d0", "url": d.url, "role": "decode"}],
+           "pd_protocol": "sglang", "admin_token": TOKEN}
+    gw = start_gateway(tmp_path, cfg)
+    with servers(p, d, gw):
+        for stream in (False, True):
+            body = {"prompt": PROMPT, "max_tokens": 9, "ignore_eos": True, "stream": stream}
+            if stream:
+                s = Stream(gw.url + "/v1/completions", body)
+                text = chunk_texts(list(s.events()))
+                s.close()
+            else:
+                status, out = post(gw.url + "/v1/completions", body)
+                text = out["choices"][0]["text"]
+            assert text == expected(4, 9)
+        assert metric(p.url, "vllm:prompt_tokens_total") == 8
+        assert metric(d.url, "vllm:prompt_tokens_total") == 0  # the decode side pulled the KV by room
+        assert wait_until(lambda: idle(gw))
