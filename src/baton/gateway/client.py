@@ -26,6 +26,7 @@ class ClientOut:
         self.prompt_token_ids: list[int] | None = None
         self.prompt_tokens = 0
         self.tokens = 0
+        self._pending: list[bytes] = []
         self.response: web.StreamResponse | None = None
 
     @property
@@ -39,19 +40,23 @@ class ClientOut:
         self.response = resp
         return resp
 
-    async def send(self, text: str, token_ids: list[int] | None, count: int) -> None:
-        """Relay ``count`` tokens (their text and ids)."""
+    def add(self, text: str, token_ids: list[int] | None, count: int) -> None:
+        """Queue ``count`` relayed tokens (their text and ids) for the next ``flush``."""
         first = self.tokens == 0
         self.tokens += count
         self.texts.append(text)
         if token_ids:
             self.token_ids.extend(token_ids)
-        if not self.parsed.stream:
-            return
-        resp = self.response or await self._start()
-        chunk = stream_chunk(self.parsed.kind, self.rid, self.model, self.created, text, None,
-                             token_ids if self.with_ids else None, first)
-        await resp.write(sse(chunk))
+        if self.parsed.stream:
+            self._pending.append(sse(stream_chunk(self.parsed.kind, self.rid, self.model, self.created, text,
+                                                  None, token_ids if self.with_ids else None, first)))
+
+    async def flush(self) -> None:
+        """Write what ``add`` queued, in one write."""
+        if self._pending:
+            resp = self.response or await self._start()
+            data, self._pending = b"".join(self._pending), []
+            await resp.write(data)
 
     async def finish(self, reason: str | None) -> web.StreamResponse:
         """End the response normally."""
@@ -62,11 +67,11 @@ class ClientOut:
                                  self.prompt_token_ids if self.with_ids else None)
             return web.json_response(body, headers={"X-Request-Id": self.rid})
         resp = self.response or await self._start()
-        await resp.write(sse(stream_chunk(self.parsed.kind, self.rid, self.model, self.created, "", reason)))
+        tail = [sse(stream_chunk(self.parsed.kind, self.rid, self.model, self.created, "", reason))]
         if self.parsed.include_usage:
-            await resp.write(sse(usage_chunk(self.parsed.kind, self.rid, self.model, self.created,
-                                             self.prompt_tokens, self.tokens)))
-        await resp.write(DONE)
+            tail.append(sse(usage_chunk(self.parsed.kind, self.rid, self.model, self.created,
+                                        self.prompt_tokens, self.tokens)))
+        await resp.write(b"".join(tail) + DONE)
         return resp
 
     async def fail(self, err: ApiError) -> web.StreamResponse:

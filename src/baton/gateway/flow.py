@@ -193,25 +193,27 @@ class Flow:
         while True:
             assert self.leg is not None
             try:
-                piece = await self.leg.next()
+                pieces = await self.leg.next_batch()
             except UpstreamError as err:
                 self.gw.backend_error(self.leg.instance_id, err)
                 await self._recover(err)
                 continue
-            if piece is None:
+            for piece in pieces:
+                self._on_piece(piece)
+            await self.out.flush()
+            if self.leg.done:
                 return await self.out.finish(self.reason)
-            await self._on_piece(piece)
-            if piece.finish_reason:
-                self.reason = piece.finish_reason
-            elif self.migrate_to is not None:
+            if self.migrate_to is not None and self.reason is None:
                 await self._migrate()
 
-    async def _on_piece(self, piece: Piece) -> None:
+    def _on_piece(self, piece: Piece) -> None:
         if piece.prompt_token_ids and self.prompt_ids is None:
             self.prompt_ids = list(piece.prompt_token_ids)
             self.cluster.set_prompt_tokens(self.state, len(self.prompt_ids))
         if piece.prompt_tokens and not self.out.prompt_tokens:
             self.out.prompt_tokens = piece.prompt_tokens
+        if piece.finish_reason:
+            self.reason = piece.finish_reason
         n = piece.tokens
         if n == 0:
             return
@@ -223,7 +225,7 @@ class Flow:
             self.generated_ids.extend(piece.token_ids)
         else:
             self.ids_complete = False
-        await self.out.send(piece.text, piece.token_ids, n)
+        self.out.add(piece.text, piece.token_ids, n)
         self.gw.check_watch(self.state)
 
     def _joined(self) -> None:

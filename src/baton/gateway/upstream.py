@@ -89,13 +89,14 @@ async def post_json(session: aiohttp.ClientSession, url: str, body: dict[str, An
 
 class StreamLeg:
     """A streamed leg to one instance. ``open()`` sends it and checks the status;
-    ``next()`` returns the next piece, None after ``[DONE]``; ``close()`` aborts it."""
+    ``next_batch()`` returns the pieces that have arrived; ``close()`` aborts it."""
 
     def __init__(self, instance_id: int, kind: str, url: str, body: dict[str, Any],
                  headers: dict[str, str]) -> None:
         self.instance_id, self.kind, self.url = instance_id, kind, url
         self.body, self.headers = body, headers
         self._resp: aiohttp.ClientResponse | None = None
+        self._buf = b""
         self.done = False
 
     async def open(self, session: aiohttp.ClientSession, timeout: aiohttp.ClientTimeout) -> None:
@@ -110,25 +111,35 @@ class StreamLeg:
             self.close()
             raise err
 
-    async def next(self) -> Piece | None:
+    async def next_batch(self) -> list[Piece]:
+        """Every piece that has arrived (waiting for at least one); after ``[DONE]`` sets
+        ``done``. Relaying a batch at once saves a write per token when the engine runs ahead."""
         assert self._resp is not None
+        pieces: list[Piece] = []
         try:
-            while True:
-                line = await self._resp.content.readline()
-                if not line:
+            while not pieces and not self.done:
+                data = await self._resp.content.readany()
+                if not data:
                     raise UpstreamError(f"{self.url}: stream ended before [DONE]")
-                if not line.startswith(b"data:"):
-                    continue
-                data = line[5:].strip()
-                if data == b"[DONE]":
-                    self.done = True
-                    return None
-                payload = json.loads(data)
-                if "error" in payload and not payload.get("choices"):
-                    raise UpstreamError(f"engine error event: {payload['error']}", status=500)
-                return piece_of(self.kind, payload)
+                self._buf += data
+                *lines, self._buf = self._buf.split(b"\n")
+                for line in lines:
+                    self._parse(line, pieces)
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
             raise UpstreamError(f"{self.url}: stream broke: {type(exc).__name__}: {exc}") from None
+        return pieces
+
+    def _parse(self, line: bytes, pieces: list[Piece]) -> None:
+        if not line.startswith(b"data:") or self.done:
+            return
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            self.done = True
+            return
+        payload = json.loads(data)
+        if "error" in payload and not payload.get("choices"):
+            raise UpstreamError(f"engine error event: {payload['error']}", status=500)
+        pieces.append(piece_of(self.kind, payload))
 
     def close(self) -> None:
         if self._resp is not None:
