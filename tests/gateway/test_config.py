@@ -1,0 +1,67 @@
+"""Gateway config: every error names the key at fault."""
+
+import pytest
+
+from baton.core.errors import ConfigError
+from baton.core.instance import Role
+from baton.gateway.config import load_config, parse_config
+
+ENGINE = {"url": "http://127.0.0.1:9000", "role": "decode"}
+
+
+def test_defaults_and_metric_names():
+    cfg = parse_config({"engines": [ENGINE, {"url": "http://h:1", "role": "prefill", "type": "sglang",
+                                             "metric_names": {"running": "my_running"}}]})
+    assert cfg.engines[0].role is Role.DECODE and cfg.engines[0].name == "127.0.0.1:9000"
+    assert cfg.engines[0].metric_names["kv_usage"] == "vllm:kv_cache_usage_perc"
+    assert cfg.engines[1].metric_names == {"running": "my_running", "waiting": "sglang:num_queue_reqs",
+                                           "kv_usage": "sglang:token_usage", "preemptions": None}
+
+
+def test_admin_token_from_environment(monkeypatch):
+    monkeypatch.setenv("BATON_ADMIN_TOKEN", "from-env")
+    assert parse_config({"engines": [ENGINE]}).admin_token == "from-env"
+    assert parse_config({"engines": [ENGINE], "admin_token": "cfg"}).admin_token == "cfg"
+
+
+@pytest.mark.parametrize("raw, where", [
+    ([], "expected a mapping"),
+    ({}, "engines"),
+    ({"engines": [{"url": "ftp://x", "role": "decode"}]}, "engines[0].url"),
+    ({"engines": [{"url": "http://x:1", "role": "boss"}]}, "engines[0].role"),
+    ({"engines": [{**ENGINE, "type": "trt"}]}, "engines[0].type"),
+    ({"engines": [{**ENGINE, "kv_blocks": -3}]}, "engines[0].kv_blocks"),
+    ({"engines": [{**ENGINE, "colour": 1}]}, "engines[0].colour"),
+    ({"engines": [{**ENGINE, "metric_names": {"speed": "x"}}]}, "engines[0].metric_names"),
+    ({"engines": [ENGINE, ENGINE]}, "unique"),
+    ({"engines": [ENGINE], "port": "80"}, "port"),
+    ({"engines": [ENGINE], "pd_protocol": "carrier-pigeon"}, "pd_protocol"),
+    ({"engines": [ENGINE], "max_inflight": 0}, "max_inflight"),
+    ({"engines": [ENGINE], "listen": 1}, "listen"),
+])
+def test_errors_name_the_key(raw, where):
+    with pytest.raises(ConfigError, match=None) as exc:
+        parse_config(raw)
+    assert where in str(exc.value)
+
+
+def test_unreadable_and_malformed_files(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("engines: [\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
+
+
+def test_serve_cli_reports_config_errors_in_one_line(tmp_path):
+    import subprocess
+    import sys
+    bad = tmp_path / "gw.yaml"
+    bad.write_text("engines:\n  - {url: 'http://x:1', role: boss}\n")
+    out = subprocess.run([sys.executable, "-m", "baton.cli.main", "serve", "--config", str(bad)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "engines[0].role" in out.stderr and "Traceback" not in out.stderr
+    out = subprocess.run([sys.executable, "-m", "baton.cli.main", "serve", "--config", str(bad), "--policy", "x"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
