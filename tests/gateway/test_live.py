@@ -109,3 +109,19 @@ def test_roles_health_and_removal_change_candidates():
     c.remove_engine(1)
     assert c.view.decode_ids == [] and not c.set_health(1, True)
     assert c.find("d0") is None and c.find("1") is None and c.find("d1") == c.find("2") == 2
+
+
+def test_prompt_length_corrected_mid_flight_releases_what_was_booked():
+    """The gateway estimates text prompts; the engine's count replaces the estimate while
+    blocks are booked. Releases must undo the booking, not the corrected length."""
+    c, clock = cluster()
+    st = c.new_request(6, 5)
+    c.bind(st, 0, None, None)
+    c.set_prompt_tokens(st, 33)
+    c.prefill_done(st)
+    c.expect_decode(st, 1)
+    c.set_prompt_tokens(st, 40)
+    c.start_decode(st)
+    c.token(st)
+    c.finish(st)
+    assert all(v == 0 for v in c.totals().values())

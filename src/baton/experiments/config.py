@@ -11,6 +11,7 @@ import numpy as np
 import yaml
 
 from baton.core.errors import ConfigError
+from baton.yamlfile import read_yaml
 from baton.core.request import Request
 from baton.metrics import SLO
 from baton.sim.cluster import ClusterSpec, cluster_from_dict
@@ -103,15 +104,7 @@ def _slo(data: Any) -> SLO:
 
 def load_experiment(path: str | Path) -> Experiment:
     """Read an experiment YAML file."""
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{path}{line}: malformed YAML: {getattr(exc, 'problem', exc)}") from None
+    data = read_yaml(path)
     if data is None:
         data = {}
     if not isinstance(data, Mapping):

@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-import yaml
-
 from baton.core.errors import ConfigError
 from baton.core.instance import Role
+from baton.yamlfile import read_yaml
 
 ENGINE_TYPES = ("vllm", "sglang")
 PD_PROTOCOLS = ("nixl", "sglang")
@@ -136,11 +135,4 @@ def parse_config(raw: Any, source: str = "config") -> GatewayConfig:
 
 def load_config(path: str | Path) -> GatewayConfig:
     """Read and validate a gateway YAML file."""
-    p = Path(path)
-    try:
-        raw = yaml.safe_load(p.read_text())
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{p}: not valid YAML: {exc}") from None
-    return parse_config(raw, str(p))
+    return parse_config(read_yaml(path), str(path))

@@ -171,8 +171,9 @@ class LiveCluster:
     def _drop_prefill(self, state: RequestState) -> None:
         p = state.prefill_instance
         if p is not None and state.req_id in self.instances[p].prefill_queue:
+            booked = self.instances[p].prefill_queue[state.req_id]  # the length it was booked with
             self.instances[p].drop_prefill(state.req_id)
-            self._own(p, -self._blocks(state.request.prompt_tokens))
+            self._own(p, -self._blocks(booked))
 
     def prefill_done(self, state: RequestState) -> None:
         """The prefill leg returned (PD) or the first token arrived (colocated)."""
@@ -197,9 +198,7 @@ class LiveCluster:
         assert d is not None
         inst = self.instances[d]
         now = self.now()
-        if state.req_id in inst.incoming:
-            inst.drop_incoming(state.req_id)
-            self._own(d, -self._blocks(state.request.prompt_tokens + state.generated_tokens))
+        self._drop_incoming(d, state.req_id)
         ctx = state.request.prompt_tokens + state.generated_tokens
         self._admits += 1
         inst.decodes.add(state.req_id, ctx, state.generated_tokens, state.request.output_tokens,
@@ -229,6 +228,13 @@ class LiveCluster:
                 self._own(d, grow)  # type: ignore[arg-type]
         self.engines[d].tokens_since_report += count  # type: ignore[index]
 
+    def _drop_incoming(self, iid: int, req_id: int) -> None:
+        inst = self.instances[iid]
+        if req_id in inst.incoming:
+            booked = inst.incoming[req_id]
+            inst.drop_incoming(req_id)
+            self._own(iid, -self._blocks(booked))
+
     def leave_decode(self, state: RequestState) -> None:
         """Take a request off its decode instance (finish, migration or failure)."""
         d = state.decode_instance
@@ -236,9 +242,7 @@ class LiveCluster:
             return
         inst = self.instances[d]
         inst.drop_shadow(state.req_id)
-        if state.req_id in inst.incoming:
-            inst.drop_incoming(state.req_id)
-            self._own(d, -self._blocks(state.request.prompt_tokens + state.generated_tokens))
+        self._drop_incoming(d, state.req_id)
         if state.req_id in inst.decodes:
             self._own(d, -inst.decodes.remove(state.req_id)["blocks"])
 
