@@ -124,3 +124,25 @@ def test_scraped_engine_metrics_are_read(stack):
     assert wait_until(scraped, timeout_s=10)
     assert metric(gw.url, 'baton_scrapes_total{instance="decode",result="ok"}') > 0
     assert wait_until(lambda: all(v == 0 for v in get(gw.url + "/admin/instances", headers=AUTH)[1]["in_flight"].values()))
+
+
+def test_migration_by_continuation_on_real_engines(stack):
+    """Mid-stream move from the decode to the other instance: vLLM returns the prompt and
+    output token ids, the target continues from them, and greedy output is unchanged."""
+    gw = stack["gw"]
+    body = {"model": "smollm2", "prompt": "Once upon a time, in a small village by the sea,",
+            "max_tokens": 40, "temperature": 0.0}
+    status, want = post(stack["decode"].url + "/v1/completions", body, timeout=300)
+    assert status == 200
+    ok_before = metric(gw.url, 'baton_migrations_total{result="ok"}')
+    s = Stream(gw.url + "/v1/completions", {**body, "stream": True}, timeout=300)
+    events, it = [], s.events()
+    for _ in range(8):
+        events.append(next(it))
+    (req,) = get(gw.url + "/admin/requests", headers=AUTH)[1]["requests"]
+    status, _ = post(gw.url + f"/admin/requests/{req['req_id']}/migrate", {"target": "prefill"}, headers=AUTH)
+    assert status == 202
+    events += list(it)
+    s.close()
+    assert metric(gw.url, 'baton_migrations_total{result="ok"}') == ok_before + 1
+    assert chunk_texts(events) == want["choices"][0]["text"]

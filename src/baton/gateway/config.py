@@ -60,7 +60,8 @@ class GatewayConfig:
     pd_protocol: str = "nixl"
     admin_token: str | None = None
     scrape_interval_s: float = 1.0
-    unhealthy_after_failures: int = 2
+    unhealthy_after_failures: int = 3
+    scrape_timeout_s: float = 5.0
     max_inflight: int = 1024
     max_body_bytes: int = 4 * 1024 * 1024
     upstream_timeout_s: float = 600.0
@@ -103,7 +104,7 @@ def parse_engine(raw: Any, where: str) -> EngineSpec:
 
 
 _SCALARS = {"host": str, "port": int, "model": str, "preset": str, "pd_protocol": str,
-            "admin_token": str, "scrape_interval_s": (int, float), "unhealthy_after_failures": int,
+            "admin_token": str, "scrape_interval_s": (int, float), "scrape_timeout_s": (int, float), "unhealthy_after_failures": int,
             "max_inflight": int, "max_body_bytes": int, "upstream_timeout_s": (int, float),
             "connect_timeout_s": (int, float), "max_recoveries": int, "block_size": int, "seed": int}
 
@@ -126,7 +127,7 @@ def parse_config(raw: Any, source: str = "config") -> GatewayConfig:
             kwargs[key] = raw[key]
     cfg = GatewayConfig(specs, policy=raw.get("policy", "least-loaded"), **kwargs)
     _require(cfg.pd_protocol in PD_PROTOCOLS, "pd_protocol", f"expected one of {', '.join(PD_PROTOCOLS)}")
-    for key in ("scrape_interval_s", "max_inflight", "max_body_bytes", "upstream_timeout_s",
+    for key in ("scrape_interval_s", "scrape_timeout_s", "max_inflight", "max_body_bytes", "upstream_timeout_s",
                 "connect_timeout_s", "block_size", "unhealthy_after_failures"):
         _require(getattr(cfg, key) > 0, key, "must be positive")
     cfg.admin_token = cfg.admin_token or os.environ.get("BATON_ADMIN_TOKEN") or None

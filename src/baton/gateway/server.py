@@ -281,7 +281,7 @@ class Gateway:
     async def scrape(self, iid: int) -> bool:
         """Read one engine's metrics; doubles as its health probe."""
         eng = self.cluster.engines[iid]
-        timeout = aiohttp.ClientTimeout(total=max(1.0, self.config.connect_timeout_s))
+        timeout = aiohttp.ClientTimeout(total=self.config.scrape_timeout_s, sock_connect=self.config.connect_timeout_s)
         try:
             assert self.session is not None
             async with self.session.get(eng.spec.url + "/metrics", timeout=timeout) as resp:
