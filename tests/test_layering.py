@@ -21,7 +21,7 @@ def imports_of(path: Path) -> list[str]:
     return names
 
 
-@pytest.mark.parametrize("layer", ["core", "policies", "perf", "predict"])
+@pytest.mark.parametrize("layer", ["core", "policies", "perf", "predict", "protocol"])
 def test_pure_layers_do_not_import_runtimes(layer):
     offenders = []
     for path in (SRC / layer).rglob("*.py"):

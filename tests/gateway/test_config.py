@@ -65,3 +65,9 @@ def test_serve_cli_reports_config_errors_in_one_line(tmp_path):
     out = subprocess.run([sys.executable, "-m", "baton.cli.main", "serve", "--config", str(bad), "--policy", "x"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
+
+
+def test_the_example_config_is_valid():
+    from pathlib import Path
+    cfg = load_config(Path(__file__).resolve().parents[2] / "examples" / "gateway-1p2d.yaml")
+    assert [e.role for e in cfg.engines] == [Role.PREFILL, Role.DECODE, Role.DECODE]
