@@ -29,7 +29,7 @@ def main(out: Path) -> None:
     pkg = Path(list(spec.submodule_search_locations)[0])
     gguf = next(pkg.glob("*.gguf"))
     tokenizer = AutoTokenizer.from_pretrained(str(pkg), gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(str(pkg), gguf_file=gguf.name, torch_dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(str(pkg), gguf_file=gguf.name, dtype=torch.float32)
     out.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in model.state_dict().items()}
     if getattr(model.config, "tie_word_embeddings", False):
