@@ -52,7 +52,6 @@ class Flow:
         self.leg: StreamLeg | None = None
         self.migrate_to: int | None = None
         self.path = "pd"
-        self.colocated = False
         self.recoveries = 0
         self.reason: str | None = None
         self.first_token_s: float | None = None  # gateway clock, as the client saw them
@@ -119,7 +118,8 @@ class Flow:
             await self._nixl(p, d)
 
     async def _colocated(self, iid: int) -> None:
-        self.path, self.colocated = ("deflected" if self.path == "deflected" else "colocated"), True
+        if self.path != "deflected":
+            self.path = "colocated"
         self.state.decode_instance = iid
         await self._open_decode(iid, handoff.colocated_body(self.parsed, self.gw.wants_ids(iid)), self.parsed.kind)
 
