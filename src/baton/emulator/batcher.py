@@ -105,6 +105,12 @@ class Batcher:
         finally:
             self._reserving -= 1
 
+    def unreserve(self, blocks: int) -> None:
+        """Give back blocks taken by ``reserve`` when the transfer they were for failed."""
+        self.blocks_used -= blocks
+        self._wake.set()
+        self._notify_freed()
+
     def join_decode(self, seq: Sequence, blocks: int) -> None:
         """Start decoding a request whose prompt KV (``blocks``, already reserved) arrived."""
         seq.blocks, seq.ctx, seq.to_prefill = blocks, seq.prompt_len, 0

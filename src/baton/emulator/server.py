@@ -184,7 +184,7 @@ class Emulator:
         if ok:
             self.batcher.join_decode(seq, blocks)
         else:  # like vLLM: a failed pull falls back to prefilling locally
-            self.batcher.blocks_used -= blocks
+            self.batcher.unreserve(blocks)
             self.batcher.submit(seq)
 
     async def kv_pull(self, request: web.Request) -> web.Response:
