@@ -14,14 +14,31 @@ def test_every_preset_builds_with_room_for_kv():
         assert model.kv_capacity_tokens > 10_000, name
 
 
-def test_sibyl_h20_decode_throughput_curve():
-    """SIBYL appendix I: TPS(N) = -0.423 N^2 + 44.766 N - 7.753 for N in 8..48.
-    Tolerance 15%, at a ShareGPT-like context of 1,500 tokens."""
+SIBYL_CONTEXT = 4000  # output-weighted mean decode context of SIBYL's ShareGPT workload
+
+
+def _eq15_errors(context_tokens):
     model = build("qwen3-32b@h20")
+    out = []
     for n in range(8, 49, 4):
-        tps = n / model.iteration_time_s(batch_shape([], [1500] * n))
+        tps = n / model.iteration_time_s(batch_shape([], [context_tokens] * n))
         paper = -0.423 * n * n + 44.766 * n - 7.753
-        assert abs(tps - paper) / paper < 0.15, (n, tps, paper)
+        out.append((tps - paper) / paper)
+    return np.array(out)
+
+
+def test_sibyl_h20_decode_throughput_curve():
+    """SIBYL appendix I, Eq. 15: TPS(N) = -0.423 N^2 + 44.766 N - 7.753 for N in 8..48,
+    within 10% at the workload's mean decode context."""
+    errors = _eq15_errors(SIBYL_CONTEXT)
+    assert np.abs(errors).max() <= 0.10, errors
+
+
+def test_sibyl_h20_context_sensitivity_is_reported_not_fitted():
+    """Eq. 15 has no context; the preset reads more KV at longer contexts. These bounds
+    only document the direction (faster at 1k, slower at 8k), measured, not fitted."""
+    assert _eq15_errors(1000).min() > 0.0
+    assert _eq15_errors(8000).max() < 0.0
 
 
 def test_ares_4090d_iteration_at_half_kv():
@@ -66,11 +83,31 @@ def test_iteration_time_is_affine_in_decode_context():
         assert abs((t[2] - t[1]) - (t[1] - t[0])) < 1e-12 * max(t), name
 
 
-def test_tensor_parallel_pays_allreduce():
+def test_tensor_parallel_pays_vidurs_allreduce():
+    """Two all-reduces per layer, each 45 us latency + 20 us launch at TP2 (Vidur's A100)."""
     model = build("llama-2-70b-tp2@a100-80g")
-    parts = model.breakdown(batch_shape([(512, 0)], []))
-    assert parts.allreduce_s > 0
+    parts = model.breakdown(batch_shape([], [100]))
+    assert parts.allreduce_s == pytest.approx(2 * 80 * (65e-6 + 8192 * 2 / 170e9), rel=1e-9)
     assert build("llama-3.1-8b@a100-80g").breakdown(batch_shape([(512, 0)], [])).allreduce_s == 0
+
+
+def test_tensor_parallel_without_a_measured_allreduce_is_an_error():
+    from baton.core.errors import ConfigError
+    from baton.perf.presets import HARDWARE, MODELS
+    from baton.perf.roofline import RooflineModel
+    with pytest.raises(ConfigError, match="no measured all-reduce latency for tensor parallelism 2"):
+        RooflineModel(MODELS["llama-3.1-8b"], HARDWARE["h100"], tp=2)
+
+
+def test_heterogeneity_is_off_unless_a_source_backs_it():
+    """Only CascadeInfer's Llama-3.2-3B/H100 measurement backs a length-mix penalty."""
+    from baton.perf.presets import PRESETS
+    with_penalty = {name for name, p in PRESETS.items() if p.efficiency.heterogeneity > 0}
+    assert with_penalty == {"llama-3.2-3b@h100"}
+    model = build("deepseek-r1-distill-qwen-7b-w8a8@rtx4090d")  # ARES Fig. 8: linear in tokens
+    mixed = model.iteration_time_s(batch_shape([], [500] * 50 + [3500] * 50))
+    even = model.iteration_time_s(batch_shape([], [2000] * 100))
+    assert mixed == pytest.approx(even, rel=1e-12)
 
 
 def test_prefill_time_grows_superlinearly():
@@ -105,3 +142,44 @@ def test_llama2_70b_tp2_matches_vidur_operator_profiles(vidur_dir):
         median, ratios = _median_ratio(pairs)
         assert 0.75 <= median <= 1.33, median
         assert ((ratios > 0.5) & (ratios < 2.0)).mean() > 0.95
+
+
+def _sarathi_batches(rng, n):
+    """Batches as Vidur's Sarathi scheduler forms them for the fidelity workload (chunk
+    512, batch cap 128, prompts of a uniform 256-4,096-token total at prefill:decode 10):
+    decode-only, one prefill chunk alone, and a chunk filling the budget beside decodes."""
+    out = {"decode": [], "prefill": [], "mixed": []}
+    for _ in range(n):
+        b = int(rng.integers(1, 129))
+        mean = int(rng.integers(256, 4000))
+        ctx = [int(c) for c in np.clip(rng.normal(mean, 0.3 * mean, b), 16, 4095)]
+        prompt = int(rng.integers(233, 3724))
+        done = int(rng.integers(0, prompt // 512 + 1)) * 512
+        left = max(prompt - done, 1)
+        out["decode"].append(([], ctx))
+        out["prefill"].append(([(min(512, left), done)], []))
+        b = min(b, 100)
+        out["mixed"].append(([(min(512 - b, left), done)], ctx[:b]))
+    return out
+
+
+def test_llama2_70b_tp2_whole_iterations_match_vidur(vidur_dir):
+    """Whole iterations (linear ops, attention, all-reduce) against Vidur's prediction
+    from the same profiles: median |error| <= 5% for each kind of batch."""
+    from baton.perf.vidur_profile import VidurProfile
+    vidur = VidurProfile(vidur_dir)
+    model = build("llama-2-70b-tp2@a100-80g")
+    for kind, batches in _sarathi_batches(np.random.default_rng(7), 150).items():
+        errors = np.array([model.iteration_time_s(batch_shape(chunks, ctx))
+                           / vidur.iteration(chunks, ctx).total_s - 1 for chunks, ctx in batches])
+        assert np.median(np.abs(errors)) <= 0.05, (kind, np.median(np.abs(errors)))
+        assert np.abs(errors).max() <= 0.25, (kind, np.abs(errors).max())
+
+
+def test_vidur_reference_reproduces_vidurs_published_iteration(vidur_dir):
+    """The reference itself: one decode at a short context is 80 layers x (0.574 ms of
+    linear ops + ~17 us attention + 2 x ~73 us all-reduce) = about 59 ms (Vidur 0.0.26)."""
+    from baton.perf.vidur_profile import VidurProfile
+    parts = VidurProfile(vidur_dir).iteration([], [1000])
+    assert parts.total_s == pytest.approx(59.0e-3, rel=0.03)
+    assert 2 * parts.allreduce_ms == pytest.approx(2 * 0.073, rel=0.1)

@@ -7,6 +7,7 @@ from baton.core import ArrivalPlan, Migrate, MigrationMode, Watch
 from baton.core.request import Request
 from baton.policies import PolicyContext, Scheduler, Stage
 from baton.sim import ClusterSpec, EngineConfig
+from baton.perf import batch_shape
 from tests.sim.helpers import run, tiny_perf
 
 CLUSTER = ClusterSpec(prefill=1, decode=2, engine=EngineConfig(512, 32, 16), nic_gbps=1.0, nic_latency_s=0.0)
@@ -32,17 +33,31 @@ def sched(*stages_fn):
     return perf, Scheduler("test", [f(ctx) for f in stages_fn])
 
 
-def test_late_binding_second_token_waits_for_transfer():
+def test_pd_first_token_comes_from_the_decode_instance_after_the_transfer():
+    """As with vLLM's KV connectors: the prefill instance's sampled token is not the
+    client's; the decode instance recomputes the last prompt token after the KV pull and
+    samples the first token, so transfer and decode-side waits count in TTFT."""
     perf, s = sched(lambda c: Fixed(c))
     reqs = [Request(0, 0.0, 480, 3)]
     sim, res = run(reqs, cluster=CLUSTER, perf=perf, scheduler=s)
     st = sim.states[0]
-    prefill_s = perf.iteration_time_s(__import__("baton.perf", fromlist=["batch_shape"]).batch_shape([(480, 0)], []))
-    assert st.first_token_s == pytest.approx(prefill_s)
+    prefill_s = perf.iteration_time_s(batch_shape([(480, 0)], []))
     transfer_s = 480 * perf.kv_bytes_per_token / (1e9 / 8)
-    assert st.transfer_start_s == pytest.approx(st.first_token_s)
-    assert st.transfer_end_s == pytest.approx(st.first_token_s + transfer_s)
+    assert st.transfer_start_s == pytest.approx(prefill_s)
+    assert st.transfer_end_s == pytest.approx(prefill_s + transfer_s)
+    first_decode_s = perf.iteration_time_s(batch_shape([], [480]))
+    assert st.first_token_s == pytest.approx(st.transfer_end_s + first_decode_s)
+    assert res.records[0].ttft_s == pytest.approx(prefill_s + transfer_s + first_decode_s)
+    # three tokens, all sampled on the decode instance: two gaps after the first
+    gaps = [perf.iteration_time_s(batch_shape([], [480 + k])) for k in (1, 2)]
+    assert st.finish_s == pytest.approx(st.first_token_s + sum(gaps))
     assert st.path == [0, 1] and res.records[0].finished
+
+
+def test_colocated_first_token_is_the_prefill_iteration():
+    perf, s = sched(lambda c: Deflect(c))
+    sim, _ = run([Request(0, 0.0, 64, 3)], cluster=CLUSTER, perf=perf, scheduler=s)
+    assert sim.states[0].first_token_s == pytest.approx(perf.iteration_time_s(batch_shape([(64, 0)], [])))
 
 
 def test_early_binding_overlaps_transfer_with_prefill():
@@ -53,7 +68,8 @@ def test_early_binding_overlaps_transfer_with_prefill():
     sim_e, _ = run(reqs, cluster=CLUSTER, perf=perf, scheduler=early)
     assert sim_e.states[0].transfer_start_s == 0.0
     assert sim_e.states[0].transfer_end_s < sim_l.states[0].transfer_end_s
-    assert sim_e.states[0].transfer_end_s >= sim_e.states[0].first_token_s
+    assert sim_e.states[0].transfer_end_s <= sim_e.states[0].first_token_s
+    assert sim_e.states[0].first_token_s < sim_l.states[0].first_token_s
 
 
 def test_concurrent_transfers_share_the_nic():

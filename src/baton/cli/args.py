@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from baton.core.errors import ConfigError
 from baton.experiments import Experiment, WorkloadConfig, load_experiment, with_cluster
@@ -27,6 +28,13 @@ def add_common(p: argparse.ArgumentParser, rate_list: bool = False) -> None:
     p.add_argument("--decode", type=int, help="decode instances")
     p.add_argument("--mixed", type=int, help="mixed (colocated) instances")
     p.add_argument("--preset", help="model@hardware performance preset")
+    g = p.add_argument_group("engine flags (as vLLM's; every role, over the YAML's cluster.engine)")
+    g.add_argument("--kv-tokens", type=int, help="KV cache tokens per instance (overrides the computed size)")
+    g.add_argument("--gpu-memory-utilization", type=float, help="share of GPU memory the engine may use")
+    g.add_argument("--max-num-seqs", type=int, help="running sequences per instance")
+    g.add_argument("--max-num-batched-tokens", type=int, help="tokens per iteration")
+    g.add_argument("--block-size", type=int, help="tokens per KV block")
+    g.add_argument("--max-model-len", type=int, help="longest prompt + output served (longer: rejected, reason context)")
     p.add_argument("--ttft-slo", type=float, help="TTFT SLO in seconds")
     p.add_argument("--tpot-slo", type=float, help="TPOT SLO in seconds")
     p.add_argument("--seed", type=int, help="random seed")
@@ -59,6 +67,7 @@ def experiment_from(args: argparse.Namespace, base: Experiment | None = None) ->
         _positive("rate", args.rate)
     exp = load_experiment(args.config) if args.config else (base or Experiment())
     exp = with_cluster(exp, prefill=args.prefill, decode=args.decode, mixed=args.mixed, preset=args.preset)
+    exp = _with_engine_flags(exp, args)
     if args.trace:
         exp.workload = WorkloadConfig(trace=args.trace, format=args.format)
     if args.requests is not None:
@@ -70,3 +79,24 @@ def experiment_from(args: argparse.Namespace, base: Experiment | None = None) ->
     if args.seed is not None:
         exp.seed = args.seed
     return exp
+
+
+ENGINE_FLAGS = ("kv_tokens", "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens",
+                "block_size", "max_model_len")
+
+
+def _with_engine_flags(exp: Experiment, args: argparse.Namespace) -> Experiment:
+    """Engine flags apply to every role: the base engine and any per-role override."""
+    values = {k: getattr(args, k, None) for k in ENGINE_FLAGS}
+    values = {k: v for k, v in values.items() if v is not None}
+    if not values:
+        return exp
+    for key, value in values.items():
+        _positive(key.replace("_", "-"), value)
+    if values.get("gpu_memory_utilization", 0.5) > 1.0:
+        raise ConfigError(f"--gpu-memory-utilization: expected a fraction in (0, 1], "
+                          f"got {values['gpu_memory_utilization']}")
+    c = exp.cluster
+    over = {name: replace(getattr(c, name), **values) for name in ("engine", "prefill_engine", "decode_engine")
+            if getattr(c, name) is not None}
+    return replace(exp, cluster=replace(c, **over))

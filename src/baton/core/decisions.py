@@ -30,9 +30,16 @@ class ArrivalPlan:
 
 
 class MigrationMode(str, enum.Enum):
-    """How a running decode moves: copy KV while decoding, or re-prefill on the target."""
+    """How a running decode moves.
+
+    - ``live``: pre-copy the KV in rounds while it keeps decoding, pause for the last delta;
+    - ``stop-copy``: pause it and copy the whole context (ARES section 4.4: the paused
+      request's KV is sent while the rest of the batch runs on);
+    - ``recompute``: drop it at the source and re-prefill its context on the target.
+    """
 
     LIVE = "live"
+    STOP_COPY = "stop-copy"
     RECOMPUTE = "recompute"
 
 

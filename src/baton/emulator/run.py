@@ -10,6 +10,7 @@ from baton.core.errors import ConfigError
 from baton.emulator.batcher import BatcherConfig
 from baton.emulator.server import EmulatorConfig, Emulator
 from baton.perf import presets
+from baton.perf.memory import MemoryFlags
 
 
 def add_emulate_args(p: argparse.ArgumentParser) -> None:
@@ -17,7 +18,10 @@ def add_emulate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8100)
     p.add_argument("--model", default="baton-emulated", help="served model name")
     p.add_argument("--preset", default=presets.DEFAULT_PRESET, help="perf preset timing the iterations")
-    p.add_argument("--kv-blocks", type=int, help="KV capacity in blocks (default: the preset's capacity)")
+    p.add_argument("--kv-blocks", type=int, help="KV capacity in blocks (default: from the memory flags)")
+    p.add_argument("--kv-tokens", type=int, help="KV capacity in tokens (default: from the memory flags)")
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.9,
+                   help="share of GPU memory the engine may use (sizes the KV cache as vLLM does)")
     p.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
     p.add_argument("--max-num-seqs", type=int, default=256)
     p.add_argument("--max-num-batched-tokens", type=int, default=8192)
@@ -38,7 +42,9 @@ def build_emulator(args: argparse.Namespace) -> Emulator:
             raise ConfigError(f"--{name.replace('_', '-')}: expected a positive integer")
     if args.time_scale <= 0 or args.nic_gbps <= 0:
         raise ConfigError("--time-scale and --nic-gbps must be positive")
-    kv_blocks = args.kv_blocks if args.kv_blocks is not None else perf.kv_capacity_tokens // args.block_size
+    flags = MemoryFlags(args.gpu_memory_utilization, args.max_num_batched_tokens, args.max_num_seqs,
+                        args.block_size, kv_tokens=args.kv_tokens)
+    kv_blocks = args.kv_blocks if args.kv_blocks is not None else perf.kv_tokens_for(flags) // args.block_size
     if kv_blocks <= 0:
         raise ConfigError("--kv-blocks: expected a positive integer")
     batcher = BatcherConfig(kv_blocks, args.block_size, args.max_num_batched_tokens, args.max_num_seqs,

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from baton.perf.memory import MemoryFlags
+
 
 @dataclass(slots=True, frozen=True)
 class BatchShape:
@@ -75,6 +77,11 @@ class PerfModel(ABC):
     @abstractmethod
     def iteration_time_s(self, shape: BatchShape) -> float:
         """Duration of one engine iteration with this batch, in seconds."""
+
+    def kv_tokens_for(self, flags: "MemoryFlags") -> int:
+        """KV capacity of one instance under these engine flags; a model without a
+        memory model has a fixed capacity that only ``flags.kv_tokens`` overrides."""
+        return flags.kv_tokens if flags.kv_tokens is not None else self.kv_capacity_tokens
 
     def prefill_time_s(self, prompt_tokens: int, chunk_tokens: int = 8192) -> float:
         """Time to prefill one prompt alone, in chunks of at most ``chunk_tokens``."""

@@ -1,7 +1,22 @@
 """Named model/hardware presets: ``baton.perf.presets.build("llama-3.1-8b@a100-80g")``.
 
-Efficiency factors are calibrated against figures the seed papers publish; the
-calibration tests in ``tests/perf/test_calibration.py`` pin them.
+Every number says where it comes from. Sources:
+
+- [spec]    the vendor's datasheet (dense BF16/INT8 tensor FLOP/s, HBM bandwidth);
+- [smi]     total memory as ``nvidia-smi`` / ``torch.cuda.mem_get_info`` report it, which is
+            what vLLM multiplies by ``gpu_memory_utilization``;
+- [hf]      the model's ``config.json`` (layers, widths, heads, vocabulary, parameters);
+- [vidur]   Vidur's A100 profiles (``../shared/peers/vidur``): Llama-2-70B TP2 operators
+            and the DGX all-reduce, fitted over whole iterations (tests/perf/test_calibration);
+- [sibyl]   SIBYL appendix I, Eq. 15 (decode tokens/s of Qwen3-32B on H20 by batch size);
+- [ares]    ARES section 5.3 (18.23 ms per decode iteration at 50% KV, R1-Distill-7B W8A8
+            on RTX 4090D) and Figure 8 (iteration time linear in batched tokens);
+- [cascade] CascadeInfer sections 2.2-2.3 and Figure 2 (Llama-3.2-3B on H100: attention's
+            share of an iteration, and the 1.1-2.1x cost of mixed-length batches);
+- [none]    no source for this model/GPU: the value is an assumption and says so.
+
+Terms a preset does not set keep ``Efficiency``'s defaults, which are [none]. KV capacity
+is not a preset term: it follows from the engine flags (``baton.perf.memory``).
 """
 
 from __future__ import annotations
@@ -12,6 +27,9 @@ from baton.core.errors import ConfigError
 from baton.perf.roofline import RooflineModel
 from baton.perf.specs import Efficiency, HardwareSpec, ModelSpec
 
+MiB = 2**20
+
+# [hf] parameters, layers, hidden, heads, KV heads, head dim, FFN width, vocabulary
 MODELS: dict[str, ModelSpec] = {
     "llama-3.1-8b": ModelSpec("llama-3.1-8b", 8.03e9, 32, 4096, 32, 8, 128, 14336, 128256),
     "llama-3.2-3b": ModelSpec("llama-3.2-3b", 3.21e9, 28, 3072, 24, 8, 128, 8192, 128256),
@@ -23,17 +41,37 @@ MODELS: dict[str, ModelSpec] = {
 }
 
 HARDWARE: dict[str, HardwareSpec] = {
-    "a100-80g": HardwareSpec("a100-80g", 312e12, 2.039e12, 80e9, interconnect_bytes_per_s=300e9),
-    "h100": HardwareSpec("h100", 989e12, 3.35e12, 80e9, interconnect_bytes_per_s=450e9),
-    "h20": HardwareSpec("h20", 148e12, 4.0e12, 141e9, interconnect_bytes_per_s=450e9),
-    # W8A8 runs the matmuls on INT8 tensor cores.
-    "rtx4090d": HardwareSpec("rtx4090d", 297e12, 1.008e12, 24e9, interconnect_bytes_per_s=32e9),
+    # [spec] 312 TFLOP/s, 2.039 TB/s; [smi] 81,920 MiB; [vidur] all-reduce among 2/4/8
+    # NVLink GPUs: latency = intercept of a linear fit of the profile's medians over sizes
+    # up to 32 MiB, bus bandwidth from its slope (170 GB/s at 2 GPUs); plus Vidur's 20 us
+    # NCCL CPU launch cost per call.
+    "a100-80g": HardwareSpec("a100-80g", 312e12, 2.039e12, 81920 * MiB,
+                             interconnect_bytes_per_s=170e9,
+                             allreduce_latency_s=((2, 45e-6), (4, 49e-6), (8, 48e-6)),
+                             collective_launch_s=20e-6),
+    # [spec] SXM: 989 TFLOP/s, 3.35 TB/s; [smi] 81,559 MiB; no all-reduce profile (TP > 1 fails)
+    "h100": HardwareSpec("h100", 989e12, 3.35e12, 81559 * MiB, interconnect_bytes_per_s=450e9),
+    # [spec] 148 TFLOP/s, 4.0 TB/s; 141 GB per GPU (SIBYL section 5.1); [smi] of the 141 GB
+    # HBM3e configuration is 143,771 MiB on H200 [none: assumed the same on H20]
+    "h20": HardwareSpec("h20", 148e12, 4.0e12, 143771 * MiB, interconnect_bytes_per_s=450e9),
+    # [spec] INT8 297 TOP/s (W8A8 runs the matmuls on INT8 tensor cores), 1.008 TB/s;
+    # [smi] 24,564 MiB
+    "rtx4090d": HardwareSpec("rtx4090d", 297e12, 1.008e12, 24564 * MiB, interconnect_bytes_per_s=32e9),
 }
+
+# [vidur] A100 efficiencies from a whole-iteration fit to Vidur's Llama-2-70B TP2 profile,
+# rounded: weight reads at 73% of HBM bandwidth (0.574 ms per layer at <= 8 tokens),
+# matmuls at 66% of peak (2.13 ms per layer at 512 tokens) with a 2-norm corner, decode
+# attention reading KV at 73% of HBM bandwidth after an 18 us per-layer launch, prefill
+# attention at 33% of peak (0.34 ms per layer for a 512-token chunk at 4k context). Vidur
+# models no per-iteration CPU cost, so neither does this.
+A100_VIDUR = Efficiency(compute=0.66, memory=0.73, roofline_p=2.0, attn_memory=0.73,
+                        attn_compute=0.33, attn_launch_s=18e-6, iteration_overhead_s=0.0)
 
 
 @dataclass(slots=True, frozen=True)
 class Preset:
-    """A model on a GPU type at a tensor-parallel degree, with calibrated efficiencies."""
+    """A model on a GPU type at a tensor-parallel degree, with sourced efficiencies."""
 
     model: str
     hardware: str
@@ -45,17 +83,31 @@ class Preset:
 
 
 PRESETS: dict[str, Preset] = {
-    "llama-3.1-8b@a100-80g": Preset("llama-3.1-8b", "a100-80g", 1, Efficiency()),
+    # [vidur] the profiled configuration itself
+    "llama-2-70b-tp2@a100-80g": Preset("llama-2-70b", "a100-80g", 2, A100_VIDUR),
+    # [vidur] the same GPU's efficiencies [none: not profiled at the 8B model's shapes]
+    "llama-3.1-8b@a100-80g": Preset("llama-3.1-8b", "a100-80g", 1, A100_VIDUR),
+    # [none] no profile: Efficiency's defaults
     "llama-3.1-8b@h100": Preset("llama-3.1-8b", "h100", 1, Efficiency()),
+    # [cascade] attention's share (81% at 250 x 1k tokens, 14% for one request) pins memory,
+    # attn_memory and the launch cost; Figure 2's 1.1-2.1x mixed-length cost pins
+    # heterogeneity (the only preset with a source for that term)
     "llama-3.2-3b@h100": Preset("llama-3.2-3b", "h100", 1, Efficiency(
-        memory=0.8, attn_memory=0.75, attn_launch_s=12e-6, iteration_overhead_s=0.0)),
+        memory=0.8, attn_memory=0.75, attn_launch_s=12e-6, iteration_overhead_s=0.0,
+        heterogeneity=0.4)),
+    # [sibyl] compute, memory and attn_memory: least-squares fit of Eq. 15 for N = 8..48 at
+    # a 4,000-token decode context (the output-weighted mean context of SIBYL's ShareGPT
+    # reasoning workload: prompt 183 + E[O^2] / (2 E[O]) with outputs 5,657 +- 3,317 =
+    # 3,984); within 3% there. The fit needs 94% of the datasheet FLOP/s at N = 48, which
+    # is implausible: the paper does not say at which context Eq. 15 was profiled.
+    # iteration_overhead_s [none]
     "qwen3-32b@h20": Preset("qwen3-32b", "h20", 1, Efficiency(
-        compute=0.65, memory=0.85, iteration_overhead_s=3e-3)),
+        compute=0.94, memory=0.92, attn_memory=0.78, iteration_overhead_s=3e-3)),
+    # [ares] 18.23 ms per decode iteration at 50% KV (vLLM's default flags), one figure for
+    # one shared weight/KV read efficiency (0.87); Figure 8: iteration time linear in
+    # batched tokens, so no heterogeneity term; iteration_overhead_s [none]
     "deepseek-r1-distill-qwen-7b-w8a8@rtx4090d": Preset(
-        "deepseek-r1-distill-qwen-7b-w8a8", "rtx4090d", 1,
-        Efficiency(activation_reserve_bytes=1.5e9)),
-    "llama-2-70b-tp2@a100-80g": Preset("llama-2-70b", "a100-80g", 2, Efficiency(
-        gpu_memory_fraction=0.95, activation_reserve_bytes=1e9)),
+        "deepseek-r1-distill-qwen-7b-w8a8", "rtx4090d", 1, Efficiency(memory=0.87, attn_memory=0.87)),
 }
 
 DEFAULT_PRESET = "llama-3.1-8b@a100-80g"

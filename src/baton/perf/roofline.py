@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from baton.core.errors import ConfigError
+from baton.perf.memory import MemoryFlags, kv_capacity_tokens
 from baton.perf.model import BatchShape, PerfModel
 from baton.perf.specs import Efficiency, HardwareSpec, ModelSpec
 
@@ -29,6 +31,14 @@ class IterationBreakdown:
         return (self.linear_s + self.attention_s + self.allreduce_s + self.overhead_s)
 
 
+def _combine(compute_s: float, memory_s: float, p: float) -> float:
+    """max(compute, memory) when ``p`` is infinite (perfect overlap), else their p-norm,
+    which rounds the roofline's corner the way measured GEMMs do."""
+    if math.isinf(p):
+        return max(compute_s, memory_s)
+    return (compute_s ** p + memory_s ** p) ** (1.0 / p)
+
+
 class RooflineModel(PerfModel):
     """Iteration time = max(compute, memory) of the weight matmuls + prefill attention
     (compute-bound) + decode attention (KV reads, memory-bound, slowed by length
@@ -45,11 +55,14 @@ class RooflineModel(PerfModel):
         self.model, self.hardware, self.tp = model, hardware, tp
         self.eff = efficiency or Efficiency()
         self.kv_bytes_per_token = model.kv_bytes_per_token
-        usable = hardware.hbm_bytes * self.eff.gpu_memory_fraction - self.eff.activation_reserve_bytes
-        kv_bytes = usable * tp - model.weight_bytes
-        if kv_bytes <= 0:
+        self._allreduce_call_s = hardware.allreduce_call_s(tp) if tp > 1 else 0.0
+        if model.weight_bytes >= hardware.hbm_bytes * tp:
             raise ConfigError(f"model {model.name} does not fit on {tp} x {hardware.name}")
-        self.kv_capacity_tokens = int(kv_bytes // self.kv_bytes_per_token)
+        self.kv_capacity_tokens = self.kv_tokens_for(MemoryFlags())
+
+    def kv_tokens_for(self, flags: MemoryFlags) -> int:
+        """KV capacity of one instance under these engine flags (vLLM's sizing)."""
+        return kv_capacity_tokens(self.model, self.hardware, self.tp, flags)
 
     def breakdown(self, shape: BatchShape) -> IterationBreakdown:
         """Per-part times of one iteration (seconds)."""
@@ -58,8 +71,8 @@ class RooflineModel(PerfModel):
         if tokens == 0:
             return IterationBreakdown(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
         flops = 2.0 * m.matmul_params * tokens / tp
-        linear_s = max(flops / (hw.peak_flops * eff.compute),
-                       m.weight_bytes / tp / (hw.hbm_bytes_per_s * eff.memory))
+        linear_s = _combine(flops / (hw.peak_flops * eff.compute),
+                            m.weight_bytes / tp / (hw.hbm_bytes_per_s * eff.memory), eff.roofline_p)
         attn_flops = 4.0 * m.n_layers * m.n_heads * m.head_dim * shape.prefill_attn_pairs / tp
         prefill_attn_s = attn_flops / (hw.peak_flops * eff.attn_compute)
         het = 1.0 + eff.heterogeneity * min(shape.decode_ctx_cv2, eff.heterogeneity_cap)
@@ -70,7 +83,7 @@ class RooflineModel(PerfModel):
         if tp > 1:
             act_bytes = tokens * m.hidden * 2.0
             ring = 2.0 * (tp - 1) / tp * act_bytes / hw.interconnect_bytes_per_s
-            allreduce_s = 2.0 * m.n_layers * (hw.allreduce_latency_s + ring)
+            allreduce_s = 2.0 * m.n_layers * (self._allreduce_call_s + ring)
         return IterationBreakdown(linear_s, prefill_attn_s, decode_attn_s, launch_s,
                                   allreduce_s, eff.iteration_overhead_s)
 
@@ -83,8 +96,9 @@ class RooflineModel(PerfModel):
         m, hw, eff = self.model, self.hardware, self.eff
         params = 3.0 * m.hidden * m.ffn_hidden / self.tp
         flops = 2.0 * params * tokens
-        return max(flops / (hw.peak_flops * eff.compute),
-                   params * m.weight_bytes_per_param / (hw.hbm_bytes_per_s * eff.memory))
+        return _combine(flops / (hw.peak_flops * eff.compute),
+                        params * m.weight_bytes_per_param / (hw.hbm_bytes_per_s * eff.memory),
+                        eff.roofline_p)
 
     def decode_attn_layer_s(self, batch: int, ctx_tokens: int) -> float:
         """One layer's decode attention for ``batch`` requests of ``ctx_tokens`` each."""

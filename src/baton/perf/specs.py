@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+from baton.core.errors import ConfigError
 
 
 @dataclass(slots=True, frozen=True)
@@ -47,7 +50,18 @@ class HardwareSpec:
     nic_bytes_per_s: float = 25e9 / 8
     nic_latency_s: float = 20e-6
     interconnect_bytes_per_s: float = 300e9
-    allreduce_latency_s: float = 8e-6
+    allreduce_latency_s: tuple[tuple[int, float], ...] = ()
+    collective_launch_s: float = 0.0
+
+    def allreduce_call_s(self, workers: int) -> float:
+        """Fixed cost of one all-reduce among ``workers`` GPUs (latency + CPU launch), s.
+        Only measured worker counts are known; anything else is a configuration error."""
+        for n, latency_s in self.allreduce_latency_s:
+            if n == workers:
+                return latency_s + self.collective_launch_s
+        known = ", ".join(str(n) for n, _ in self.allreduce_latency_s) or "none"
+        raise ConfigError(f"hardware {self.name}: no measured all-reduce latency for "
+                          f"tensor parallelism {workers} (known: {known})")
 
 
 @dataclass(slots=True, frozen=True)
@@ -60,9 +74,9 @@ class Efficiency:
     - ``attn_launch_s``: fixed attention-kernel cost per layer per iteration.
     - ``heterogeneity``: extra decode-attention cost per unit of squared coefficient of
       variation of the batch's context lengths; ``heterogeneity_cap`` bounds the CV2 used.
+    - ``roofline_p``: how the weight matmuls' compute and memory times combine: their
+      p-norm; infinity is max() (perfect overlap), 2 rounds the corner as measured GEMMs do.
     - ``iteration_overhead_s``: scheduler and sampling cost per iteration.
-    - ``gpu_memory_fraction``: share of HBM the engine may use (vLLM's gpu_memory_utilization).
-    - ``activation_reserve_bytes``: HBM held back for activations and graphs, per GPU.
     """
 
     compute: float = 0.6
@@ -70,8 +84,7 @@ class Efficiency:
     attn_memory: float = 0.7
     attn_compute: float = 0.5
     attn_launch_s: float = 10e-6
-    heterogeneity: float = 0.4
+    heterogeneity: float = 0.0
     heterogeneity_cap: float = 2.5
+    roofline_p: float = math.inf
     iteration_overhead_s: float = 1e-3
-    gpu_memory_fraction: float = 0.9
-    activation_reserve_bytes: float = 2e9

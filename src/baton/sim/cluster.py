@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from baton.core.errors import ConfigError
@@ -25,6 +25,8 @@ class ClusterSpec:
     mixed: int = 0
     preset: str = "llama-3.1-8b@a100-80g"
     engine: EngineConfig = field(default_factory=EngineConfig)
+    prefill_engine: EngineConfig | None = None
+    decode_engine: EngineConfig | None = None
     nic_gbps: float = 100.0
     nic_latency_s: float = 20e-6
     layerwise_tail: float = 1.0 / 32.0
@@ -35,6 +37,14 @@ class ClusterSpec:
 
     def roles(self) -> list[Role]:
         return [Role.PREFILL] * self.prefill + [Role.DECODE] * self.decode + [Role.MIXED] * self.mixed
+
+    def engine_for(self, role: Role) -> EngineConfig:
+        """The flags an instance starting in ``role`` runs with (mixed: ``engine``)."""
+        if role is Role.PREFILL and self.prefill_engine is not None:
+            return self.prefill_engine
+        if role is Role.DECODE and self.decode_engine is not None:
+            return self.decode_engine
+        return self.engine
 
     @property
     def nic_bytes_per_s(self) -> float:
@@ -58,27 +68,53 @@ def cluster_from_dict(data: Mapping[str, Any], where: str = "cluster") -> Cluste
     types = {"prefill": int, "decode": int, "mixed": int, "preset": str, "nic_gbps": float,
              "nic_latency_s": float, "layerwise_tail": float}
     kwargs: dict[str, Any] = {}
+    engines = ("engine", "prefill_engine", "decode_engine")
     for key, value in data.items():
-        if key == "engine":
-            kwargs["engine"] = _engine(value, f"{where}.engine")
-        elif key in types:
+        if key in engines:
+            continue
+        if key in types:
             kwargs[key] = _typed(value, types[key], f"{where}.{key}")
         else:
             raise ConfigError(f"{where}.{key}: unknown key; expected one of: "
-                              f"{', '.join(sorted([*types, 'engine']))}")
+                              f"{', '.join(sorted([*types, *engines]))}")
+    # cluster.engine applies to every role; prefill_engine/decode_engine override it
+    base = engine_from_dict(data.get("engine", {}), f"{where}.engine")
+    kwargs["engine"] = base
+    for key in engines[1:]:
+        if key in data:
+            kwargs[key] = engine_from_dict(data[key], f"{where}.{key}", base)
     spec = ClusterSpec(**kwargs)
     if spec.size == 0:
         raise ConfigError(f"{where}: the cluster has no instances")
+    check_engines(spec, where)
     return spec
 
 
-def _engine(data: Any, where: str) -> EngineConfig:
+ENGINE_TYPES: dict[str, type] = {"max_num_batched_tokens": int, "max_num_seqs": int, "block_size": int,
+                                 "max_model_len": int, "gpu_memory_utilization": float,
+                                 "kv_buffer_bytes": float, "kv_tokens": int}
+
+
+def engine_from_dict(data: Any, where: str, base: EngineConfig | None = None) -> EngineConfig:
+    """Engine flags from a YAML mapping, over ``base``; errors name the offending key."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where}: expected a mapping")
-    names = {f.name for f in fields(EngineConfig)}
+    values: dict[str, Any] = {}
     for key, value in data.items():
-        if key not in names:
-            raise ConfigError(f"{where}.{key}: unknown key; expected one of: {', '.join(sorted(names))}")
-        if _typed(value, int, f"{where}.{key}") == 0:
-            raise ConfigError(f"{where}.{key}: expected a positive integer, got 0")
-    return EngineConfig(**dict(data))
+        if key not in ENGINE_TYPES:
+            raise ConfigError(f"{where}.{key}: unknown key; expected one of: {', '.join(sorted(ENGINE_TYPES))}")
+        values[key] = _typed(value, ENGINE_TYPES[key], f"{where}.{key}")
+        if values[key] == 0 and key != "kv_buffer_bytes":
+            raise ConfigError(f"{where}.{key}: expected a positive number, got 0")
+    if values.get("gpu_memory_utilization", 0.5) > 1.0:
+        raise ConfigError(f"{where}.gpu_memory_utilization: expected a fraction in (0, 1], "
+                          f"got {values['gpu_memory_utilization']}")
+    return replace(base or EngineConfig(), **values)
+
+
+def check_engines(spec: ClusterSpec, where: str = "cluster") -> None:
+    """KV blocks move between roles, so every role must use the same block size."""
+    sizes = {spec.engine_for(r).block_size for r in Role}
+    if len(sizes) > 1:
+        raise ConfigError(f"{where}: prefill and decode engines must use the same block_size, "
+                          f"got {sorted(sizes)}")

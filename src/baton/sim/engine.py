@@ -5,6 +5,19 @@ Each iteration serves every running decode plus prefill chunks up to the token b
 only decodes and nothing changes, the engine plans a *segment* of many iterations whose
 durations grow affinely with the context, and the simulator processes it as one event.
 In reference mode (``closed_form=False``) every segment is one iteration.
+
+Memory pressure follows vLLM v1's scheduler (``v1/core/sched/scheduler.py``):
+
+- running work (decodes, then admitted prefills in admission order) gets the KV blocks
+  for this iteration's tokens first; when they do not fit, the most recently admitted
+  running request is preempted (its blocks freed, its progress dropped) and put back at
+  the *head* of the FCFS waiting queue;
+- waiting prefills are admitted in order, each with the blocks for its *first chunk*
+  only (a preempted request recomputes its context in chunks); admission stops at the
+  first request that does not fit, and nothing is admitted in an iteration that
+  preempted;
+- KV arriving from elsewhere (PD handoffs, migrations) is a waiting request too: it may
+  only take blocks while nothing waits ahead of it (``reserve``).
 """
 
 from __future__ import annotations
@@ -17,6 +30,7 @@ import numpy as np
 
 from baton.core.decode_table import DecodeTable
 from baton.core.instance import InstanceState, Segment
+from baton.perf.memory import MemoryFlags
 from baton.perf.model import BatchShape, PerfModel, chunk_attn_pairs, length_cv2
 
 MAX_SEGMENT_ITERS = 1 << 30
@@ -24,11 +38,22 @@ MAX_SEGMENT_ITERS = 1 << 30
 
 @dataclass(slots=True, frozen=True)
 class EngineConfig:
-    """Scheduler limits of one engine (tokens, sequences, tokens per KV block)."""
+    """One engine's flags, named as vLLM's: scheduler limits (tokens per iteration,
+    sequences, tokens per KV block), the longest context it serves (None: no limit), and
+    what sizes its KV cache: ``gpu_memory_utilization``, a KV connector's transfer buffer
+    (``kv_buffer_bytes``), or ``kv_tokens`` set outright (see ``baton.perf.memory``)."""
 
     max_num_batched_tokens: int = 8192
     max_num_seqs: int = 256
     block_size: int = 16
+    max_model_len: int | None = None
+    gpu_memory_utilization: float = 0.9
+    kv_buffer_bytes: float = 0.0
+    kv_tokens: int | None = None
+
+    def memory_flags(self) -> MemoryFlags:
+        return MemoryFlags(self.gpu_memory_utilization, self.max_num_batched_tokens,
+                           self.max_num_seqs, self.block_size, self.kv_buffer_bytes, self.kv_tokens)
 
 
 @dataclass(slots=True)
@@ -44,6 +69,7 @@ class PrefillItem:
     done_tokens: int = 0
     blocks: int = 0
     admitted: bool = False
+    admit_seq: int = 0
 
 
 @dataclass(slots=True)
@@ -55,7 +81,7 @@ class DecodeJoin:
     generated: int
     stop_at: int
     blocks: int
-    last_token_s: float
+    last_token_s: float | None
     watch_ctx: int | None = None
 
 
@@ -73,6 +99,8 @@ class SegmentResult:
     # a new row's first gap is in ``first_gaps``, its later ones follow the affine series
     gaps: tuple[float, float, int, int, int] | None = None
     first_gaps: list[float] = field(default_factory=list)
+    # rows that had no token yet (PD handoffs: the decode side emits the first token)
+    first_tokens: list[tuple[int, float]] = field(default_factory=list)
 
 
 def _ceil_div(a: np.ndarray | int, b: int):
@@ -90,7 +118,7 @@ class Engine:
         self.prefills: OrderedDict[int, PrefillItem] = OrderedDict()
         self.joins: deque[DecodeJoin] = deque()
         self.held_blocks: dict[int, int] = {}       # KV kept for outgoing transfers
-        self.new_rows: dict[int, float] = {}         # req -> time of its previous token
+        self.new_rows: dict[int, float | None] = {}  # req -> time of its previous token
         self.chunks: list[tuple[PrefillItem, int]] = []
         self.busy = False
         self.version = 0
@@ -98,7 +126,7 @@ class Engine:
         self.preemptions = 0
         self._cv2: float | None = None
         self.started: list[int] = []                 # prefills admitted by the last plan
-        self.preempted: list[int] = []               # decodes preempted since last read
+        self.preempted: list[int] = []               # requests preempted since last read
 
     # --- work in ---------------------------------------------------------------------
     def add_prefill(self, item: PrefillItem, front: bool = False) -> None:
@@ -110,10 +138,17 @@ class Engine:
     def add_join(self, join: DecodeJoin) -> None:
         self.joins.append(join)
 
+    @property
+    def waiting(self) -> bool:
+        """Whether a request waits in the FCFS queue for admission (blocks or a slot)."""
+        return any(not it.admitted for it in self.prefills.values())
+
     def reserve(self, now_s: float, blocks: int) -> bool:
-        """Take ``blocks`` KV blocks if they are free at ``now_s``. The caller must then
-        cut the running segment (``interrupt``): its block horizon assumed them free."""
-        if blocks > self.state.kv_blocks_free_at(now_s):
+        """Take ``blocks`` KV blocks for arriving KV if they are free at ``now_s`` and no
+        waiting request is ahead (vLLM admits its waiting queue in order, preempted
+        requests first). The caller must then cut the running segment (``interrupt``):
+        its block horizon assumed them free."""
+        if blocks > self.state.kv_blocks_free_at(now_s) or self.waiting:
             return False
         self.state.kv_blocks_used += blocks
         return True
@@ -139,8 +174,10 @@ class Engine:
         """Form the next batch. Returns the segment end time, or None if idle."""
         st, table = self.state, self.state.decodes
         self._admit_joins(now_s)
-        self._preempt_for_growth(now_s)
-        self.chunks = self._prefill_chunks(table.n)
+        self.started = []
+        self.chunks = self._schedule_running()
+        if not self.preempted:
+            self.chunks += self._admit_waiting(table.n, self.chunks)
         if not self.chunks and table.n == 0:
             self.busy, st.segment = False, None
             return None
@@ -152,7 +189,8 @@ class Engine:
             n_decodes=table.n, decode_ctx_tokens=table.ctx_sum, decode_ctx_cv2=self._cv2)
         iter0 = self.perf.iteration_time_s(shape)
         max_iters, slope = 1, 0.0
-        if self.closed_form and not self.chunks:
+        # after a preemption vLLM admits nothing until the next iteration: replan then
+        if self.closed_form and not self.chunks and not (self.preempted and self.waiting):
             grown = BatchShape(n_decodes=table.n, decode_ctx_tokens=table.ctx_sum + table.n,
                                decode_ctx_cv2=self._cv2)
             slope = self.perf.iteration_time_s(grown) - iter0
@@ -181,18 +219,76 @@ class Engine:
     def _admitted_prefills(self) -> int:
         return sum(1 for it in self.prefills.values() if it.admitted)
 
-    def _preempt_for_growth(self, now_s: float) -> None:
-        """Give every decode the block for its next token; preempt latest-admitted first."""
-        st, table, bs = self.state, self.state.decodes, self.cfg.block_size
-        while table.n:
-            need = np.maximum(_ceil_div(table.col("ctx"), bs) - table.col("blocks"), 0)
-            extra = int(need.sum())
-            if extra <= st.kv_blocks_total - st.kv_blocks_used:
-                table.add_blocks(need)
-                st.kv_blocks_used += extra
-                return
-            victim = int(table.col("req_id")[int(np.argmax(table.col("admit_seq")))])
-            self.preempt(victim)
+    def _schedule_running(self) -> list[tuple[PrefillItem, int]]:
+        """Blocks for every decode's next token and every admitted prefill's next chunk;
+        preempt the latest-admitted running request until they fit."""
+        while True:
+            chunks, need = self._running_needs()
+            if need <= self.state.kv_blocks_total - self.state.kv_blocks_used:
+                break
+            self._preempt_latest()
+        table, bs = self.state.decodes, self.cfg.block_size
+        if table.n:
+            grow = np.maximum(_ceil_div(table.col("ctx"), bs) - table.col("blocks"), 0)
+            table.add_blocks(grow)
+            self.state.kv_blocks_used += int(grow.sum())
+        for item, chunk in chunks:
+            self._grow_item(item, chunk)
+        return chunks
+
+    def _running_needs(self) -> tuple[list[tuple[PrefillItem, int]], int]:
+        table, bs = self.state.decodes, self.cfg.block_size
+        need = 0
+        if table.n:
+            need = int(np.maximum(_ceil_div(table.col("ctx"), bs) - table.col("blocks"), 0).sum())
+        budget = self.cfg.max_num_batched_tokens - table.n
+        chunks: list[tuple[PrefillItem, int]] = []
+        for item in self.prefills.values():
+            if not item.admitted or budget <= 0:
+                continue
+            chunk = self._chunk(item, budget)
+            if chunk > 0:
+                chunks.append((item, chunk))
+                budget -= chunk
+                need += max(0, _ceil_div(item.done_tokens + chunk, bs) - item.blocks)
+        return chunks, need
+
+    def _chunk(self, item: PrefillItem, budget: int) -> int:
+        return min(item.total_tokens - item.done_tokens, budget, item.chunk_limit or budget)
+
+    def _grow_item(self, item: PrefillItem, chunk: int) -> None:
+        extra = max(0, _ceil_div(item.done_tokens + chunk, self.cfg.block_size) - item.blocks)
+        item.blocks += extra
+        self.state.kv_blocks_used += extra
+
+    def _trim_reservation(self, item: PrefillItem) -> None:
+        """A migration reserved a margin above the context; rows must hold exactly what
+        their context needs (segment block growth assumes it), so give the rest back."""
+        excess = item.blocks - _ceil_div(item.total_tokens, self.cfg.block_size)
+        if excess > 0:
+            item.blocks -= excess
+            self.state.kv_blocks_used -= excess
+
+    def _preempt_latest(self) -> None:
+        """Preempt the running request admitted last (vLLM's FCFS victim)."""
+        table = self.state.decodes
+        item = max((it for it in self.prefills.values() if it.admitted),
+                   key=lambda it: it.admit_seq, default=None)
+        row_seq = int(table.col("admit_seq").max()) if table.n else -1
+        if item is not None and item.admit_seq > row_seq:
+            return self._preempt_prefill(item)
+        if table.n == 0:
+            raise RuntimeError("KV blocks over-committed with nothing left to preempt")
+        self.preempt(int(table.col("req_id")[int(np.argmax(table.col("admit_seq")))]))
+
+    def _preempt_prefill(self, item: PrefillItem) -> None:
+        """A running prefill loses its blocks and progress and waits at the queue head."""
+        self.state.kv_blocks_used -= item.blocks
+        self.state.progress_prefill(item.req_id, -item.done_tokens)
+        item.blocks, item.done_tokens, item.admitted = 0, 0, False
+        self.prefills.move_to_end(item.req_id, last=False)
+        self.preemptions += 1
+        self.preempted.append(item.req_id)
 
     def preempt(self, req_id: int) -> None:
         """Drop a decode's KV and queue it for recompute at the front of the queue."""
@@ -205,28 +301,29 @@ class Engine:
         self.add_prefill(PrefillItem(req_id, row["ctx"], "recompute", row["stop_at"],
                                      row["generated"]), front=True)
 
-    def _prefill_chunks(self, n_decodes: int) -> list[tuple[PrefillItem, int]]:
-        st, bs = self.state, self.cfg.block_size
-        budget = self.cfg.max_num_batched_tokens - n_decodes
+    def _admit_waiting(self, n_decodes: int,
+                       running: list[tuple[PrefillItem, int]]) -> list[tuple[PrefillItem, int]]:
+        """Admit waiting prefills in FCFS order with the blocks for their first chunk;
+        stop at the first that does not fit."""
+        st = self.state
+        budget = self.cfg.max_num_batched_tokens - n_decodes - sum(c for _, c in running)
         seqs = n_decodes + self._admitted_prefills()
         chunks: list[tuple[PrefillItem, int]] = []
-        self.started = []
         for item in self.prefills.values():
-            if budget <= 0:
+            if item.admitted:
+                continue
+            chunk = self._chunk(item, budget)
+            blocks = max(0, _ceil_div(item.done_tokens + chunk, self.cfg.block_size) - item.blocks)
+            if budget <= 0 or seqs >= self.cfg.max_num_seqs or blocks > st.kv_blocks_total - st.kv_blocks_used:
                 break
-            if not item.admitted:
-                blocks = _ceil_div(item.total_tokens, bs) - item.blocks
-                if seqs >= self.cfg.max_num_seqs or blocks > st.kv_blocks_total - st.kv_blocks_used:
-                    break  # first-come first-served: later prompts wait behind this one
-                st.kv_blocks_used += blocks
-                item.blocks += blocks
-                item.admitted = True
-                seqs += 1
-                self.started.append(item.req_id)
-            chunk = min(item.total_tokens - item.done_tokens, budget, item.chunk_limit or budget)
-            if chunk > 0:
-                chunks.append((item, chunk))
-                budget -= chunk
+            self.admit_seq += 1
+            item.admitted, item.admit_seq = True, self.admit_seq
+            self._trim_reservation(item)
+            self._grow_item(item, chunk)
+            seqs += 1
+            self.started.append(item.req_id)
+            chunks.append((item, chunk))
+            budget -= chunk
         return chunks
 
     def _decode_horizon(self) -> int:
@@ -266,7 +363,12 @@ class Engine:
                 st.kv_blocks_used += growth
             n_new = len(self.new_rows)
             result.gaps = (seg.iter0_s, seg.slope_s, k, table.n - n_new, n_new)
-            result.first_gaps = [seg.start_s + seg.iter0_s - t for t in self.new_rows.values()]
+            first_end_s = seg.start_s + seg.iter0_s
+            for rid, t in self.new_rows.items():
+                if t is None:
+                    result.first_tokens.append((rid, first_end_s))
+                else:
+                    result.first_gaps.append(first_end_s - t)
             self.new_rows.clear()
             table.advance(k)
             st.recent_token_interval_s = seg.iteration_s(k - 1)

@@ -2,8 +2,10 @@
 
 Live: copy the KV in rounds while the request keeps decoding on the source; once a
 round's delta is small (or after ``max_rounds``), pause it at an iteration boundary and
-copy the last delta (the downtime). Recompute: take it out at a boundary and re-prefill
-its context on the target. The target's blocks are reserved first; a migration that
+copy the last delta (the downtime). Stop-and-copy: pause it at the next boundary and copy
+the whole context (the downtime is the full transfer). Recompute: take it out at a
+boundary and re-prefill its context on the target. A request preempted on its source
+while it moves has no KV left to move: the migration is cancelled. The target's blocks are reserved first; a migration that
 cannot be placed is refused and counted, and the request keeps running where it was.
 """
 
@@ -68,7 +70,7 @@ class Migrator:
         move = Move(rid, st.decode_instance, dst, decision.mode, blocks, round_start_ctx=ctx)
         self.moves[rid] = move
         st.migrating = True
-        if decision.mode is MigrationMode.RECOMPUTE:
+        if decision.mode is not MigrationMode.LIVE:
             self._detach_at_boundary(move)
         else:
             move.flow_id = sim.start_flow(move.src, dst, sim.perf.kv_bytes(ctx - 1), ("mig", rid))
@@ -121,6 +123,8 @@ class Migrator:
         eng.held_blocks[move.req_id] = row["blocks"]
         move.final = True
         delta = row["ctx"] - move.round_start_ctx
+        if move.mode is MigrationMode.STOP_COPY:
+            delta = row["ctx"] - 1  # every token whose KV exists
         move.flow_id = sim.start_flow(move.src, move.dst, sim.perf.kv_bytes(max(delta, 1)),
                                       ("mig", move.req_id))
 

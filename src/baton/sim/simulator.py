@@ -79,9 +79,11 @@ class Simulator:
         self.cluster, self.perf, self.scheduler = cluster, perf, scheduler
         self.requests = sorted(requests, key=lambda r: (r.arrival_s, r.req_id))
         bs = cluster.engine.block_size
-        blocks = perf.kv_capacity_tokens // bs
-        self.instances = {i: InstanceState(i, role, blocks, bs) for i, role in enumerate(cluster.roles())}
-        self.engines = {i: Engine(s, cluster.engine, perf, closed_form) for i, s in self.instances.items()}
+        roles = cluster.roles()
+        configs = [cluster.engine_for(role) for role in roles]
+        blocks = [perf.kv_tokens_for(cfg.memory_flags()) // bs for cfg in configs]
+        self.instances = {i: InstanceState(i, role, blocks[i], bs) for i, role in enumerate(roles)}
+        self.engines = {i: Engine(s, configs[i], perf, closed_form) for i, s in self.instances.items()}
         self.states: dict[int, RequestState] = {}
         self.view = ClusterView(self.instances, self.states)
         self.net = Network(cluster.nic_bytes_per_s, cluster.nic_latency_s)
@@ -100,7 +102,9 @@ class Simulator:
         self.now = 0.0
         self._open = 0
         self._progress = progress
-        self._max_tokens = blocks * bs
+        self._max_tokens = max(blocks) * bs if blocks else 0
+        lens = [cfg.max_model_len for cfg in configs if cfg.max_model_len is not None]
+        self._max_model_len = min(lens) if lens else None
 
     # --- event plumbing ----------------------------------------------------------------
     def push(self, t: float, prio: int, payload: tuple) -> None:
@@ -147,19 +151,24 @@ class Simulator:
             if end is not None:
                 self.push(end, SEG_END, (instance_id, eng.version))
             if self._after_plan(instance_id, eng):
-                self.retry_receives(instance_id)  # preemption freed blocks
+                self.retry_receives(instance_id)  # blocks freed, or the waiting queue moved
         else:
             end = eng.interrupt(self.now)
             if end is not None:
                 self.push(end, SEG_END, (instance_id, eng.version))
 
     def _after_plan(self, instance_id: int, eng: Engine) -> bool:
-        """Book prefill starts and preemptions; True if something was preempted."""
-        preempted = bool(eng.preempted)
+        """Book prefill starts and preemptions; True if something was preempted or
+        admitted (either may unblock KV waiting to arrive here)."""
+        changed = bool(eng.preempted or eng.started)
         for rid in eng.preempted:
             st = self.states[rid]
             st.preemptions += 1
-            st.phase, st.last_token_s = Phase.PREFILL, self.now
+            if st.phase is Phase.DECODE:
+                self.migrator.cancel(rid)  # its KV is gone: a move in flight has nothing to move
+                st.phase = Phase.PREFILL
+                if st.first_token_s is not None:
+                    st.last_token_s = self.now  # preemption happens at an iteration boundary
         eng.preempted.clear()
         for rid in eng.started:
             st = self.states[rid]
@@ -170,13 +179,15 @@ class Simulator:
                 if st.bound_early and st.decode_instance != instance_id:
                     self._begin_transfer(rid, instance_id, st.decode_instance)
         eng.started = []
-        return preempted
+        return changed
 
     # --- handlers ----------------------------------------------------------------------
     def _on_arrival(self, index: int) -> None:
         req = self.requests[index]
         st = RequestState(req)
         self.states[req.req_id] = st
+        if self._max_model_len is not None and req.prompt_tokens + req.output_tokens > self._max_model_len:
+            return self.reject(st, "context")
         if req.prompt_tokens + req.output_tokens > self._max_tokens:
             return self.reject(st, "exceeds_kv_capacity")
         plan = self.scheduler.plan_arrival(self.view, st)
@@ -208,6 +219,8 @@ class Simulator:
             return
         result = eng.finish(self.now)
         self._record_gaps(result)
+        for rid, t in result.first_tokens:
+            self.states[rid].first_token_s = t
         for rid in result.finished:
             self.finish(self.states[rid])
         for rid, ctx in result.thresholds:
@@ -236,11 +249,10 @@ class Simulator:
         st = self.states[item.req_id]
         if item.kind != "fresh":
             return self._resume_local(instance_id, item, st)
-        st.first_token_s = st.last_token_s = self.now
-        st.generated_tokens = 1
         if self.scheduler.observes:
             self.scheduler.observe(self.view, PrefillDone(st.req_id, instance_id, self.now))
         if st.request.output_tokens <= 1:
+            st.first_token_s = st.last_token_s = self.now
             self.engines[instance_id].release(item.blocks)
             return self.finish(st)
         dst = st.decode_instance if st.bound_early else self.scheduler.choose_decode(self.view, st)
@@ -251,6 +263,9 @@ class Simulator:
         st.decode_instance = dst
         self._note_handoff(dst)
         if dst == instance_id:
+            # colocated: the prefill's own iteration samples the first token
+            st.first_token_s = st.last_token_s = self.now
+            st.generated_tokens = 1
             return self._join(instance_id, st, st.request.prompt_tokens + 1, 1, item.blocks)
         self.engines[instance_id].held_blocks[st.req_id] = item.blocks
         tr = self.transfers.get(st.req_id)
@@ -263,8 +278,10 @@ class Simulator:
 
     def _resume_local(self, instance_id: int, item: PrefillItem, st: RequestState) -> None:
         """A recompute (after preemption or migration) ended: it emits one token."""
-        gap = self.now - (st.last_token_s if st.last_token_s is not None else self.now)
-        self.tbt.add([gap])
+        if st.first_token_s is None:
+            st.first_token_s = self.now  # preempted before the decode side's first token
+        else:
+            self.tbt.add([self.now - st.last_token_s])
         st.last_token_s = self.now
         generated = item.generated + 1
         if generated >= item.stop_at:
@@ -279,7 +296,7 @@ class Simulator:
         watch = self.pending_watch.pop(st.req_id, None)
         self.engines[instance_id].add_join(DecodeJoin(
             st.req_id, ctx, generated, st.request.output_tokens, blocks,
-            st.last_token_s if st.last_token_s is not None else self.now, watch))
+            st.last_token_s if generated else None, watch))
         st.phase = Phase.DECODE
         if st.decode_start_s is None:
             st.decode_start_s = self.now
@@ -319,7 +336,7 @@ class Simulator:
         if st.phase is not Phase.PREFILL:
             st.phase = Phase.TRANSFER
         self.instances[tr.dst].drop_shadow(tr.req_id)
-        self.instances[tr.dst].add_incoming(tr.req_id, st.request.prompt_tokens + 1)
+        self.instances[tr.dst].add_incoming(tr.req_id, st.request.prompt_tokens)
         nbytes = self.perf.kv_bytes(st.request.prompt_tokens)
         tr.alone_s = self.perf.transfer_time_s(nbytes, self.cluster.nic_bytes_per_s)
         self.start_flow(tr.src, tr.dst, nbytes, ("pd", tr.req_id))
@@ -354,7 +371,9 @@ class Simulator:
         src_eng = self.engines[tr.src]
         src_eng.release(src_eng.held_blocks.pop(rid))
         self.instances[tr.dst].drop_incoming(rid)
-        self._join(tr.dst, st, st.request.prompt_tokens + 1, 1, tr.dst_blocks)
+        # As with vLLM's KV connectors, the decode instance recomputes the prompt's last
+        # token and samples the first output token: the client sees it from there.
+        self._join(tr.dst, st, st.request.prompt_tokens, 0, tr.dst_blocks)
         self.retry_receives(tr.src)
         self.kick(tr.src)
 

@@ -1,0 +1,77 @@
+"""Migrations (all modes), preemptions, completions and role changes interleaved at
+random on small clusters: every request ends, KV blocks are conserved and no
+reservation leaks."""
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from baton.core import ChangeRole, Migrate, MigrationMode, Role
+from baton.core.request import Phase, Request
+from baton.policies import PolicyContext, Scheduler, Stage, build_scheduler
+from baton.sim import ClusterSpec, EngineConfig, Simulator
+from tests.sim.helpers import tiny_perf
+from tests.sim.test_invariants import KVGuard
+
+
+class Chaos(Stage):
+    """Every tick: migrate a few decoding requests anywhere, in any mode, and sometimes
+    flip an instance's role (never leaving the cluster without a decode instance)."""
+
+    tick_interval_s = 0.02
+
+    def __init__(self, context, migrate_p: float, flip_p: float):
+        super().__init__(context)
+        self.migrate_p, self.flip_p = migrate_p, flip_p
+
+    def tick(self, view):
+        rng, out = self.context.rng, []
+        ids = [i.instance_id for i in view.instances()]
+        for inst in view.instances():
+            for rid in view.decode_snapshot(inst.instance_id)[0].tolist():
+                if rng.random() < self.migrate_p:
+                    mode = list(MigrationMode)[int(rng.integers(len(MigrationMode)))]
+                    out.append(Migrate(int(rid), int(rng.choice(ids)), mode))
+        if rng.random() < self.flip_p:
+            target = int(rng.choice(ids))
+            role = list(Role)[int(rng.integers(len(Role)))]
+            others_decode = any(i.role.decodes for i in view.instances() if i.instance_id != target)
+            if role.decodes or others_decode:
+                out.append(ChangeRole(target, role))
+        return out
+
+
+rows_strategy = st.lists(st.tuples(st.floats(0, 2), st.integers(1, 700), st.integers(2, 900)),
+                         min_size=2, max_size=20)
+
+
+@settings(max_examples=60, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=rows_strategy, kv=st.integers(1000, 4000), seed=st.integers(0, 1000),
+       migrate_p=st.sampled_from([0.05, 0.3, 1.0]), flip_p=st.sampled_from([0.0, 0.05]),
+       policy=st.sampled_from(["least-loaded", "round-robin", "colocated"]))
+def test_migrations_preemptions_and_role_changes_conserve_everything(rows, kv, seed, migrate_p,
+                                                                     flip_p, policy):
+    reqs = [Request(i, t, p, o) for i, (t, p, o) in enumerate(sorted(rows))]
+    perf = tiny_perf(kv)
+    ctx = PolicyContext(np.random.default_rng(seed), perf)
+    base = build_scheduler(policy, ctx)
+    sched = Scheduler("chaos", [*base.stages, Chaos(ctx, migrate_p, flip_p)])
+    mixed = 2 if policy == "colocated" else 0
+    cluster = ClusterSpec(prefill=0 if mixed else 1, decode=0 if mixed else 2, mixed=mixed,
+                          engine=EngineConfig(256, 8, 16), nic_gbps=10)
+    sim = Simulator(cluster, perf, sched, reqs, sample_interval_s=0.5)
+    guard = KVGuard(sim)
+    result = sim.run()
+    assert len(result.records) == len(reqs)
+    for state in sim.states.values():
+        assert state.phase in (Phase.FINISHED, Phase.REJECTED)
+        assert not state.migrating
+        if state.phase is Phase.FINISHED:
+            assert state.generated_tokens == state.request.output_tokens
+    assert not guard.violations
+    assert not sim.migrator.moves and not sim.transfers
+    assert not any(sim.receive_wait.values())
+    for i, eng in sim.engines.items():
+        assert sim.instances[i].kv_blocks_used == 0, i
+        assert not eng.held_blocks and not eng.prefills and not eng.joins
+        assert sim.instances[i].decodes.n == 0
