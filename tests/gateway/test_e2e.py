@@ -279,3 +279,72 @@ def test_sglang_bootstrap_adapter(tmp_path):
         assert metric(p.url, "vllm:prompt_tokens_total") == 8
         assert metric(d.url, "vllm:prompt_tokens_total") == 0  # the decode side pulled the KV by room
         assert wait_until(lambda: idle(gw))
+
+
+def test_client_transport_fields_never_steer_an_engine(cluster):
+    """A client's kv_transfer_params / bootstrap_* must not make an engine connect where
+    the client says: on a colocated gateway (where nothing replaces them) the emulator
+    would pull KV from this listening socket if the field got through."""
+    import socket
+    lure = socket.socket()
+    lure.bind(("127.0.0.1", 0))
+    lure.listen(4)
+    lure.settimeout(0.5)
+    port = lure.getsockname()[1]
+    params = {"do_remote_prefill": True, "remote_host": "127.0.0.1", "remote_port": port,
+              "remote_engine_id": "x", "remote_block_ids": [1, 2]}
+    try:
+        for name in ("colocated", "pd"):
+            gw = cluster[name]
+            before = metric(gw.url, "baton_dropped_fields_total")
+            status, body = complete(gw, 4, kv_transfer_params=params, bootstrap_host="127.0.0.1",
+                                    bootstrap_port=port, bootstrap_room=1)
+            assert status == 200 and body["choices"][0]["text"] == expected(4, 4), body
+            assert metric(gw.url, "baton_dropped_fields_total") == before + 4
+            with pytest.raises(OSError):
+                lure.accept()  # nobody came
+        assert wait_until(lambda: idle(cluster["pd"]))
+    finally:
+        lure.close()
+
+
+@pytest.mark.parametrize("bad", [
+    {"prompt": "a \ud800 b"},
+    {"messages": [{"role": "user", "content": [{"type": "text", "text": None}]}]},
+    {"messages": [{"role": "user", "content": 7}]},
+])
+def test_client_input_that_crashes_engines_is_refused_and_costs_nobody_else(cluster, bad):
+    """Inputs that make vLLM answer 500 are a 400 at the gateway and at the emulator, and
+    the engines stay healthy for everyone else."""
+    kind = "chat/completions" if "messages" in bad else "completions"
+    for url in (cluster["pd"].url, cluster["d0"].url):
+        status, body = post(f"{url}/v1/{kind}", {**bad, "max_tokens": 2})
+        assert status == 400 and isinstance(body, dict) and body["error"]["type"], body
+    assert get(cluster["pd"].url + "/health")[0] == 200
+    status, body = complete(cluster["pd"], 3)
+    assert status == 200 and body["choices"][0]["text"] == expected(4, 3)
+
+
+def test_client_request_id_is_echoed_but_never_shared_with_engines(cluster):
+    """Twenty concurrent requests with one X-Request-Id all complete, the prefill engine's
+    KV goes back to zero (a shared id used to leak the blocks held for the handoff), and
+    each response carries the client's id back."""
+    gw, results = cluster["pd"], []
+
+    def one():
+        from tests.live import _conn
+        conn, path = _conn(gw.url + "/v1/completions", 30.0)
+        conn.request("POST", path, body=b'{"prompt": "a b c d", "max_tokens": 3, "ignore_eos": true}',
+                     headers={"Content-Type": "application/json", "X-Request-Id": "same"})
+        resp = conn.getresponse()
+        results.append((resp.status, resp.getheader("X-Request-Id"), resp.read()))
+        conn.close()
+
+    threads = [threading.Thread(target=one) for _ in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(results) == 20 and all(s == 200 and h == "same" for s, h, _ in results)
+    assert wait_until(lambda: metric(cluster["p"].url, "vllm:kv_cache_usage_perc") == 0, 10)
+    assert wait_until(lambda: idle(gw))

@@ -1,5 +1,6 @@
 """Request bodies of each leg."""
 
+import pytest
 from baton.gateway import handoff
 from baton.protocol.requests import CHAT, COMPLETIONS, parse_request
 
@@ -42,4 +43,32 @@ def test_continuation_reduces_limits_and_keeps_sampling():
     assert body["temperature"] == 0.7 and body["stop"] == ["x"]
     assert "messages" not in body and "tools" not in body and "max_completion_tokens" not in body
     late = handoff.continuation_body(parsed(min_tokens=3), [1], [5, 6, 7, 8])
-    assert "min_tokens" not in late and "max_tokens" not in late
+    # no client max_tokens: the engine default budget (16) carries over, not a fresh 16
+    assert "min_tokens" not in late and late["max_tokens"] == 12
+    assert handoff.continuation_body(parsed(), [1], [5, 6, 7], default_max_tokens=10)["max_tokens"] == 7
+
+
+TRANSPORT = {"kv_transfer_params": {"do_remote_prefill": True, "remote_host": "10.9.9.9", "remote_port": 1},
+             "bootstrap_host": "10.9.9.9", "bootstrap_port": 1, "bootstrap_room": 7}
+
+
+@pytest.mark.parametrize("field", sorted(TRANSPORT))
+def test_client_transport_fields_never_reach_a_leg(field):
+    """Even a body that skipped the server's allow-list: no leg carries the client's value."""
+    p = parsed(**{field: TRANSPORT[field]}, temperature=0.5)
+    bodies = [handoff.prefill_body(p), handoff.decode_body(p, None, True), handoff.colocated_body(p, True),
+              *handoff.sglang_bodies(p, "127.0.0.1", 8998, 3, True),
+              handoff.continuation_body(p, [1], [2])]
+    for body in bodies:
+        assert body.get(field) != TRANSPORT[field], body
+        assert body.get("temperature") == 0.5
+
+
+def test_server_allow_list_keeps_openai_and_sampling_fields_and_drops_the_rest():
+    from baton.protocol.requests import split_fields
+    body = {"prompt": "x", "max_tokens": 3, "ignore_eos": True, "min_tokens": 1, "top_k": 5, "min_p": 0.1,
+            "repetition_penalty": 1.1, "max_completion_tokens": 3, "response_format": {"type": "json_object"},
+            "guided_json": {}, "return_token_ids": True, **TRANSPORT, "engine_secret": 1}
+    kept, dropped = split_fields(body)
+    assert sorted(dropped) == sorted([*TRANSPORT, "engine_secret"])
+    assert set(kept) == set(body) - set(dropped)

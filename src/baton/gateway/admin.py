@@ -25,7 +25,9 @@ def _authorise(gw: Gateway, request: web.Request) -> None:
         raise ApiError(403, "admin API disabled: set admin_token in the config or BATON_ADMIN_TOKEN",
                        err_type="permission_error")
     given = request.headers.get("Authorization", "")
-    if not given.startswith("Bearer ") or not hmac.compare_digest(given[7:].encode(), token.encode()):
+    # surrogateescape: a non-ASCII header is just a wrong token, never a server error
+    presented = given[7:].encode("utf-8", "surrogateescape")
+    if not given.startswith("Bearer ") or not hmac.compare_digest(presented, token.encode()):
         raise ApiError(401, "missing or wrong bearer token", err_type="authentication_error")
 
 
@@ -104,6 +106,10 @@ def add_routes(app: web.Application, gw: Gateway) -> None:
         target = gw.cluster.find(str(body.get("target")))
         if target is None:
             raise ApiError(404, f"no instance named {body.get('target')!r}", err_type="not_found_error")
+        if not gw.cluster.instances[target].role.decodes:
+            raise ApiError(409, f"instance {body.get('target')!r} does not decode (role "
+                                f"{gw.cluster.instances[target].role.value})", err_type="invalid_request_error",
+                           param="target")
         gw.execute(Migrate(flow.state.req_id, target), stage_index=-1)
         return web.json_response({"req_id": flow.state.req_id, "target": target, "status": "requested"},
                                  status=202)

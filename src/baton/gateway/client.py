@@ -19,6 +19,7 @@ class ClientOut:
 
     def __init__(self, request: web.Request, parsed: ParsedRequest, model: str, response_id: str) -> None:
         self.request, self.parsed, self.model, self.rid = request, parsed, model, response_id
+        self.headers: dict[str, str] = {"X-Request-Id": response_id}  # the server sets the client's id
         self.created = int(time.time())
         self.with_ids = bool(parsed.body.get("return_token_ids"))
         self.texts: list[str] = []
@@ -35,7 +36,7 @@ class ClientOut:
 
     async def _start(self) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                                           "X-Request-Id": self.rid})
+                                           **self.headers})
         await resp.prepare(self.request)
         self.response = resp
         return resp
@@ -65,7 +66,7 @@ class ClientOut:
                                  reason, self.prompt_tokens, self.tokens,
                                  self.token_ids if self.with_ids else None,
                                  self.prompt_token_ids if self.with_ids else None)
-            return web.json_response(body, headers={"X-Request-Id": self.rid})
+            return web.json_response(body, headers=self.headers)
         resp = self.response or await self._start()
         tail = [sse(stream_chunk(self.parsed.kind, self.rid, self.model, self.created, "", reason))]
         if self.parsed.include_usage:
@@ -77,7 +78,7 @@ class ClientOut:
     async def fail(self, err: ApiError) -> web.StreamResponse:
         """End with an error: an HTTP error before the stream started, else an error event."""
         if self.response is None:
-            return web.json_response(err.body(), status=err.status, headers={"X-Request-Id": self.rid})
+            return web.json_response(err.body(), status=err.status, headers=self.headers)
         try:
             await self.response.write(sse(err.body()))
             await self.response.write(DONE)

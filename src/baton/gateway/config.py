@@ -31,7 +31,8 @@ DEFAULT_METRIC_NAMES: Mapping[str, dict[str, str | None]] = {
 @dataclass(slots=True)
 class EngineSpec:
     """One engine: base URL, role, engine type (metric names and protocol fields), model,
-    KV capacity in blocks (None: the preset's), and SGLang's bootstrap port."""
+    KV capacity in blocks (None: the preset's), SGLang's bootstrap port, and the
+    credential the gateway presents to it (``api_key``, or ``api_key_env`` in YAML)."""
 
     url: str
     role: Role
@@ -41,6 +42,7 @@ class EngineSpec:
     kv_blocks: int | None = None
     bootstrap_port: int | None = None
     metric_names: dict[str, str | None] = field(default_factory=dict)
+    api_key: str | None = None  # sent to this engine as a bearer token (never the client's)
 
     @property
     def host(self) -> str:
@@ -67,6 +69,9 @@ class GatewayConfig:
     upstream_timeout_s: float = 600.0
     connect_timeout_s: float = 3.0
     max_recoveries: int = 2
+    max_engine_deaths: int = 2
+    default_max_tokens: int = 16
+    decisions_log_size: int = 10_000
     block_size: int = 16
     seed: int = 0
 
@@ -80,7 +85,7 @@ def parse_engine(raw: Any, where: str) -> EngineSpec:
     """One ``engines[i]`` entry (also the body of the admin API's add-instance call)."""
     _require(isinstance(raw, Mapping), where, "expected a mapping with url and role")
     unknown = sorted(set(raw) - {"url", "role", "name", "type", "model", "kv_blocks", "bootstrap_port",
-                                 "metric_names"})
+                                 "metric_names", "api_key", "api_key_env"})
     _require(not unknown, f"{where}.{unknown[0] if unknown else ''}", "unknown key")
     url = raw.get("url")
     _require(isinstance(url, str) and urlparse(url).scheme in ("http", "https") and bool(urlparse(url).netloc),
@@ -99,14 +104,23 @@ def parse_engine(raw: Any, where: str) -> EngineSpec:
     _require(isinstance(overrides, Mapping) and set(overrides) <= set(names), f"{where}.metric_names",
              f"expected a mapping with keys among {', '.join(names)}")
     names.update(overrides)
-    return EngineSpec(url.rstrip("/"), role, str(raw.get("name") or urlparse(url).netloc), etype,
-                      raw.get("model"), raw.get("kv_blocks"), raw.get("bootstrap_port"), names)
+    name = str(raw.get("name") or urlparse(url).netloc)
+    # admin calls address instances by name or numeric id, so a name must not look like an id
+    _require(not name.isdigit(), f"{where}.name", f"must not be all digits, got {name!r}")
+    key = raw.get("api_key")
+    if raw.get("api_key_env") is not None:
+        key = os.environ.get(str(raw["api_key_env"]))
+        _require(key is not None, f"{where}.api_key_env", f"environment variable {raw['api_key_env']} is not set")
+    _require(key is None or isinstance(key, str), f"{where}.api_key", "expected a string")
+    return EngineSpec(url.rstrip("/"), role, name, etype,
+                      raw.get("model"), raw.get("kv_blocks"), raw.get("bootstrap_port"), names, key)
 
 
 _SCALARS = {"host": str, "port": int, "model": str, "preset": str, "pd_protocol": str,
             "admin_token": str, "scrape_interval_s": (int, float), "scrape_timeout_s": (int, float), "unhealthy_after_failures": int,
             "max_inflight": int, "max_body_bytes": int, "upstream_timeout_s": (int, float),
-            "connect_timeout_s": (int, float), "max_recoveries": int, "block_size": int, "seed": int}
+            "connect_timeout_s": (int, float), "max_recoveries": int, "max_engine_deaths": int,
+            "default_max_tokens": int, "decisions_log_size": int, "block_size": int, "seed": int}
 
 
 def parse_config(raw: Any, source: str = "config") -> GatewayConfig:
@@ -128,7 +142,8 @@ def parse_config(raw: Any, source: str = "config") -> GatewayConfig:
     cfg = GatewayConfig(specs, policy=raw.get("policy", "least-loaded"), **kwargs)
     _require(cfg.pd_protocol in PD_PROTOCOLS, "pd_protocol", f"expected one of {', '.join(PD_PROTOCOLS)}")
     for key in ("scrape_interval_s", "scrape_timeout_s", "max_inflight", "max_body_bytes", "upstream_timeout_s",
-                "connect_timeout_s", "block_size", "unhealthy_after_failures"):
+                "connect_timeout_s", "block_size", "unhealthy_after_failures", "max_engine_deaths",
+                "default_max_tokens", "decisions_log_size"):
         _require(getattr(cfg, key) > 0, key, "must be positive")
     cfg.admin_token = cfg.admin_token or os.environ.get("BATON_ADMIN_TOKEN") or None
     return cfg

@@ -8,6 +8,8 @@ accounting before it returns (or is cancelled by a client disconnect).
 from __future__ import annotations
 
 import asyncio
+import logging
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from baton.core.events import Completed, PrefillDone
@@ -21,6 +23,8 @@ from baton.protocol.requests import COMPLETIONS, ParsedRequest
 
 if TYPE_CHECKING:
     from baton.gateway.server import Gateway
+
+log = logging.getLogger("baton.gateway")
 
 
 def _api_error(err: UpstreamError, what: str) -> ApiError:
@@ -42,11 +46,10 @@ class Flow:
     def __init__(self, gw: Gateway, parsed: ParsedRequest, out: ClientOut, state: RequestState,
                  xid: str, prompt_ids: list[int] | None) -> None:
         self.gw, self.cluster, self.parsed, self.out, self.state = gw, gw.cluster, parsed, out, state
-        self.headers = {"X-Request-Id": xid}
-        auth = out.request.headers.get("Authorization")
-        if auth:
-            self.headers["Authorization"] = auth
+        self.client_xid = xid  # echoed to the client and shown in admin; never sent to engines
         self.prompt_ids = prompt_ids
+        self.failed_on: set[int] = set()  # instances whose leg failed for this request
+        self.deaths = 0                   # engine faults while the request was in flight
         self.generated_ids: list[int] = []
         self.ids_complete = True
         self.leg: StreamLeg | None = None
@@ -58,6 +61,26 @@ class Flow:
         self.last_token_s: float | None = None
         self._prefill_task: asyncio.Task | None = None
 
+    def headers(self, iid: int) -> dict[str, str]:
+        """Headers for one leg: a fresh internal request id (engines key KV handoffs and
+        aborts by it, so two clients' ids must never meet there), and the engine's own
+        credential from the config, never the client's."""
+        out = {"X-Request-Id": f"baton-{uuid.uuid4().hex}"}
+        key = self.cluster.engines[iid].spec.api_key
+        if key:
+            out["Authorization"] = f"Bearer {key}"
+        return out
+
+    def _engine_died(self, iid: int, err: UpstreamError) -> None:
+        """Book an engine fault; a request that saw two is not tried a third time (a
+        request that crashes engines must not take the whole fleet down)."""
+        self.failed_on.add(iid)
+        if not err.connect:
+            self.deaths += 1
+        if self.deaths >= self.gw.config.max_engine_deaths:
+            raise ApiError(502, f"engines failed {self.deaths} times while serving this request; "
+                                "not retrying it", err_type="server_error", code="backend_error")
+
     @property
     def can_continue(self) -> bool:
         """A continuation needs the prompt ids and the id of every token relayed."""
@@ -66,7 +89,7 @@ class Flow:
     def describe(self) -> dict[str, Any]:
         """Live state for the admin API."""
         st = self.state
-        return {"req_id": st.req_id, "x_request_id": self.headers["X-Request-Id"], "path": self.path,
+        return {"req_id": st.req_id, "x_request_id": self.client_xid, "path": self.path,
                 "phase": st.phase.value, "prefill_instance": st.prefill_instance,
                 "decode_instance": st.decode_instance, "prompt_tokens": st.request.prompt_tokens,
                 "generated_tokens": st.generated_tokens, "migrations": st.migrations,
@@ -89,6 +112,10 @@ class Flow:
         except (ConnectionResetError, asyncio.CancelledError):
             outcome = "client_abort"
             raise
+        except Exception as exc:  # noqa: BLE001 - a bug or an answer nobody foresaw: never a lost stream
+            log.exception("request %s failed unexpectedly", self.client_xid)
+            return await self.out.fail(ApiError(502, f"gateway error while relaying: {type(exc).__name__}",
+                                                err_type="server_error", code="backend_error"))
         finally:
             self._cleanup(outcome)
 
@@ -138,12 +165,13 @@ class Flow:
         for _ in range(self.gw.config.max_recoveries + 1):
             try:
                 resp = await post_json(self.gw.session, self.cluster.url(p) + endpoint(self.parsed.kind), body,
-                                       self.headers, self.gw.upstream_timeout)
+                                       self.headers(p), self.gw.upstream_timeout)
             except UpstreamError as err:
                 self.gw.backend_error(p, err)
                 if not err.engine_fault:
                     raise _api_error(err, "prefill") from None
-                p = self.gw.fallback_prefill(self.state)
+                self._engine_died(p, err)
+                p = self.gw.fallback_prefill(self.state, frozenset(self.failed_on))
                 continue
             usage = resp.get("usage") or {}
             if isinstance(usage.get("prompt_tokens"), int):
@@ -160,7 +188,7 @@ class Flow:
                                          self.gw.wants_ids(target))
         url = self.cluster.url(p) + endpoint(self.parsed.kind)
         self._prefill_task = asyncio.create_task(
-            post_json(self.gw.session, url, pre, self.headers, self.gw.upstream_timeout))
+            post_json(self.gw.session, url, pre, self.headers(p), self.gw.upstream_timeout))
         self._prefill_task.add_done_callback(lambda t: self._sglang_prefill_done(p, t))
         self.cluster.expect_decode(self.state, target)
         await self._open_decode(target, dec, self.parsed.kind)
@@ -176,7 +204,7 @@ class Flow:
 
     async def _open_decode(self, iid: int, body: dict[str, Any], kind: str) -> None:
         url = self.cluster.url(iid) + endpoint(kind)
-        leg = StreamLeg(iid, kind, url, body, self.headers)
+        leg = StreamLeg(iid, kind, url, body, self.headers(iid))
         try:
             await leg.open(self.gw.session, self.gw.upstream_timeout)
         except UpstreamError as err:
@@ -238,8 +266,10 @@ class Flow:
 
     # --- migration and recovery ---------------------------------------------------------------
     def _continuation(self, target: int) -> StreamLeg:
-        body = handoff.continuation_body(self.parsed, self.prompt_ids or [], self.generated_ids)
-        return StreamLeg(target, COMPLETIONS, self.cluster.url(target) + endpoint(COMPLETIONS), body, self.headers)
+        body = handoff.continuation_body(self.parsed, self.prompt_ids or [], self.generated_ids,
+                                         default_max_tokens=self.gw.config.default_max_tokens)
+        return StreamLeg(target, COMPLETIONS, self.cluster.url(target) + endpoint(COMPLETIONS), body,
+                         self.headers(target))
 
     def _move_to(self, target: int, leg: StreamLeg) -> None:
         if self.leg is not None:
@@ -273,15 +303,17 @@ class Flow:
         """The decode leg failed: continue elsewhere when that is safe, else fail the request."""
         if not err.engine_fault:
             raise _api_error(err, "decode")
+        if self.leg is not None:
+            self._engine_died(self.leg.instance_id, err)
         while self.recoveries < self.gw.config.max_recoveries:
             self.recoveries += 1
-            target = self.gw.choose_decode(self.state)
+            target = self.gw.choose_decode(self.state, frozenset(self.failed_on))
             if self.can_continue:
                 leg = self._continuation(target)
             elif self.out.tokens == 0:  # nothing sent yet: the original request can start over
                 body = handoff.colocated_body(self.parsed, self.gw.wants_ids(target))
                 leg = StreamLeg(target, self.parsed.kind, self.cluster.url(target) + endpoint(self.parsed.kind),
-                                body, self.headers)
+                                body, self.headers(target))
             else:
                 break
             self._move_to(target, leg)
@@ -289,6 +321,9 @@ class Flow:
                 await leg.open(self.gw.session, self.gw.upstream_timeout)
             except UpstreamError as err2:
                 self.gw.backend_error(target, err2)
+                if not err2.engine_fault:
+                    raise _api_error(err2, "decode") from None
+                self._engine_died(target, err2)
                 continue
             self.gw.metrics.recoveries.inc()
             return

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from baton.protocol.requests import CHAT, ParsedRequest
+from baton.protocol.requests import CHAT, TRANSPORT_FIELDS, ParsedRequest
 
 # Sampling fields a continuation keeps (a chat request continues as a completions request).
 _CONTINUE_KEYS = ("model", "temperature", "top_p", "top_k", "min_p", "stop", "stop_token_ids",
@@ -24,16 +24,22 @@ _CONTINUE_KEYS = ("model", "temperature", "top_p", "top_k", "min_p", "stop", "st
                   "logit_bias", "bad_words", "allowed_token_ids", "user", "priority")
 
 
+def _clean(body: dict[str, Any]) -> dict[str, Any]:
+    """A body without any KV-transport field (the server already drops the client's; this
+    keeps every leg safe even if a body reached here another way)."""
+    return {k: v for k, v in body.items() if k not in TRANSPORT_FIELDS}
+
+
 def _streamed(body: dict[str, Any], with_ids: bool) -> dict[str, Any]:
     """The decode side always streams, so the gateway sees every token as it is made."""
-    out = dict(body, stream=True, stream_options={"include_usage": True})
+    out = dict(_clean(body), stream=True, stream_options={"include_usage": True})
     if with_ids:
         out["return_token_ids"] = True
     return out
 
 
 def prefill_body(parsed: ParsedRequest) -> dict[str, Any]:
-    body = {k: v for k, v in parsed.body.items() if k not in ("min_tokens", "stream_options")}
+    body = {k: v for k, v in _clean(parsed.body).items() if k not in ("min_tokens", "stream_options")}
     body.update(max_tokens=1, stream=False, kv_transfer_params={
         "do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
         "remote_block_ids": None, "remote_host": None, "remote_port": None})
@@ -57,19 +63,21 @@ def sglang_bodies(parsed: ParsedRequest, host: str, port: int | None, room: int,
                   with_ids: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     """(prefill body, decode body) with the same bootstrap fields."""
     boot = {"bootstrap_host": host, "bootstrap_port": port, "bootstrap_room": room}
-    prefill = dict(parsed.body, stream=False, **boot)
+    prefill = dict(_clean(parsed.body), stream=False, **boot)
     prefill.pop("stream_options", None)
     return prefill, dict(_streamed(parsed.body, with_ids), **boot)
 
 
 def continuation_body(parsed: ParsedRequest, prompt_ids: list[int], generated_ids: list[int],
-                      with_ids: bool = True) -> dict[str, Any]:
-    """A completions body that continues a request after ``generated_ids``."""
+                      with_ids: bool = True, default_max_tokens: int = 16) -> dict[str, Any]:
+    """A completions body that continues a request after ``generated_ids``. The output
+    budget carries over: the client's ``max_tokens``, else the engine default the
+    original request ran under (vLLM's completions default is 16), minus what was made."""
     body = {k: parsed.body[k] for k in _CONTINUE_KEYS if k in parsed.body}
     body["prompt"] = list(prompt_ids) + list(generated_ids)
     done = len(generated_ids)
-    if parsed.max_tokens is not None:
-        body["max_tokens"] = parsed.max_tokens - done
+    budget = parsed.max_tokens if parsed.max_tokens is not None else default_max_tokens
+    body["max_tokens"] = max(budget - done, 1)
     min_tokens = parsed.body.get("min_tokens")
     if isinstance(min_tokens, int) and min_tokens > done:
         body["min_tokens"] = min_tokens - done

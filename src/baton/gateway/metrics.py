@@ -31,6 +31,9 @@ class GatewayMetrics:
                                       ["instance", "kind"], registry=r)
         self.recoveries = Counter("baton_recoveries", "Requests continued elsewhere after an engine fault",
                                   registry=r)
+        self.dropped_fields = Counter("baton_dropped_fields", "Client body fields not forwarded to engines "
+                                      "(transport fields by name, anything else as 'other')", ["field"],
+                                      registry=r)
         self.rejected = Counter("baton_rejected", "Requests refused before reaching an engine", ["reason"],
                                 registry=r)
         self.inflight = Gauge("baton_inflight_requests", "Requests in flight", registry=r)

@@ -32,7 +32,7 @@ from baton.gateway.upstream import UpstreamError
 from baton.perf import presets
 from baton.policies import PolicyContext, build_scheduler
 from baton.protocol.errors import ApiError
-from baton.protocol.requests import CHAT, COMPLETIONS, parse_json, parse_request
+from baton.protocol.requests import TRANSPORT_FIELDS, split_fields, CHAT, COMPLETIONS, parse_json, parse_request
 
 log = logging.getLogger("baton.gateway")
 
@@ -66,7 +66,7 @@ class Gateway:
         self.model = config.model or next((e.model for e in config.engines if e.model), None) or "baton"
         self.flows: dict[int, Flow] = {}
         self.watches: dict[int, tuple[int, int]] = {}
-        self.decisions: deque[tuple[str, int, int]] = deque(maxlen=100_000)  # placement log (admin API)
+        self.decisions: deque[tuple[str, int, int]] = deque(maxlen=config.decisions_log_size)  # placement log (admin API)
         self.session: aiohttp.ClientSession | None = None
         self.upstream_timeout = aiohttp.ClientTimeout(total=config.upstream_timeout_s,
                                                       sock_connect=config.connect_timeout_s)
@@ -129,6 +129,9 @@ class Gateway:
         except web.HTTPRequestEntityTooLarge:
             raise ApiError(413, f"request body exceeds {self.config.max_body_bytes} bytes") from None
         parsed = parse_request(kind, parse_json(raw))
+        parsed.body, dropped = split_fields(parsed.body)
+        for name in dropped:
+            self.metrics.dropped_fields.labels(name if name in TRANSPORT_FIELDS else "other").inc()
         model = parsed.body.get("model")
         if model is not None and model != self.model:
             raise ApiError(404, f"The model `{model}` does not exist.", err_type="NotFoundError",
@@ -147,7 +150,9 @@ class Gateway:
             return web.json_response(err.body(), status=err.status, headers={"X-Request-Id": xid})
         tokens, ids = estimate_prompt_tokens(kind, parsed.body)
         state = self.cluster.new_request(tokens, parsed.max_tokens or 0)
-        out = ClientOut(request, parsed, self.model, f"cmpl-{xid}" if kind == COMPLETIONS else f"chatcmpl-{xid}")
+        oid = uuid.uuid4().hex  # our own id: the client's X-Request-Id never reaches an engine
+        out = ClientOut(request, parsed, self.model, f"cmpl-{oid}" if kind == COMPLETIONS else f"chatcmpl-{oid}")
+        out.headers["X-Request-Id"] = xid
         flow = Flow(self, parsed, out, state, xid, ids)
         self.flows[state.req_id] = flow
         self.metrics.inflight.set(len(self.flows))
@@ -169,20 +174,22 @@ class Gateway:
             self.decisions.append(("decode", state.req_id, plan.decode_instance))
         return plan
 
-    def choose_decode(self, state: RequestState) -> int:
+    def choose_decode(self, state: RequestState, exclude: frozenset[int] = frozenset()) -> int:
+        """The policy's decode instance; if it is unhealthy or one this request already
+        saw fail (``exclude``), the least-loaded other healthy one."""
         self.cluster.now()
         choice = self.scheduler.choose_decode(self.cluster.view, state)
-        if choice is None or not self.cluster.instances[choice].healthy:
-            ids = self.cluster.view.decode_ids
+        if choice is None or not self.cluster.instances[choice].healthy or choice in exclude:
+            ids = [i for i in self.cluster.view.decode_ids if i not in exclude]
             if not ids:
                 raise ApiError(503, "no healthy decode instance", err_type="server_error")
             choice = min(ids, key=self.cluster.view.token_load)
         self.decisions.append(("decode", state.req_id, choice))
         return choice
 
-    def fallback_prefill(self, state: RequestState) -> int:
+    def fallback_prefill(self, state: RequestState, exclude: frozenset[int] = frozenset()) -> int:
         """Another prefill instance after a failed prefill leg (least queued prefill work)."""
-        ids = self.cluster.view.prefill_ids
+        ids = [i for i in self.cluster.view.prefill_ids if i not in exclude]
         if not ids:
             raise ApiError(503, "no healthy prefill instance", err_type="server_error")
         choice = min(ids, key=lambda i: self.cluster.instances[i].prefill_queue_tokens)
@@ -262,10 +269,21 @@ class Gateway:
                 self.metrics.tpot.labels(flow.path).observe(tpot_s)
 
     def backend_error(self, iid: int, err: BaseException) -> None:
-        kind = "connect" if isinstance(err, UpstreamError) and err.connect else (
-            "http" if isinstance(err, UpstreamError) and err.status else "stream")
+        """Count a failed leg. Only engine faults (no answer, a broken or malformed answer,
+        a 5xx without an error body) count towards health, and only
+        ``unhealthy_after_failures`` in a row (with failed scrapes) take an engine out: a
+        request the engine refuses with an error body fails alone."""
+        up = err if isinstance(err, UpstreamError) else None
+        kind = "connect" if up and up.connect else (
+            "malformed" if up and up.malformed else "http" if up and up.status else "stream")
         self.metrics.backend_errors.labels(self.cluster.engines[iid].spec.name, kind).inc()
-        if not isinstance(err, UpstreamError) or err.engine_fault:
+        if up is None or up.engine_fault:
+            self.note_failure(iid)
+
+    def note_failure(self, iid: int) -> None:
+        eng = self.cluster.engines[iid]
+        eng.failures += 1
+        if eng.failures >= self.config.unhealthy_after_failures:
             self.cluster.set_health(iid, False)
 
     # --- scraping --------------------------------------------------------------------------
@@ -289,10 +307,8 @@ class Gateway:
                     raise ValueError(f"status {resp.status}")
                 sample = parse_metrics(await resp.text(), eng.spec.metric_names, self.cluster.clock())
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError):
-            eng.failures += 1
             self.metrics.scrapes.labels(eng.spec.name, "error").inc()
-            if eng.failures >= self.config.unhealthy_after_failures:
-                self.cluster.set_health(iid, False)
+            self.note_failure(iid)
             return False
         eng.failures = 0
         self.cluster.record_scrape(iid, sample)

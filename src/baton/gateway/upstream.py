@@ -21,14 +21,18 @@ class UpstreamError(Exception):
     engine answered with an HTTP error, whose OpenAI body is in ``body``."""
 
     def __init__(self, message: str, connect: bool = False, status: int | None = None,
-                 body: dict[str, Any] | None = None) -> None:
+                 body: dict[str, Any] | None = None, malformed: bool = False) -> None:
         super().__init__(message)
-        self.connect, self.status, self.body = connect, status, body
+        self.connect, self.status, self.body, self.malformed = connect, status, body, malformed
 
     @property
     def engine_fault(self) -> bool:
-        """True when the engine (not the request) is to blame."""
-        return self.status is None or self.status >= 500
+        """True when the engine (not the request) is to blame: no answer, a broken or
+        malformed answer, or a 5xx without an OpenAI error body. A 4xx, or a 5xx that
+        carries an error body, is the engine refusing this one request."""
+        if self.malformed or self.status is None:
+            return True
+        return self.status >= 500 and self.body is None
 
 
 @dataclass(slots=True)
@@ -49,10 +53,19 @@ class Piece:
         return 1 if self.text else 0
 
 
-def piece_of(kind: str, payload: dict[str, Any]) -> Piece:
-    """Normalise a completions or chat chunk."""
+def _malformed(what: str) -> UpstreamError:
+    return UpstreamError(f"engine sent a malformed answer: {what}", malformed=True)
+
+
+def piece_of(kind: str, payload: Any) -> Piece:
+    """Normalise a completions or chat chunk; UpstreamError(malformed) if it is not one."""
+    if not isinstance(payload, dict):
+        raise _malformed(f"a chunk is a {type(payload).__name__}, not an object")
     usage = payload.get("usage") or {}
     choices = payload.get("choices") or []
+    if not isinstance(usage, dict) or not isinstance(choices, list) or \
+            not all(isinstance(c, dict) for c in choices):
+        raise _malformed("'usage' or 'choices' has the wrong type")
     piece = Piece(prompt_tokens=usage.get("prompt_tokens"), prompt_token_ids=payload.get("prompt_token_ids"))
     if choices:
         c = choices[0]
@@ -68,9 +81,14 @@ async def _error_of(resp: aiohttp.ClientResponse) -> UpstreamError:
         body = await resp.json(content_type=None)
     except (ValueError, aiohttp.ClientError):
         body = None
-    msg = (body or {}).get("error", {}).get("message") if isinstance(body, dict) else None
+    err = body.get("error") if isinstance(body, dict) else None
+    if isinstance(err, str):  # some servers send {"error": "text"}
+        err = {"message": err, "type": "server_error" if resp.status >= 500 else "invalid_request_error"}
+    if not isinstance(err, dict):
+        err = None
+    msg = err.get("message") if err else None
     return UpstreamError(f"engine answered {resp.status}: {msg or resp.reason}", status=resp.status,
-                         body=body if isinstance(body, dict) and "error" in body else None)
+                         body={"error": err} if err else None)
 
 
 async def post_json(session: aiohttp.ClientSession, url: str, body: dict[str, Any],
@@ -80,7 +98,12 @@ async def post_json(session: aiohttp.ClientSession, url: str, body: dict[str, An
         async with session.post(url, json=body, headers=headers, timeout=timeout) as resp:
             if resp.status != 200:
                 raise await _error_of(resp)
-            return await resp.json(content_type=None)
+            answer = await resp.json(content_type=None)
+            if not isinstance(answer, dict):
+                raise _malformed(f"the answer is a {type(answer).__name__}, not an object")
+            if not isinstance(answer.get("kv_transfer_params") or {}, dict):
+                raise _malformed("'kv_transfer_params' is not an object")
+            return answer
     except aiohttp.ClientConnectorError as exc:
         raise UpstreamError(f"cannot connect to {url}: {exc}", connect=True) from None
     except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
@@ -98,6 +121,7 @@ class StreamLeg:
         self._resp: aiohttp.ClientResponse | None = None
         self._buf = b""
         self.done = False
+        self.finished = False  # a choice carried a finish reason
 
     async def open(self, session: aiohttp.ClientSession, timeout: aiohttp.ClientTimeout) -> None:
         try:
@@ -119,6 +143,9 @@ class StreamLeg:
         try:
             while not pieces and not self.done:
                 data = await self._resp.content.readany()
+                if not data and self.finished:
+                    self.done = True  # a finished choice is a finished request, [DONE] or not
+                    break
                 if not data:
                     raise UpstreamError(f"{self.url}: stream ended before [DONE]")
                 self._buf += data
@@ -137,9 +164,12 @@ class StreamLeg:
             self.done = True
             return
         payload = json.loads(data)
-        if "error" in payload and not payload.get("choices"):
-            raise UpstreamError(f"engine error event: {payload['error']}", status=500)
-        pieces.append(piece_of(self.kind, payload))
+        if isinstance(payload, dict) and "error" in payload and not payload.get("choices"):
+            err = payload["error"] if isinstance(payload["error"], dict) else {"message": str(payload["error"])}
+            raise UpstreamError(f"engine error event: {err.get('message')}", status=500, body={"error": err})
+        piece = piece_of(self.kind, payload)
+        self.finished = self.finished or piece.finish_reason is not None
+        pieces.append(piece)
 
     def close(self) -> None:
         if self._resp is not None:

@@ -28,15 +28,63 @@ class ParsedRequest:
         return bool(opts.get("include_usage")) if isinstance(opts, dict) else False
 
 
+# Fields a client may send: the OpenAI ones, the vLLM/SGLang sampling and structured-output
+# extensions load tools send, and nothing that steers an engine's KV transport
+# (kv_transfer_params, bootstrap_*): the gateway sets those itself.
+ALLOWED_FIELDS = frozenset({
+    # OpenAI completions / chat completions
+    "model", "prompt", "messages", "stream", "stream_options", "max_tokens",
+    "max_completion_tokens", "temperature", "top_p", "n", "stop", "presence_penalty",
+    "frequency_penalty", "logit_bias", "logprobs", "top_logprobs", "echo", "suffix", "best_of",
+    "seed", "user", "tools", "tool_choice", "parallel_tool_calls", "response_format",
+    "functions", "function_call",
+    # vLLM / SGLang sampling extensions
+    "top_k", "min_p", "min_tokens", "ignore_eos", "repetition_penalty", "length_penalty",
+    "stop_token_ids", "skip_special_tokens", "spaces_between_special_tokens",
+    "include_stop_str_in_output", "bad_words", "allowed_token_ids", "priority",
+    "prompt_logprobs", "truncate_prompt_tokens", "return_token_ids", "no_stop_trim",
+    # structured output and chat templating
+    "guided_json", "guided_regex", "guided_choice", "guided_grammar", "guided_decoding_backend",
+    "guided_whitespace_pattern", "structured_outputs", "regex", "ebnf", "json_schema",
+    "add_generation_prompt", "continue_final_message", "add_special_tokens", "chat_template_kwargs",
+})
+TRANSPORT_FIELDS = ("kv_transfer_params", "bootstrap_host", "bootstrap_port", "bootstrap_room")
+
+
+def split_fields(body: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """(the allowed part of a client body, the names of the fields dropped)."""
+    kept = {k: v for k, v in body.items() if k in ALLOWED_FIELDS}
+    return kept, [k for k in body if k not in ALLOWED_FIELDS]
+
+
 def parse_json(raw: bytes) -> dict[str, Any]:
     """Decode a JSON object body; ApiError 400 names what is wrong."""
     try:
         body = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ApiError(400, f"request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ApiError(400, "request body is nested too deeply") from None
     if not isinstance(body, dict):
         raise ApiError(400, f"request body must be a JSON object, got {type(body).__name__}")
+    _check_text(body)
     return body
+
+
+def _check_text(value: Any, depth: int = 0) -> None:
+    """Engines cannot encode lone UTF-16 surrogates (vLLM answers 500): refuse them here."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ApiError(400, "request body contains a lone surrogate (invalid Unicode text)") from None
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_text(k, depth + 1)
+            _check_text(v, depth + 1)
+    elif isinstance(value, list) and value and not isinstance(value[0], int):
+        for v in value:
+            _check_text(v, depth + 1)
 
 
 def _int_field(body: dict[str, Any], name: str, minimum: int) -> int | None:
@@ -66,6 +114,22 @@ def _check_messages(body: dict[str, Any]) -> None:
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise ApiError(400, f"messages[{i}] must be an object with a string 'role'", param="messages")
+        _check_content(m.get("content"), i)
+
+
+def _check_content(content: Any, i: int) -> None:
+    """String, null, or a list of typed parts whose text parts carry a string."""
+    if content is None or isinstance(content, str):
+        return
+    if not isinstance(content, list):
+        raise ApiError(400, f"messages[{i}].content must be a string, null or a list of parts",
+                       param="messages")
+    for j, part in enumerate(content):
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            raise ApiError(400, f"messages[{i}].content[{j}] must be an object with a string 'type'",
+                           param="messages")
+        if part["type"] == "text" and not isinstance(part.get("text"), str):
+            raise ApiError(400, f"messages[{i}].content[{j}].text must be a string", param="messages")
 
 
 def parse_request(kind: str, body: dict[str, Any]) -> ParsedRequest:
