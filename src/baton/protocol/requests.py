@@ -71,7 +71,7 @@ def parse_json(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def _check_text(value: Any, depth: int = 0) -> None:
+def _check_text(value: Any) -> None:
     """Engines cannot encode lone UTF-16 surrogates (vLLM answers 500): refuse them here."""
     if isinstance(value, str):
         try:
@@ -80,11 +80,11 @@ def _check_text(value: Any, depth: int = 0) -> None:
             raise ApiError(400, "request body contains a lone surrogate (invalid Unicode text)") from None
     elif isinstance(value, dict):
         for k, v in value.items():
-            _check_text(k, depth + 1)
-            _check_text(v, depth + 1)
+            _check_text(k)
+            _check_text(v)
     elif isinstance(value, list) and value and not isinstance(value[0], int):
         for v in value:
-            _check_text(v, depth + 1)
+            _check_text(v)
 
 
 def _int_field(body: dict[str, Any], name: str, minimum: int) -> int | None:
