@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from baton.core.request import Request
+from baton.core.request import Phase, Request
 from baton.perf.fitted import FittedModel
 from baton.policies import PolicyContext, Scheduler, build_scheduler
 from baton.sim import ClusterSpec, EngineConfig, Simulator
@@ -34,3 +34,42 @@ def run(requests, policy="least-loaded", cluster=None, perf=None, closed_form=Tr
 
 def req(i, t, prompt, out):
     return Request(i, t, prompt, out)
+
+
+class KVGuard:
+    """Wraps the simulator's segment handler to check KV bounds at every boundary."""
+
+    def __init__(self, sim):
+        self.sim, self.violations = sim, []
+        original = sim._on_segment_end
+
+        def checked(instance_id, version):
+            original(instance_id, version)
+            for inst in sim.instances.values():
+                used = inst.kv_blocks_used_at(sim.now)
+                if used < 0 or used > inst.kv_blocks_total:
+                    self.violations.append((sim.now, inst.instance_id, used))
+        sim._on_segment_end = checked
+
+
+def assert_all_ended(sim, result, n_requests: int) -> None:
+    """Every request ends: finished with all its tokens, or rejected with a reason."""
+    assert len(result.records) == n_requests
+    for state in sim.states.values():
+        assert state.phase in (Phase.FINISHED, Phase.REJECTED)
+        assert not state.migrating
+        if state.phase is Phase.REJECTED:
+            assert state.reject_reason
+        else:
+            assert state.generated_tokens == state.request.output_tokens
+
+
+def assert_drained(sim) -> None:
+    """Memory conserved: every block, queue, transfer and reservation released."""
+    assert not sim.migrator.moves and not sim.transfers
+    assert not any(sim.receive_wait.values())
+    for i, inst in sim.instances.items():
+        assert inst.kv_blocks_used == 0 and inst.decodes.n == 0, i
+        assert inst.prefill_queue_tokens == 0 and inst.incoming_tokens == 0 and inst.shadow_tokens == 0
+        eng = sim.engines[i]
+        assert not eng.held_blocks and not eng.prefills and not eng.joins

@@ -7,11 +7,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from baton.core import ChangeRole, Migrate, MigrationMode, Role
-from baton.core.request import Phase, Request
+from baton.core.request import Request
 from baton.policies import PolicyContext, Scheduler, Stage, build_scheduler
 from baton.sim import ClusterSpec, EngineConfig, Simulator
-from tests.sim.helpers import tiny_perf
-from tests.sim.test_invariants import KVGuard
+from tests.sim.helpers import KVGuard, assert_all_ended, assert_drained, tiny_perf
 
 
 class Chaos(Stage):
@@ -62,16 +61,6 @@ def test_migrations_preemptions_and_role_changes_conserve_everything(rows, kv, s
     sim = Simulator(cluster, perf, sched, reqs, sample_interval_s=0.5)
     guard = KVGuard(sim)
     result = sim.run()
-    assert len(result.records) == len(reqs)
-    for state in sim.states.values():
-        assert state.phase in (Phase.FINISHED, Phase.REJECTED)
-        assert not state.migrating
-        if state.phase is Phase.FINISHED:
-            assert state.generated_tokens == state.request.output_tokens
+    assert_all_ended(sim, result, len(reqs))
     assert not guard.violations
-    assert not sim.migrator.moves and not sim.transfers
-    assert not any(sim.receive_wait.values())
-    for i, eng in sim.engines.items():
-        assert sim.instances[i].kv_blocks_used == 0, i
-        assert not eng.held_blocks and not eng.prefills and not eng.joins
-        assert sim.instances[i].decodes.n == 0
+    assert_drained(sim)

@@ -8,6 +8,7 @@ from dataclasses import replace
 from baton.core.errors import ConfigError
 from baton.experiments import Experiment, WorkloadConfig, load_experiment, with_cluster
 from baton.metrics import SLO
+from baton.sim.cluster import engine_from_dict
 from baton.workload import FORMATS
 
 
@@ -91,12 +92,7 @@ def _with_engine_flags(exp: Experiment, args: argparse.Namespace) -> Experiment:
     values = {k: v for k, v in values.items() if v is not None}
     if not values:
         return exp
-    for key, value in values.items():
-        _positive(key.replace("_", "-"), value)
-    if values.get("gpu_memory_utilization", 0.5) > 1.0:
-        raise ConfigError(f"--gpu-memory-utilization: expected a fraction in (0, 1], "
-                          f"got {values['gpu_memory_utilization']}")
     c = exp.cluster
-    over = {name: replace(getattr(c, name), **values) for name in ("engine", "prefill_engine", "decode_engine")
-            if getattr(c, name) is not None}
+    over = {name: engine_from_dict(values, "engine flag", getattr(c, name))
+            for name in ("engine", "prefill_engine", "decode_engine") if getattr(c, name) is not None}
     return replace(exp, cluster=replace(c, **over))

@@ -71,9 +71,13 @@ class Flow:
             out["Authorization"] = f"Bearer {key}"
         return out
 
-    def _engine_died(self, iid: int, err: UpstreamError) -> None:
-        """Book an engine fault; a request that saw two is not tried a third time (a
-        request that crashes engines must not take the whole fleet down)."""
+    def _leg_failed(self, iid: int, err: UpstreamError, what: str) -> None:
+        """Book a failed leg. The engine refusing this request fails the request; an
+        engine fault is counted, and a request that saw ``max_engine_deaths`` of them is
+        not tried again (a request that crashes engines must not take the fleet down)."""
+        self.gw.backend_error(iid, err)
+        if not err.engine_fault:
+            raise _api_error(err, what) from None
         self.failed_on.add(iid)
         if not err.connect:
             self.deaths += 1
@@ -167,10 +171,7 @@ class Flow:
                 resp = await post_json(self.gw.session, self.cluster.url(p) + endpoint(self.parsed.kind), body,
                                        self.headers(p), self.gw.upstream_timeout)
             except UpstreamError as err:
-                self.gw.backend_error(p, err)
-                if not err.engine_fault:
-                    raise _api_error(err, "prefill") from None
-                self._engine_died(p, err)
+                self._leg_failed(p, err, "prefill")
                 p = self.gw.fallback_prefill(self.state, frozenset(self.failed_on))
                 continue
             usage = resp.get("usage") or {}
@@ -208,11 +209,8 @@ class Flow:
         try:
             await leg.open(self.gw.session, self.gw.upstream_timeout)
         except UpstreamError as err:
-            self.gw.backend_error(iid, err)
-            if not err.engine_fault:
-                raise _api_error(err, "decode") from None
             self.leg = leg
-            await self._recover(err)
+            await self._recover(iid, err)
             return
         self.leg = leg
 
@@ -223,8 +221,7 @@ class Flow:
             try:
                 pieces = await self.leg.next_batch()
             except UpstreamError as err:
-                self.gw.backend_error(self.leg.instance_id, err)
-                await self._recover(err)
+                await self._recover(self.leg.instance_id, err)
                 continue
             for piece in pieces:
                 self._on_piece(piece)
@@ -299,12 +296,10 @@ class Flow:
         self.state.migrations += 1
         self.gw.metrics.migrations.labels("ok").inc()
 
-    async def _recover(self, err: UpstreamError) -> None:
-        """The decode leg failed: continue elsewhere when that is safe, else fail the request."""
-        if not err.engine_fault:
-            raise _api_error(err, "decode")
-        if self.leg is not None:
-            self._engine_died(self.leg.instance_id, err)
+    async def _recover(self, iid: int, err: UpstreamError) -> None:
+        """The decode leg on ``iid`` failed: continue elsewhere when that is safe, else
+        fail the request."""
+        self._leg_failed(iid, err, "decode")
         while self.recoveries < self.gw.config.max_recoveries:
             self.recoveries += 1
             target = self.gw.choose_decode(self.state, frozenset(self.failed_on))
@@ -320,10 +315,7 @@ class Flow:
             try:
                 await leg.open(self.gw.session, self.gw.upstream_timeout)
             except UpstreamError as err2:
-                self.gw.backend_error(target, err2)
-                if not err2.engine_fault:
-                    raise _api_error(err2, "decode") from None
-                self._engine_died(target, err2)
+                self._leg_failed(target, err2, "decode")
                 continue
             self.gw.metrics.recoveries.inc()
             return
