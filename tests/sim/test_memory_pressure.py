@@ -11,16 +11,17 @@ from tests.sim.helpers import run, tiny_perf
 from tests.sim.test_handoff import Mover, sched
 
 
-def _engine(blocks: int, max_batched: int = 32) -> Engine:
+def _engine(blocks: int, max_batched: int = 32, full: bool = True) -> Engine:
     state = InstanceState(0, Role.DECODE, blocks, 16)
-    return Engine(state, EngineConfig(max_batched, 8, 16), tiny_perf(blocks * 16))
+    cfg = EngineConfig(max_batched, 8, 16, reserve_full_sequence=full)
+    return Engine(state, cfg, tiny_perf(blocks * 16))
 
 
-def _pressure() -> Engine:
+def _pressure(full: bool = True) -> Engine:
     """Two decodes on 8 blocks: A (33 tokens, 2 blocks, two tokens from its end) then B
     (81 tokens, 5 blocks). Their next tokens need 2 more blocks but only 1 is free, so B
     (admitted last) is preempted."""
-    eng = _engine(8)
+    eng = _engine(8, full=full)
     eng.state.kv_blocks_used = 7
     eng.add_join(DecodeJoin(1, 33, 10, 12, 2, 0.0))
     eng.add_join(DecodeJoin(2, 81, 10, 500, 5, 0.0))
@@ -46,27 +47,45 @@ def test_preempted_request_goes_to_the_queue_head_and_admits_nothing_that_iterat
 def test_arriving_kv_cannot_take_blocks_ahead_of_a_preempted_request():
     eng = _pressure()
     assert eng.state.kv_blocks_free_at(0.0) >= 1
-    assert not eng.reserve(0.0, 1)  # blocks are free, but B waits ahead of any arrival
-    _next(eng)
+    while 2 in eng.prefills and not eng.prefills[2].admitted:
+        assert not eng.reserve(eng.end_s, 1)  # blocks are free, but B waits ahead of any arrival
+        _next(eng)
     assert eng.prefills[2].admitted
     assert eng.reserve(eng.end_s, 1)  # B is running again: nothing waits ahead
 
 
-def test_readmission_recomputes_in_chunks():
-    """B's whole context (81 tokens, 6 blocks) does not fit in the 5 free blocks, but
-    its first chunk does: it is admitted at once and recomputed chunk by chunk."""
+def _recompute_chunks(eng: Engine) -> list[int]:
+    chunks = [eng.chunks[0][1]]
+    while True:
+        _next(eng)
+        if 2 not in eng.prefills:
+            return chunks
+        chunks.append(eng.chunks[0][1])
+
+
+def test_readmission_waits_for_room_for_the_whole_context_then_recomputes_in_chunks():
+    """vLLM's default (scheduler_reserve_full_isl): B's whole context (81 tokens, 6 blocks)
+    does not fit in the 5 free blocks, so B waits; once A finishes it is admitted with the
+    blocks for its first chunk only and recomputed chunk by chunk."""
     eng = _pressure()
+    _next(eng)
+    assert not eng.prefills[2].admitted and eng.state.decodes.req_ids() == [1]
+    while not eng.prefills[2].admitted:
+        _next(eng)
+    item = eng.prefills[2]
+    assert eng.state.decodes.n == 0 and item.blocks == 2  # first chunk's blocks, not 81 tokens'
+    assert _recompute_chunks(eng) == [32, 32, 17]
+
+
+def test_without_the_full_sequence_gate_readmission_takes_the_first_chunk_at_once():
+    """reserve_full_sequence off (older vLLM): B is admitted on its first chunk although
+    its whole context does not fit."""
+    eng = _pressure(full=False)
     _next(eng)
     item = eng.prefills[2]
     assert item.admitted and eng.chunks == [(item, 31)]  # 32-token budget minus A's token
     assert item.blocks == 2  # blocks for the first chunk only, not for 81 tokens
-    chunks = [31]
-    while True:
-        _next(eng)
-        if 2 not in eng.prefills:
-            break
-        chunks.append(eng.chunks[0][1])
-    assert chunks == [31, 32, 18]  # 81 tokens; A finished, so the budget is 32 after the first
+    assert _recompute_chunks(eng) == [31, 32, 18]  # A finished, so the budget is 32 after the first
 
 
 def test_stop_copy_downtime_is_the_full_context_transfer():

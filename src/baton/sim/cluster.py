@@ -54,7 +54,7 @@ class ClusterSpec:
 def _typed(value: Any, kind: type, key: str) -> Any:
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
-    if not isinstance(value, kind) or isinstance(value, bool):
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         raise ConfigError(f"{key}: expected {kind.__name__}, got {value!r}")
     if kind in (int, float) and value < 0:
         raise ConfigError(f"{key}: expected a non-negative number, got {value!r}")
@@ -92,7 +92,7 @@ def cluster_from_dict(data: Mapping[str, Any], where: str = "cluster") -> Cluste
 
 ENGINE_TYPES: dict[str, type] = {"max_num_batched_tokens": int, "max_num_seqs": int, "block_size": int,
                                  "max_model_len": int, "gpu_memory_utilization": float,
-                                 "kv_buffer_bytes": float, "kv_tokens": int}
+                                 "kv_buffer_bytes": float, "kv_tokens": int, "reserve_full_sequence": bool}
 
 
 def engine_from_dict(data: Any, where: str, base: EngineConfig | None = None) -> EngineConfig:
@@ -104,7 +104,7 @@ def engine_from_dict(data: Any, where: str, base: EngineConfig | None = None) ->
         if key not in ENGINE_TYPES:
             raise ConfigError(f"{where}.{key}: unknown key; expected one of: {', '.join(sorted(ENGINE_TYPES))}")
         values[key] = _typed(value, ENGINE_TYPES[key], f"{where}.{key}")
-        if values[key] == 0 and key != "kv_buffer_bytes":
+        if values[key] == 0 and key not in ("kv_buffer_bytes", "reserve_full_sequence"):
             raise ConfigError(f"{where}.{key}: expected a positive number, got 0")
     if values.get("gpu_memory_utilization", 0.5) > 1.0:
         raise ConfigError(f"{where}.gpu_memory_utilization: expected a fraction in (0, 1], "

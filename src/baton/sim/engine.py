@@ -13,9 +13,12 @@ Memory pressure follows vLLM v1's scheduler (``v1/core/sched/scheduler.py``):
   running request is preempted (its blocks freed, its progress dropped) and put back at
   the *head* of the FCFS waiting queue;
 - waiting prefills are admitted in order, each with the blocks for its *first chunk*
-  only (a preempted request recomputes its context in chunks); admission stops at the
-  first request that does not fit, and nothing is admitted in an iteration that
-  preempted;
+  only (a preempted request recomputes its context in chunks), but only once the free
+  blocks could hold its whole current sequence (vLLM's ``scheduler_reserve_full_isl``,
+  on by default: ``allocate_slots(full_sequence_must_fit=True)``; without it a long
+  preempted request is re-admitted on its first chunk, becomes the latest admitted and is
+  preempted again, over and over); admission stops at the first request that does not
+  fit, and nothing is admitted in an iteration that preempted;
 - KV arriving from elsewhere (PD handoffs, migrations) is a waiting request too: it may
   only take blocks while nothing waits ahead of it (``reserve``).
 """
@@ -50,6 +53,7 @@ class EngineConfig:
     gpu_memory_utilization: float = 0.9
     kv_buffer_bytes: float = 0.0
     kv_tokens: int | None = None
+    reserve_full_sequence: bool = True  # vLLM's scheduler_reserve_full_isl
 
     def memory_flags(self) -> MemoryFlags:
         return MemoryFlags(self.gpu_memory_utilization, self.max_num_batched_tokens,
@@ -313,7 +317,8 @@ class Engine:
             if item.admitted:
                 continue
             chunk = self._chunk(item, budget)
-            blocks = max(0, _ceil_div(item.done_tokens + chunk, self.cfg.block_size) - item.blocks)
+            upto = item.total_tokens if self.cfg.reserve_full_sequence else item.done_tokens + chunk
+            blocks = max(0, _ceil_div(upto, self.cfg.block_size) - item.blocks)
             if budget <= 0 or seqs >= self.cfg.max_num_seqs or blocks > st.kv_blocks_total - st.kv_blocks_used:
                 break
             self.admit_seq += 1
