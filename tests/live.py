@@ -30,11 +30,13 @@ def free_port() -> int:
 class Server:
     """A subprocess serving HTTP on ``port``; ``stop()`` always reaps it."""
 
-    def __init__(self, args: list[str], port: int, log: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, args: list[str], port: int, log: Path, env: dict[str, str] | None = None,
+                 cmd: list[str] | None = None) -> None:
         self.port, self.log = port, log
         self._logf = open(log, "wb")
-        self.proc = subprocess.Popen(BIN + args, stdout=self._logf, stderr=subprocess.STDOUT,
-                                     env={**os.environ, **(env or {})}, start_new_session=True)
+        self.proc = subprocess.Popen((cmd or BIN) + args, stdout=self._logf, stderr=subprocess.STDOUT,
+                                     env={**os.environ, **(env or {})}, start_new_session=True,
+                                     cwd=Path(__file__).resolve().parents[1])
 
     @property
     def url(self) -> str:
@@ -60,7 +62,15 @@ class Server:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(5)
 
+    def pause(self) -> None:
+        """SIGSTOP: the engine hangs with its connections open."""
+        os.killpg(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGCONT)
+
     def stop(self) -> None:
+        self.resume() if self.proc.poll() is None else None
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -73,6 +83,13 @@ class Server:
 def start_emulator(tmp: Path, *args: str) -> Server:
     port = free_port()
     return Server(["emulate", "--port", str(port), *args], port, tmp / f"emulator-{port}.log")
+
+
+def start_fake(tmp: Path) -> Server:
+    """The misbehaving engine of tests/gateway/fake_engine.py."""
+    port = free_port()
+    return Server(["--port", str(port)], port, tmp / f"fake-{port}.log",
+                  cmd=[sys.executable, "-m", "tests.gateway.fake_engine"])
 
 
 def start_gateway(tmp: Path, config: dict[str, Any], env: dict[str, str] | None = None) -> Server:

@@ -248,8 +248,11 @@ def test_engine_killed_mid_stream_is_continued_elsewhere(tmp_path):
         s.close()
         assert chunk_texts(events) == expected(4, 200)
         assert metric(gw.url, "baton_recoveries_total") == 1
-        insts = {i["name"]: i for i in get(gw.url + "/admin/instances", headers=AUTH)[1]["instances"]}
-        assert not insts["d0" if victim is d0 else "d1"]["healthy"]
+        def victim_healthy() -> bool:
+            insts = {i["name"]: i for i in get(gw.url + "/admin/instances", headers=AUTH)[1]["instances"]}
+            return insts["d0" if victim is d0 else "d1"]["healthy"]
+        # marked down after unhealthy_after_failures faults in a row (the failed leg, then scrapes)
+        assert wait_until(lambda: not victim_healthy(), 10)
         assert wait_until(lambda: idle(gw))
         # with the only other decode instance gone too, a request fails cleanly
         survivor.kill()

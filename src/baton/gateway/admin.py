@@ -63,6 +63,7 @@ def add_routes(app: web.Application, gw: Gateway) -> None:
             raise ApiError(409, f"an instance named {spec.name!r} exists", err_type="conflict_error")
         iid = gw.cluster.add_engine(spec)
         await gw.scrape(iid)
+        gw.start_scraping(iid)
         return web.json_response(gw.cluster.describe(iid), status=201)
 
     async def remove_instance(request: web.Request) -> web.Response:

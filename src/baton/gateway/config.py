@@ -70,10 +70,30 @@ class GatewayConfig:
     connect_timeout_s: float = 3.0
     max_recoveries: int = 2
     max_engine_deaths: int = 2
+    # read deadlines on legs: before a leg's first token 3 x the predicted prefill + 5 s
+    # (colocated and deflected legs wait for a whole prefill), then max(5 s, 50 x the
+    # instance's recent token interval); past them the engine counts as hung
+    first_token_timeout_factor: float = 3.0
+    first_token_timeout_base_s: float = 5.0
+    token_timeout_factor: float = 50.0
+    token_timeout_min_s: float = 5.0
+    header_timeout_s: float = 10.0      # a connection must send its request head in this time
+    body_timeout_s: float = 10.0        # and its body in this time (408 otherwise)
+    max_prompt_tokens: int = 131072     # longer token-id (or estimated text) prompts are a 400
     default_max_tokens: int = 16
     decisions_log_size: int = 10_000
     block_size: int = 16
     seed: int = 0
+
+
+def public_url(url: str) -> str:
+    """``url`` without user:password, for anything a person or a client may read."""
+    parts = urlparse(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return parts._replace(netloc=netloc).geturl()
 
 
 def _require(cond: bool, where: str, msg: str) -> None:
@@ -89,7 +109,7 @@ def parse_engine(raw: Any, where: str) -> EngineSpec:
     _require(not unknown, f"{where}.{unknown[0] if unknown else ''}", "unknown key")
     url = raw.get("url")
     _require(isinstance(url, str) and urlparse(url).scheme in ("http", "https") and bool(urlparse(url).netloc),
-             f"{where}.url", f"expected an http(s) URL, got {url!r}")
+             f"{where}.url", f"expected an http(s) URL, got {public_url(url) if isinstance(url, str) else url!r}")
     try:
         role = Role(raw.get("role"))
     except ValueError:
@@ -120,6 +140,9 @@ _SCALARS = {"host": str, "port": int, "model": str, "preset": str, "pd_protocol"
             "admin_token": str, "scrape_interval_s": (int, float), "scrape_timeout_s": (int, float), "unhealthy_after_failures": int,
             "max_inflight": int, "max_body_bytes": int, "upstream_timeout_s": (int, float),
             "connect_timeout_s": (int, float), "max_recoveries": int, "max_engine_deaths": int,
+            "first_token_timeout_factor": (int, float), "first_token_timeout_base_s": (int, float),
+            "token_timeout_factor": (int, float), "token_timeout_min_s": (int, float),
+            "header_timeout_s": (int, float), "body_timeout_s": (int, float), "max_prompt_tokens": int,
             "default_max_tokens": int, "decisions_log_size": int, "block_size": int, "seed": int}
 
 
@@ -143,7 +166,9 @@ def parse_config(raw: Any, source: str = "config") -> GatewayConfig:
     _require(cfg.pd_protocol in PD_PROTOCOLS, "pd_protocol", f"expected one of {', '.join(PD_PROTOCOLS)}")
     for key in ("scrape_interval_s", "scrape_timeout_s", "max_inflight", "max_body_bytes", "upstream_timeout_s",
                 "connect_timeout_s", "block_size", "unhealthy_after_failures", "max_engine_deaths",
-                "default_max_tokens", "decisions_log_size"):
+                "default_max_tokens", "decisions_log_size", "first_token_timeout_factor",
+                "first_token_timeout_base_s", "token_timeout_factor", "token_timeout_min_s",
+                "header_timeout_s", "body_timeout_s", "max_prompt_tokens"):
         _require(getattr(cfg, key) > 0, key, "must be positive")
     cfg.admin_token = cfg.admin_token or os.environ.get("BATON_ADMIN_TOKEN") or None
     return cfg

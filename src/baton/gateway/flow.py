@@ -17,7 +17,7 @@ from baton.core.instance import Role
 from baton.core.request import Phase, RequestState
 from baton.gateway import handoff
 from baton.gateway.client import ClientOut
-from baton.gateway.upstream import Piece, StreamLeg, UpstreamError, endpoint, post_json
+from baton.gateway.upstream import Piece, StreamLeg, UpstreamError, endpoint, post_json, within
 from baton.protocol.errors import ApiError
 from baton.protocol.requests import COMPLETIONS, ParsedRequest
 
@@ -70,6 +70,20 @@ class Flow:
         if key:
             out["Authorization"] = f"Bearer {key}"
         return out
+
+    def _name(self, iid: int) -> str:
+        return self.cluster.engines[iid].spec.name
+
+    async def _open(self, leg: StreamLeg) -> None:
+        """Send a streamed leg; an engine that does not even answer the headers in the
+        first-token deadline counts as hung."""
+        try:
+            await within(self.gw.first_token_timeout_s(self.state.request.prompt_tokens + self.out.tokens),
+                         f"opening a stream on {self._name(leg.instance_id)}",
+                         leg.open(self.gw.session, self.gw.upstream_timeout))
+        except UpstreamError:
+            leg.close()
+            raise
 
     def _leg_failed(self, iid: int, err: UpstreamError, what: str) -> None:
         """Book a failed leg. The engine refusing this request fails the request; an
@@ -168,8 +182,10 @@ class Flow:
         body = handoff.prefill_body(self.parsed)
         for _ in range(self.gw.config.max_recoveries + 1):
             try:
-                resp = await post_json(self.gw.session, self.cluster.url(p) + endpoint(self.parsed.kind), body,
-                                       self.headers(p), self.gw.upstream_timeout)
+                resp = await within(
+                    self.gw.first_token_timeout_s(self.state.request.prompt_tokens), f"prefill on {self._name(p)}",
+                    post_json(self.gw.session, self.cluster.url(p) + endpoint(self.parsed.kind), body,
+                              self.headers(p), self.gw.upstream_timeout))
             except UpstreamError as err:
                 self._leg_failed(p, err, "prefill")
                 p = self.gw.fallback_prefill(self.state, frozenset(self.failed_on))
@@ -207,7 +223,7 @@ class Flow:
         url = self.cluster.url(iid) + endpoint(kind)
         leg = StreamLeg(iid, kind, url, body, self.headers(iid))
         try:
-            await leg.open(self.gw.session, self.gw.upstream_timeout)
+            await self._open(leg)
         except UpstreamError as err:
             self.leg = leg
             await self._recover(iid, err)
@@ -218,8 +234,11 @@ class Flow:
     async def _relay(self):
         while True:
             assert self.leg is not None
+            leg = self.leg
+            deadline_s = (self.gw.token_timeout_s(leg.instance_id) if leg.received
+                          else self.gw.first_token_timeout_s(self.state.request.prompt_tokens + self.out.tokens))
             try:
-                pieces = await self.leg.next_batch()
+                pieces = await within(deadline_s, f"stream from {self._name(leg.instance_id)}", leg.next_batch())
             except UpstreamError as err:
                 await self._recover(self.leg.instance_id, err)
                 continue
@@ -287,7 +306,7 @@ class Flow:
             return
         leg = self._continuation(target)
         try:
-            await leg.open(self.gw.session, self.gw.upstream_timeout)
+            await self._open(leg)
         except UpstreamError as err:
             self.gw.backend_error(target, err)
             self.gw.metrics.migrations.labels("failed").inc()
@@ -313,7 +332,7 @@ class Flow:
                 break
             self._move_to(target, leg)
             try:
-                await leg.open(self.gw.session, self.gw.upstream_timeout)
+                await self._open(leg)
             except UpstreamError as err2:
                 self._leg_failed(target, err2, "decode")
                 continue

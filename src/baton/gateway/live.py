@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from baton.core.instance import InstanceState, Role
 from baton.core.request import Phase, Request, RequestState
 from baton.core.view import ClusterView
-from baton.gateway.config import EngineSpec
+from baton.gateway.config import EngineSpec, public_url
 
 _RATE_SMOOTHING = 0.1  # EMA weight of each observed token gap in an instance's iteration time
 
@@ -268,7 +268,7 @@ class LiveCluster:
         """Live state of one instance for the admin API."""
         inst, eng = self.instances[iid], self.engines[iid]
         s = eng.sample
-        return {"id": iid, "name": eng.spec.name, "url": eng.spec.url, "role": inst.role.value,
+        return {"id": iid, "name": eng.spec.name, "url": public_url(eng.spec.url), "role": inst.role.value,
                 "type": eng.spec.engine_type, "healthy": inst.healthy, "removed": eng.removed,
                 "queued_prefills": len(inst.prefill_queue), "incoming": len(inst.incoming),
                 "decoding": inst.decodes.n, "shadow": len(inst.shadow),

@@ -19,5 +19,7 @@ def serve(config: GatewayConfig) -> None:
     print(f"baton serve: {gw.model} on http://{config.host}:{config.port} with policy "
           f"{gw.scheduler.name!r}, {len(config.engines)} engines", flush=True)
     kwargs = {"loop": loop_factory()} if loop_factory else {}
+    # keepalive_timeout also bounds how long a fresh connection may take to send its
+    # request head, so slow-header clients cannot hold connections open for long
     web.run_app(gw.app(), host=config.host, port=config.port, print=None, handler_cancellation=True,
-                access_log=None, **kwargs)
+                access_log=None, keepalive_timeout=config.header_timeout_s, **kwargs)

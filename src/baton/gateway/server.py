@@ -15,6 +15,7 @@ from collections import deque
 from typing import Any
 
 import aiohttp
+import aiohttp.http_exceptions
 import numpy as np
 from aiohttp import web
 
@@ -49,12 +50,36 @@ def estimate_prompt_tokens(kind: str, body: dict[str, Any]) -> tuple[int, list[i
     return max(1, chars // 4 + 4 * len(body["messages"])), None
 
 
+@web.middleware
+async def json_errors(request: web.Request, handler):
+    """Every error a client can get is an OpenAI-style JSON body: aiohttp's own (unknown
+    route, wrong method, body too large), an undecodable body (bad Content-Encoding), and
+    anything unforeseen."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        err = ApiError(exc.status, exc.reason or "error", err_type="invalid_request_error"
+                       if exc.status < 500 else "server_error")
+    except (web.RequestPayloadError, aiohttp.http_exceptions.HttpProcessingError) as exc:  # e.g. broken gzip
+        err = ApiError(400, f"request body cannot be read: {exc}")
+    except ApiError as exc:
+        err = exc
+    except (asyncio.CancelledError, ConnectionResetError):
+        raise
+    except Exception:  # noqa: BLE001
+        log.exception("unhandled error on %s", request.path)
+        err = ApiError(500, "internal gateway error", err_type="server_error")
+    return web.json_response(err.body(), status=err.status)
+
+
 class Gateway:
     """State and behaviour of one ``baton serve`` process."""
 
     def __init__(self, config: GatewayConfig) -> None:
         self.config = config
-        perf = presets.build(config.preset)
+        self.perf = perf = presets.build(config.preset)
         t0 = time.monotonic()
         self.cluster = LiveCluster(lambda: time.monotonic() - t0, perf.kv_capacity_tokens // config.block_size,
                                    config.block_size)
@@ -71,10 +96,12 @@ class Gateway:
         self.upstream_timeout = aiohttp.ClientTimeout(total=config.upstream_timeout_s,
                                                       sock_connect=config.connect_timeout_s)
         self._tasks: list[asyncio.Task] = []
+        self._scrapers: dict[int, asyncio.Task] = {}
+        self.reading = 0  # connections whose request body is still being read
 
     # --- app -----------------------------------------------------------------------------
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.config.max_body_bytes)
+        app = web.Application(client_max_size=self.config.max_body_bytes, middlewares=[json_errors])
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_get("/v1/models", self.models)
@@ -91,14 +118,16 @@ class Gateway:
         self.cluster.now()
         for stage_index, decision in self.scheduler.start(self.cluster.view):
             self.execute(decision, stage_index)
-        self._tasks.append(asyncio.create_task(self._scrape_loop()))
+        for iid in self.cluster.engines:
+            self.start_scraping(iid)
         for stage_index, interval in self.scheduler.tickers:
             self._tasks.append(asyncio.create_task(self._tick_loop(stage_index, interval)))
 
     async def _stop(self, _app: web.Application) -> None:
-        for t in self._tasks:
+        tasks = [*self._tasks, *self._scrapers.values()]
+        for t in tasks:
             t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self.session is not None:
             await self.session.close()
 
@@ -124,10 +153,20 @@ class Gateway:
         return await self._serve(request, CHAT)
 
     async def _read(self, request: web.Request, kind: str):
+        """Read, parse and validate a body. Connections still sending one count towards
+        ``max_inflight`` and have ``body_timeout_s`` to finish."""
+        if len(self.flows) + self.reading >= self.config.max_inflight:
+            raise self._overload()
+        self.reading += 1
         try:
-            raw = await request.read()
+            raw = await asyncio.wait_for(request.read(), self.config.body_timeout_s)
         except web.HTTPRequestEntityTooLarge:
             raise ApiError(413, f"request body exceeds {self.config.max_body_bytes} bytes") from None
+        except asyncio.TimeoutError:
+            raise ApiError(408, f"request body not received within {self.config.body_timeout_s} s",
+                           code="request_timeout") from None
+        finally:
+            self.reading -= 1
         parsed = parse_request(kind, parse_json(raw))
         parsed.body, dropped = split_fields(parsed.body)
         for name in dropped:
@@ -143,12 +182,20 @@ class Gateway:
         try:
             parsed = await self._read(request, kind)
             if len(self.flows) >= self.config.max_inflight:
-                self.metrics.rejected.labels("overload").inc()
-                raise ApiError(429, f"gateway at capacity ({self.config.max_inflight} requests in flight); "
-                                    "retry later", err_type="rate_limit_exceeded", code="429")
+                raise self._overload()
+            tokens, ids = estimate_prompt_tokens(kind, parsed.body)
+            if tokens > self.config.max_prompt_tokens:
+                raise ApiError(400, f"prompt of about {tokens} tokens exceeds max_prompt_tokens "
+                                    f"({self.config.max_prompt_tokens})", param="prompt")
         except ApiError as err:
-            return web.json_response(err.body(), status=err.status, headers={"X-Request-Id": xid})
-        tokens, ids = estimate_prompt_tokens(kind, parsed.body)
+            resp = web.json_response(err.body(), status=err.status, headers={"X-Request-Id": xid})
+            if err.status == 408:  # answer, then drop the connection: the rest of the body is not awaited
+                resp.force_close()
+                await resp.prepare(request)
+                await resp.write_eof()
+                if request.transport is not None:
+                    request.transport.close()
+            return resp
         state = self.cluster.new_request(tokens, parsed.max_tokens or 0)
         oid = uuid.uuid4().hex  # our own id: the client's X-Request-Id never reaches an engine
         out = ClientOut(request, parsed, self.model, f"cmpl-{oid}" if kind == COMPLETIONS else f"chatcmpl-{oid}")
@@ -157,6 +204,23 @@ class Gateway:
         self.flows[state.req_id] = flow
         self.metrics.inflight.set(len(self.flows))
         return await flow.run()
+
+    def _overload(self) -> ApiError:
+        self.metrics.rejected.labels("overload").inc()
+        return ApiError(429, f"gateway at capacity ({self.config.max_inflight} requests in flight); "
+                             "retry later", err_type="rate_limit_exceeded", code="429")
+
+    # --- deadlines -----------------------------------------------------------------------
+    def first_token_timeout_s(self, context_tokens: int) -> float:
+        """How long a leg may take to its first token: a whole prefill may come first."""
+        c = self.config
+        return c.first_token_timeout_factor * self.perf.prefill_time_s(max(context_tokens, 1)) \
+            + c.first_token_timeout_base_s
+
+    def token_timeout_s(self, iid: int) -> float:
+        """How long a streaming leg may go without a token before its engine counts as hung."""
+        c = self.config
+        return max(c.token_timeout_min_s, c.token_timeout_factor * self.cluster.instances[iid].recent_token_interval_s)
 
     # --- policy calls --------------------------------------------------------------------
     def plan(self, state: RequestState) -> ArrivalPlan:
@@ -274,7 +338,7 @@ class Gateway:
         ``unhealthy_after_failures`` in a row (with failed scrapes) take an engine out: a
         request the engine refuses with an error body fails alone."""
         up = err if isinstance(err, UpstreamError) else None
-        kind = "connect" if up and up.connect else (
+        kind = "connect" if up and up.connect else "timeout" if up and up.timed_out else (
             "malformed" if up and up.malformed else "http" if up and up.status else "stream")
         self.metrics.backend_errors.labels(self.cluster.engines[iid].spec.name, kind).inc()
         if up is None or up.engine_fault:
@@ -287,13 +351,16 @@ class Gateway:
             self.cluster.set_health(iid, False)
 
     # --- scraping --------------------------------------------------------------------------
-    async def _scrape_loop(self) -> None:
-        while True:
-            ids = [i for i, e in self.cluster.engines.items() if not e.removed]
-            results = await asyncio.gather(*(self.scrape(i) for i in ids), return_exceptions=True)
-            for iid, res in zip(ids, results):
-                if isinstance(res, Exception):  # a scrape bug must not stop health probing
-                    log.warning("scrape of instance %s failed: %r", iid, res)
+    def start_scraping(self, iid: int) -> None:
+        """One scrape loop per engine, so a hung engine delays only its own probe."""
+        self._scrapers[iid] = asyncio.create_task(self._scrape_loop(iid))
+
+    async def _scrape_loop(self, iid: int) -> None:
+        while not self.cluster.engines[iid].removed:
+            try:
+                await self.scrape(iid)
+            except Exception as exc:  # noqa: BLE001 - a scrape bug must not stop health probing
+                log.warning("scrape of instance %s failed: %r", iid, exc)
             await asyncio.sleep(self.config.scrape_interval_s)
 
     async def scrape(self, iid: int) -> bool:

@@ -11,6 +11,7 @@ from typing import Any
 
 import aiohttp
 
+from baton.gateway.config import public_url
 from baton.protocol.chunks import chunk_text
 from baton.protocol.requests import CHAT
 
@@ -21,9 +22,11 @@ class UpstreamError(Exception):
     engine answered with an HTTP error, whose OpenAI body is in ``body``."""
 
     def __init__(self, message: str, connect: bool = False, status: int | None = None,
-                 body: dict[str, Any] | None = None, malformed: bool = False) -> None:
+                 body: dict[str, Any] | None = None, malformed: bool = False,
+                 timed_out: bool = False) -> None:
         super().__init__(message)
         self.connect, self.status, self.body, self.malformed = connect, status, body, malformed
+        self.timed_out = timed_out
 
     @property
     def engine_fault(self) -> bool:
@@ -105,9 +108,9 @@ async def post_json(session: aiohttp.ClientSession, url: str, body: dict[str, An
                 raise _malformed("'kv_transfer_params' is not an object")
             return answer
     except aiohttp.ClientConnectorError as exc:
-        raise UpstreamError(f"cannot connect to {url}: {exc}", connect=True) from None
+        raise UpstreamError(f"cannot connect to {public_url(url)}: {exc}", connect=True) from None
     except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
-        raise UpstreamError(f"{url}: {type(exc).__name__}: {exc}") from None
+        raise UpstreamError(f"{public_url(url)}: {type(exc).__name__}: {exc}") from None
 
 
 class StreamLeg:
@@ -122,14 +125,15 @@ class StreamLeg:
         self._buf = b""
         self.done = False
         self.finished = False  # a choice carried a finish reason
+        self.received = False  # a token arrived on this leg
 
     async def open(self, session: aiohttp.ClientSession, timeout: aiohttp.ClientTimeout) -> None:
         try:
             self._resp = await session.post(self.url, json=self.body, headers=self.headers, timeout=timeout)
         except aiohttp.ClientConnectorError as exc:
-            raise UpstreamError(f"cannot connect to {self.url}: {exc}", connect=True) from None
+            raise UpstreamError(f"cannot connect to {public_url(self.url)}: {exc}", connect=True) from None
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-            raise UpstreamError(f"{self.url}: {type(exc).__name__}: {exc}") from None
+            raise UpstreamError(f"{public_url(self.url)}: {type(exc).__name__}: {exc}") from None
         if self._resp.status != 200:
             err = await _error_of(self._resp)
             self.close()
@@ -147,13 +151,13 @@ class StreamLeg:
                     self.done = True  # a finished choice is a finished request, [DONE] or not
                     break
                 if not data:
-                    raise UpstreamError(f"{self.url}: stream ended before [DONE]")
+                    raise UpstreamError(f"{public_url(self.url)}: stream ended before [DONE]")
                 self._buf += data
                 *lines, self._buf = self._buf.split(b"\n")
                 for line in lines:
                     self._parse(line, pieces)
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
-            raise UpstreamError(f"{self.url}: stream broke: {type(exc).__name__}: {exc}") from None
+            raise UpstreamError(f"{public_url(self.url)}: stream broke: {type(exc).__name__}: {exc}") from None
         return pieces
 
     def _parse(self, line: bytes, pieces: list[Piece]) -> None:
@@ -169,6 +173,7 @@ class StreamLeg:
             raise UpstreamError(f"engine error event: {err.get('message')}", status=500, body={"error": err})
         piece = piece_of(self.kind, payload)
         self.finished = self.finished or piece.finish_reason is not None
+        self.received = self.received or piece.tokens > 0
         pieces.append(piece)
 
     def close(self) -> None:
@@ -179,3 +184,12 @@ class StreamLeg:
 
 def endpoint(kind: str) -> str:
     return "/v1/chat/completions" if kind == CHAT else "/v1/completions"
+
+
+async def within(seconds: float, what: str, call):
+    """Await ``call`` for at most ``seconds``; past that the engine counts as hung
+    (UpstreamError with ``timed_out``, an engine fault that goes to recovery)."""
+    try:
+        return await asyncio.wait_for(call, seconds)
+    except asyncio.TimeoutError:
+        raise UpstreamError(f"{what}: no answer within {seconds:.1f} s", timed_out=True) from None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import orjson
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,33 +58,16 @@ def split_fields(body: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
 
 
 def parse_json(raw: bytes) -> dict[str, Any]:
-    """Decode a JSON object body; ApiError 400 names what is wrong."""
+    """Decode a JSON object body; ApiError 400 names what is wrong. orjson refuses what
+    engines choke on (invalid UTF-8, lone surrogates, nesting deeper than 1,024) and is
+    several times faster than the standard parser on large token-id bodies."""
     try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
         raise ApiError(400, f"request body is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise ApiError(400, "request body is nested too deeply") from None
     if not isinstance(body, dict):
         raise ApiError(400, f"request body must be a JSON object, got {type(body).__name__}")
-    _check_text(body)
     return body
-
-
-def _check_text(value: Any) -> None:
-    """Engines cannot encode lone UTF-16 surrogates (vLLM answers 500): refuse them here."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ApiError(400, "request body contains a lone surrogate (invalid Unicode text)") from None
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            _check_text(k)
-            _check_text(v)
-    elif isinstance(value, list) and value and not isinstance(value[0], int):
-        for v in value:
-            _check_text(v)
 
 
 def _int_field(body: dict[str, Any], name: str, minimum: int) -> int | None:

@@ -1,0 +1,111 @@
+"""A misbehaving engine for the gateway's chaos tests: a real aiohttp server on
+127.0.0.1 that speaks the completions API like the emulator (the token at position p has
+id p and text " p"), except where the request's ``user`` field asks it to misbehave:
+
+- ``500-body``: HTTP 500 with an OpenAI error body (a request the engine refuses);
+- ``list`` / ``str`` / ``num``: HTTP 200 whose JSON (or stream chunk) is not an object;
+- ``err-str``: HTTP 400 whose ``error`` is a string;
+- ``no-done``: every token and a finish reason, then the stream ends without [DONE];
+- ``hang-after-N``: N tokens, then silence (only for prompts of 8 tokens or fewer, so a
+  continuation elsewhere runs normally);
+- ``die-after-N``: N tokens, then the connection is dropped.
+
+``POST /fake/metrics-hang`` makes /metrics hang; ``GET /fake/requests`` lists the
+requests received (path, headers, body).
+
+Run: ``python -m tests.gateway.fake_engine --port P``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+
+from aiohttp import web
+
+MODEL = "baton-emulated"
+
+
+class Fake:
+    def __init__(self) -> None:
+        self.requests: list[dict] = []
+        self.metrics_hang = False
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/health", lambda _r: web.json_response({"ok": True}))
+        app.router.add_get("/fake/requests", lambda _r: web.json_response(self.requests))
+        app.router.add_post("/fake/metrics-hang", self.hang_metrics)
+        return app
+
+    async def hang_metrics(self, _request: web.Request) -> web.Response:
+        self.metrics_hang = True
+        return web.json_response({"ok": True})
+
+    async def metrics(self, _request: web.Request) -> web.Response:
+        if self.metrics_hang:
+            await asyncio.sleep(3600)
+        text = "".join(f"vllm:{n}{{model_name=\"{MODEL}\"}} 0\n" for n in
+                       ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc"))
+        return web.Response(text=text)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.requests.append({"headers": dict(request.headers), "body": body})
+        prompt = body["prompt"] if isinstance(body["prompt"], list) else body["prompt"].split()
+        mode, n = str(body.get("user") or ""), int(body.get("max_tokens") or 16)
+        if mode == "500-body":
+            return web.json_response({"error": {"message": "cannot encode", "type": "server_error"}}, status=500)
+        if mode == "err-str":
+            return web.json_response({"error": "bad request"}, status=400)
+        shape = {"list": [1, 2], "str": "x", "num": 7}.get(mode)
+        if not body.get("stream"):
+            if shape is not None:
+                return web.json_response(shape)
+            return web.json_response(self._answer(prompt, n))
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        if shape is not None:
+            await resp.write(b"data: " + json.dumps(shape).encode() + b"\n\n")
+            return resp
+        limit = int(mode.rsplit("-", 1)[1]) if mode.startswith(("hang-after-", "die-after-")) else None
+        for i in range(n):
+            if limit is not None and i == limit:
+                if mode.startswith("hang") and len(prompt) <= 8:
+                    await asyncio.sleep(3600)
+                if mode.startswith("die"):
+                    request.transport.close()
+                    return resp
+            pos = len(prompt) + i
+            choice = {"index": 0, "text": f" {pos}", "token_ids": [pos],
+                      "finish_reason": "length" if i == n - 1 else None}
+            chunk = {"id": "x", "object": "text_completion", "model": MODEL, "choices": [choice]}
+            if i == 0 and isinstance(body["prompt"], list):
+                chunk["prompt_token_ids"] = body["prompt"]
+            await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            await asyncio.sleep(0.005)
+        if mode != "no-done":
+            await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    @staticmethod
+    def _answer(prompt: list, n: int) -> dict:
+        text = "".join(f" {len(prompt) + i}" for i in range(n))
+        return {"id": "x", "object": "text_completion", "model": MODEL,
+                "choices": [{"index": 0, "text": text, "finish_reason": "length"}],
+                "usage": {"prompt_tokens": len(prompt), "completion_tokens": n}}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--port", type=int, required=True)
+    args = p.parse_args()
+    web.run_app(Fake().app(), host="127.0.0.1", port=args.port, print=None, access_log=None,
+                shutdown_timeout=0.2)
+
+
+if __name__ == "__main__":
+    main()
