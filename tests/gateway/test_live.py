@@ -125,3 +125,19 @@ def test_prompt_length_corrected_mid_flight_releases_what_was_booked():
     c.token(st)
     c.finish(st)
     assert all(v == 0 for v in c.totals().values())
+
+
+def test_policies_see_engine_metrics_as_scraped_and_own_bookings_exact():
+    """The gateway's view is the simulator's ``scraped`` mode, built from the same classes."""
+    from baton.core.info import ViewMode
+    c, clock = cluster(blocks=1000)
+    assert c.view.info.mode is ViewMode.SCRAPED
+    c.record_scrape(1, ScrapeSample(0.0, running=5, waiting=2, kv_usage=0.3))
+    st = c.new_request(320, 8)
+    c.bind(st, 0, 1, None)
+    clock.t = 0.5
+    assert (c.view.running_requests(1), c.view.waiting_requests(1), c.view.kv_usage(1)) == (5, 2, 0.3)
+    assert c.view.running_requests(2) == 0  # never scraped
+    assert c.view.prefill_load(0) >= 320    # the gateway's own booking, at once
+    c.record_scrape(1, ScrapeSample(1.0, running=1))
+    assert c.view.running_requests(1) == 1 and c.view.waiting_requests(1) == 0

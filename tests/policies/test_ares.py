@@ -58,7 +58,7 @@ def test_phase1_classification():
     stage = ares()
     view = view_of([[LONG] * 4, [LONG], [LONG], []])
     ids = np.array(view.decode_ids)
-    req_ids, owner, ctx, rem = stage.snapshot(view, ids)
+    req_ids, owner, ctx, rem, _ = stage.snapshot(view, ids)
     loads = stage.instance_loads(view, ids, owner, stage.trajectories(ctx, rem))
     over, under = stage.classify(loads)
     assert over.tolist() == [True, False, False, False]
@@ -66,7 +66,7 @@ def test_phase1_classification():
 
 
 def test_trajectory_leaves_when_predicted_to_finish():
-    stage = ares(horizon_steps=4, step_tokens=50)
+    stage = ares(horizon_steps=4, horizon_tokens=200)
     traj = stage.trajectories(np.array([1000.0]), np.array([120.0]))
     assert traj.tolist() == [[1000, 1050, 1100, 0, 0]]
 
@@ -91,7 +91,7 @@ def test_move_lowers_the_objective():
     stage = ares()
     view = view_of([[LONG, LONG, (2000, 10, 300)], [(500, 10, 60)]])
     ids = np.array(view.decode_ids)
-    req_ids, owner, ctx, rem = stage.snapshot(view, ids)
+    req_ids, owner, ctx, rem, _ = stage.snapshot(view, ids)
     traj = stage.trajectories(ctx, rem)
     loads = stage.instance_loads(view, ids, owner, traj)
     row, tgt, delta = stage.best_move(loads, traj, np.arange(3), owner, np.array([1]), np.full(2, 1e9),
@@ -107,3 +107,26 @@ def test_without_prediction_current_load_is_balanced():
     stage = build_scheduler(cfg, PolicyContext(np.random.default_rng(0), PERF)).stages[0]
     assert len(stage.tick(view_of([[LONG, LONG, LONG], []]))) == 1
     assert stage.tick(view_of([[LONG], [LONG]])) == []
+
+
+def _with_waiting(view, instance_id, ctx, gen, out, rid=99):
+    """A request preempted on ``instance_id``, waiting in its queue to recompute."""
+    st = RequestState(Request(rid, 0.0, ctx - gen, out))
+    st.phase, st.decode_instance, st.generated_tokens = Phase.PREFILL, instance_id, gen
+    view._requests[rid] = st
+    view.instance(instance_id).queue_prefill(rid, ctx)
+    return rid
+
+
+def test_preempted_waiting_requests_count_as_load_but_only_move_when_asked():
+    view = view_of([[(4000, 995, 1000)], [LONG], []])  # instance 0's runner ends in 5 tokens
+    rid = _with_waiting(view, 0, *LONG)
+    ids = np.array(view.decode_ids)
+    req_ids, owner, ctx, rem, waiting = ares().snapshot(view, ids)
+    assert rid in req_ids.tolist() and waiting[req_ids.tolist().index(rid)]
+    assert owner[req_ids.tolist().index(rid)] == 0
+    kept = ares().tick(view)
+    assert all(d.req_id != rid for d in kept)
+    moved = ares(move_preempted=True).tick(view)
+    waiting_moves = [d for d in moved if d.req_id == rid]
+    assert waiting_moves and waiting_moves[0].mode.value == "recompute" and waiting_moves[0].target_instance == 2

@@ -99,3 +99,33 @@ def test_static_xpyd_pairs_prefill_with_fixed_decode_group():
 def test_config_errors_name_the_key(config, message):
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
         scheduler(config)
+
+
+def _counts_view(info):
+    """Decode 1: 2 running + 3 bound early, prefilling elsewhere with their KV already
+    streaming in (layer-wise); decode 2: 3 running.
+    The last scrape says decode 1 runs 4 and decode 2 runs 1."""
+    from baton.core.info import EngineSample
+    view = view_of([(P, 0, [], 0), (D, 0, [100, 100], 0), (D, 0, [100, 100, 100], 0)])
+    view.info = info
+    for rid in (1, 2, 3):
+        view.instance(1).add_incoming(rid, 100)
+    for i, running in ((1, 2), (2, 3)):
+        view.instance(i).running_requests = running
+    view.instance(1).sample = EngineSample(0.0, 4, 0, 0.0, 0.0)
+    view.instance(2).sample = EngineSample(0.0, 1, 0, 0.0, 0.0)
+    return view
+
+
+@pytest.mark.parametrize("policy, mode, want", [
+    ("ils", "exact", 1),                # engine running counts: 2 < 3
+    ("ils", "scraped", 2),              # the last scrape: 1 < 4
+    ("least-outstanding", "exact", 2),  # own bookings: 3 < 2 + 3 prefilling elsewhere
+    ("least-outstanding", "scraped", 2),
+    ("least-outstanding", "scraped-only", 2),  # running + waiting from the scrape: 1 < 4
+])
+def test_ils_reads_engine_counts_and_least_outstanding_reads_bookings(policy, mode, want):
+    from baton.core.info import InfoModel, ViewMode
+    view = _counts_view(InfoModel(ViewMode(mode)))
+    plan = scheduler(policy).plan_arrival(view, new_request())
+    assert plan.decode_instance == want  # both bind at arrival

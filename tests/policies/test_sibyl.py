@@ -185,3 +185,22 @@ def test_tick_refreshes_stale_curves_and_drops_joined_pending():
     view.now_s = NOW + 1.5
     stage.tick(view)
     assert len(stage.pending) == 0 and stage.curves.t0_s[1] == NOW + 1.5
+
+
+def test_type1_load_counts_requests_preempted_and_waiting_to_recompute():
+    """A request preempted on an instance will decode there again: it is Type-1 load."""
+    from baton.core import ClusterView, InstanceState, Request, RequestState, Role
+    from baton.core.request import Phase
+    from baton.policies.projection import ActiveCurves
+    from baton.predict.survival import SurvivalTable
+    inst = InstanceState(0, Role.DECODE, 1000, 16)
+    inst.recent_token_interval_s = 0.02
+    st = RequestState(Request(5, 0.0, 400, 2000))
+    st.phase, st.decode_instance, st.generated_tokens = Phase.PREFILL, 0, 100
+    inst.queue_prefill(5, 500)
+    view = ClusterView({0: inst}, {5: st})
+    curves = ActiveCurves(1)
+    ids = curves.refresh(view, 0, SurvivalTable(), weighted=False)
+    assert ids.tolist() == [5]
+    assert curves.curves[0, 0] == 500  # its context now
+    assert curves.curves[0, -1] > 500  # and growing at the instance's rate (50 tokens/s)

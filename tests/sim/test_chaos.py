@@ -1,4 +1,5 @@
-"""Migrations (all modes), preemptions, completions and role changes interleaved at
+"""Migrations (all modes, and of preempted requests waiting to recompute), preemptions,
+completions and role changes interleaved at
 random on small clusters: every request ends, KV blocks are conserved and no
 reservation leaks."""
 
@@ -31,6 +32,9 @@ class Chaos(Stage):
                 if rng.random() < self.migrate_p:
                     mode = list(MigrationMode)[int(rng.integers(len(MigrationMode)))]
                     out.append(Migrate(int(rid), int(rng.choice(ids)), mode))
+            for rid in view.waiting_decodes(inst.instance_id):  # preempted: moved by recompute
+                if rng.random() < self.migrate_p:
+                    out.append(Migrate(rid, int(rng.choice(ids)), MigrationMode.RECOMPUTE))
         if rng.random() < self.flip_p:
             target = int(rng.choice(ids))
             role = list(Role)[int(rng.integers(len(Role)))]

@@ -6,6 +6,7 @@ import argparse
 from dataclasses import replace
 
 from baton.core.errors import ConfigError
+from baton.core.info import ViewMode
 from baton.experiments import Experiment, WorkloadConfig, load_experiment, with_cluster
 from baton.metrics import SLO
 from baton.sim.cluster import engine_from_dict
@@ -29,6 +30,12 @@ def add_common(p: argparse.ArgumentParser, rate_list: bool = False) -> None:
     p.add_argument("--decode", type=int, help="decode instances")
     p.add_argument("--mixed", type=int, help="mixed (colocated) instances")
     p.add_argument("--preset", help="model@hardware performance preset")
+    v = p.add_argument_group("what policies see (baton.core.info)")
+    v.add_argument("--view", choices=[m.value for m in ViewMode],
+                   help="exact: engine metrics as they are; scraped (default): as of the last "
+                        "scrape, own bookings exact; scraped-only: /metrics only")
+    v.add_argument("--scrape-interval", type=float, help="seconds between scrapes (default 1.0)")
+    v.add_argument("--scrape-delay", type=float, help="seconds before a scrape is visible (default 0)")
     g = p.add_argument_group("engine flags (as vLLM's; every role, over the YAML's cluster.engine)")
     g.add_argument("--kv-tokens", type=int, help="KV cache tokens per instance (overrides the computed size)")
     g.add_argument("--gpu-memory-utilization", type=float, help="share of GPU memory the engine may use")
@@ -69,6 +76,7 @@ def experiment_from(args: argparse.Namespace, base: Experiment | None = None) ->
     exp = load_experiment(args.config) if args.config else (base or Experiment())
     exp = with_cluster(exp, prefill=args.prefill, decode=args.decode, mixed=args.mixed, preset=args.preset)
     exp = _with_engine_flags(exp, args)
+    exp = _with_view_flags(exp, args)
     if args.trace:
         exp.workload = WorkloadConfig(trace=args.trace, format=args.format)
     if args.requests is not None:
@@ -96,3 +104,21 @@ def _with_engine_flags(exp: Experiment, args: argparse.Namespace) -> Experiment:
     over = {name: engine_from_dict(values, "engine flag", getattr(c, name))
             for name in ("engine", "prefill_engine", "decode_engine") if getattr(c, name) is not None}
     return replace(exp, cluster=replace(c, **over))
+
+
+def _with_view_flags(exp: Experiment, args: argparse.Namespace) -> Experiment:
+    """--view / --scrape-interval / --scrape-delay over the YAML's ``view``."""
+    changes: dict = {}
+    if getattr(args, "view", None) is not None:
+        changes["mode"] = ViewMode(args.view)
+    for flag, key in (("scrape_interval", "scrape_interval_s"), ("scrape_delay", "delay_s")):
+        value = getattr(args, flag, None)
+        if value is not None:
+            changes[key] = value
+    if not changes:
+        return exp
+    try:
+        return replace(exp, view=replace(exp.view, **changes))
+    except ConfigError as err:
+        raise ConfigError(str(err).replace("view.scrape_interval_s", "--scrape-interval")
+                          .replace("view.delay_s", "--scrape-delay")) from None

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 from baton.core.decode_table import DecodeTable
+from baton.core.info import EngineSample
 
 
 class Role(str, enum.Enum):
@@ -86,6 +87,9 @@ class InstanceState:
     - ``incoming``: requests whose KV is moving here or waiting to join the batch
       (request id -> context tokens).
     - ``decodes``: the running decode batch.
+
+    Policies read these through ``ClusterView``, which decides per field whether they see
+    the runtime's exact value or the last scrape (``baton.core.info``).
     """
 
     instance_id: int
@@ -104,6 +108,10 @@ class InstanceState:
     recent_token_interval_s: float = 0.0
     segment: Segment | None = None
     healthy: bool = True
+    # engine-side counts, kept by the runtime (vLLM's num_requests_running / _waiting)
+    running_requests: int = 0
+    waiting_requests: int = 0
+    sample: EngineSample | None = None  # the last scrape policies may see (scraped views)
 
     # --- incremental bookkeeping used by runtimes -------------------------------------
     def queue_prefill(self, req_id: int, tokens: int) -> None:
@@ -168,6 +176,11 @@ class InstanceState:
     def token_load(self, now_s: float) -> int:
         """Tokens of work on this instance: decode contexts + incoming KV + queued prefill."""
         return self.decode_ctx_tokens(now_s) + self.incoming_tokens + self.prefill_queue_tokens
+
+    def engine_sample(self, now_s: float) -> EngineSample:
+        """The engine's metrics as a scrape at ``now_s`` would read them."""
+        interval = self.recent_iteration_s_at(now_s) if self.decodes.n else self.recent_token_interval_s
+        return EngineSample(now_s, self.running_requests, self.waiting_requests, self.kv_usage_at(now_s), interval)
 
     @property
     def num_requests(self) -> int:

@@ -6,23 +6,30 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from baton.core.info import EXACT, EngineSample, InfoModel
 from baton.core.instance import InstanceState
 from baton.core.request import Phase, RequestState
+
+
+_NEVER_SCRAPED = EngineSample(float("-inf"), 0, 0, 0.0, 0.0)
 
 
 class ClusterView:
     """Instances, requests and the current time, as maintained by a runtime.
 
     Reads are cheap: aggregates are kept incrementally by the runtime and decode
-    progress is extrapolated in closed form. Candidate lists are cached and rebuilt only
+    progress is extrapolated in closed form. Which fields are the router's own bookings
+    and which are scraped engine metrics (and how stale) is set by ``info``
+    (``baton.core.info``). Candidate lists are cached and rebuilt only
     when roles or health change (``invalidate_roles``). Policies must treat everything
     here as read-only.
     """
 
     def __init__(self, instances: Mapping[int, InstanceState],
-                 requests: Mapping[int, RequestState]) -> None:
+                 requests: Mapping[int, RequestState], info: InfoModel = EXACT) -> None:
         self._instances = instances
         self._requests = requests
+        self.info = info
         self.now_s = 0.0
         self._prefill_ids: list[int] | None = None
         self._decode_ids: list[int] | None = None
@@ -57,13 +64,64 @@ class ClusterView:
     def instances(self) -> list[InstanceState]:
         return list(self._instances.values())
 
-    def kv_usage(self, instance_id: int) -> float:
-        """Fraction of an instance's KV blocks in use now."""
-        return self._instances[instance_id].kv_usage_at(self.now_s)
+    # --- engine metrics: exact, or as of the last scrape (baton.core.info) ------------
+    def engine_sample(self, instance_id: int) -> EngineSample:
+        """The engine metrics a policy may see for an instance now."""
+        inst = self._instances[instance_id]
+        if not self.info.mode.scraped:
+            return inst.engine_sample(self.now_s)
+        return inst.sample or _NEVER_SCRAPED
 
-    def token_load(self, instance_id: int) -> int:
-        """Tokens of work on an instance now (see ``InstanceState.token_load``)."""
-        return self._instances[instance_id].token_load(self.now_s)
+    def running_requests(self, instance_id: int) -> int:
+        """Requests the engine is running (vLLM's ``num_requests_running``)."""
+        return self.engine_sample(instance_id).running
+
+    def waiting_requests(self, instance_id: int) -> int:
+        """Requests waiting in the engine's queue (``num_requests_waiting``)."""
+        return self.engine_sample(instance_id).waiting
+
+    def kv_usage(self, instance_id: int) -> float:
+        """Fraction of an instance's KV blocks in use (``kv_cache_usage_perc``)."""
+        return self.engine_sample(instance_id).kv_usage
+
+    def token_interval_s(self, instance_id: int) -> float:
+        """The instance's recent time between tokens of one request (s); 0 if unknown."""
+        return self.engine_sample(instance_id).token_interval_s
+
+    # --- own bookings (what the router placed and relayed); estimated without them ------
+    def token_load(self, instance_id: int) -> float:
+        """Tokens of work on an instance now (see ``InstanceState.token_load``); without
+        own bookings, KV usage times capacity."""
+        inst = self._instances[instance_id]
+        if self.info.mode.bookings:
+            return inst.token_load(self.now_s)
+        return self.kv_usage(instance_id) * inst.kv_blocks_total * inst.block_size_tokens
+
+    def own_requests(self, instance_id: int) -> int:
+        """Requests the router has outstanding on an instance (queued, incoming, decoding);
+        without own bookings, the engine's running + waiting."""
+        if self.info.mode.bookings:
+            return self._instances[instance_id].num_requests
+        return self.running_requests(instance_id) + self.waiting_requests(instance_id)
+
+    def incoming_tokens(self, instance_id: int) -> int:
+        """KV tokens the router is moving to an instance (0 without own bookings)."""
+        return self._instances[instance_id].incoming_tokens if self.info.mode.bookings else 0
+
+    def prefill_load(self, instance_id: int) -> float:
+        """Prefill work queued on an instance: tokens the router queued there (ties broken
+        by decode context); without own bookings, the engine's waiting then running count."""
+        if self.info.mode.bookings:
+            inst = self._instances[instance_id]
+            return inst.prefill_queue_tokens + inst.decode_ctx_tokens(self.now_s) * 1e-9
+        return self.waiting_requests(instance_id) + self.running_requests(instance_id) * 1e-3
+
+    def waiting_decodes(self, instance_id: int) -> list[int]:
+        """Requests that already produced tokens and wait in this instance's queue to be
+        recomputed (preempted here, or moved here by recompute)."""
+        reqs = self._requests
+        return [r for r in self._instances[instance_id].prefill_queue
+                if reqs[r].generated_tokens > 0 and reqs[r].decode_instance == instance_id]
 
     # --- requests --------------------------------------------------------------------
     def request(self, req_id: int) -> RequestState:
@@ -99,9 +157,13 @@ class ClusterView:
         inst_id = state.decode_instance
         if inst_id is None:
             return 0.0
-        inst = self._instances[inst_id]
         if state.decode_start_s is not None and self.now_s > state.decode_start_s:
             made = self.generated_tokens(req_id) - 1
             if made > 0:
                 return made / (self.now_s - state.decode_start_s)
-        return inst.decode_rate_tokens_per_s(self.now_s)
+        return self.instance_rate_tokens_per_s(inst_id)
+
+    def instance_rate_tokens_per_s(self, instance_id: int) -> float:
+        """Per-request decode rate on an instance, from its token interval (tokens/s)."""
+        interval = self.token_interval_s(instance_id)
+        return 1.0 / interval if interval > 0 else 0.0

@@ -11,6 +11,7 @@ import numpy as np
 import yaml
 
 from baton.core.errors import ConfigError
+from baton.core.info import InfoModel, info_from_dict
 from baton.yamlfile import read_yaml
 from baton.core.request import Request
 from baton.metrics import SLO
@@ -49,6 +50,7 @@ class Experiment:
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     slo: SLO = field(default_factory=SLO)
     seed: int = 0
+    view: InfoModel = field(default_factory=InfoModel)
 
 
 def _synthetic(data: Any, where: str) -> SyntheticSpec:
@@ -119,12 +121,15 @@ def load_experiment(path: str | Path) -> Experiment:
             exp.workload = _workload(value)
         elif key == "slo":
             exp.slo = _slo(value)
+        elif key == "view":
+            exp.view = info_from_dict(value)
         elif key == "seed":
             if not isinstance(value, int):
                 raise ConfigError(f"seed: expected an integer, got {value!r}")
             exp.seed = value
         else:
-            raise ConfigError(f"{key}: unknown top-level key; expected cluster, policy, workload, slo or seed")
+            raise ConfigError(f"{key}: unknown top-level key; expected cluster, policy, workload, slo, view "
+                              "or seed")
     return exp
 
 

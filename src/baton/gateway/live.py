@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from baton.core.info import EngineSample, InfoModel, ViewMode
 from baton.core.instance import InstanceState, Role
 from baton.core.request import Phase, Request, RequestState
 from baton.core.view import ClusterView
@@ -48,13 +49,16 @@ class LiveCluster:
     """Instances, requests and the view policies read. ``clock`` returns seconds since
     the gateway started; every mutation refreshes the instance's effective KV usage."""
 
-    def __init__(self, clock: Callable[[], float], default_kv_blocks: int, block_size: int) -> None:
+    def __init__(self, clock: Callable[[], float], default_kv_blocks: int, block_size: int,
+                 scrape_interval_s: float = 1.0) -> None:
         self.clock = clock
         self.default_kv_blocks, self.block_size = default_kv_blocks, block_size
         self.instances: dict[int, InstanceState] = {}
         self.engines: dict[int, LiveEngine] = {}
         self.requests: dict[int, RequestState] = {}
-        self.view = ClusterView(self.instances, self.requests)
+        # what policies see is what the simulator's default gives them: engine metrics as
+        # of the last scrape, the gateway's own bookings exact (baton.core.info)
+        self.view = ClusterView(self.instances, self.requests, InfoModel(ViewMode.SCRAPED, scrape_interval_s))
         self._next_instance = 0
         self._next_request = 0
         self._admits = 0
@@ -130,9 +134,15 @@ class LiveCluster:
         inst.kv_blocks_used = min(own, inst.kv_blocks_total)
 
     def record_scrape(self, iid: int, sample: ScrapeSample) -> None:
-        eng = self.engines[iid]
+        eng, inst = self.engines[iid], self.instances[iid]
         eng.sample, eng.own_blocks_at_scrape = sample, eng.own_blocks
         self._refresh_kv(iid)
+        # the policies' copy: the engine's own figures where it reports them, else ours
+        kv = sample.kv_usage if sample.kv_usage is not None else inst.kv_usage_at(sample.at_s)
+        running = sample.running if sample.running is not None else inst.decodes.n
+        waiting = sample.waiting if sample.waiting is not None else len(inst.prefill_queue)
+        inst.sample = EngineSample(sample.at_s, int(running), int(waiting), float(kv),
+                                   inst.recent_token_interval_s)
 
     # --- requests ----------------------------------------------------------------------
     def new_request(self, prompt_tokens: int, max_tokens: int) -> RequestState:

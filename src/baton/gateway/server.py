@@ -82,7 +82,7 @@ class Gateway:
         self.perf = perf = presets.build(config.preset)
         t0 = time.monotonic()
         self.cluster = LiveCluster(lambda: time.monotonic() - t0, perf.kv_capacity_tokens // config.block_size,
-                                   config.block_size)
+                                   config.block_size, config.scrape_interval_s)
         for spec in config.engines:
             self.cluster.add_engine(spec)
         self.rng = np.random.default_rng(config.seed)

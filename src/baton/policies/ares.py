@@ -15,6 +15,15 @@ round:
    lowers it (targets limited to the ``max_targets`` least loaded candidates). With
    ``max_migrations > 1`` further moves are chosen greedily on the updated loads. At most ``max_per_instance`` migrations touch an instance at once.
 
+Requests preempted on an instance and waiting there to recompute count as its load (ARES
+counts only running requests: a deviation). With ``move_preempted`` (off by default, also
+a deviation) they are candidates too and move by recompute, i.e. to the target's queue.
+
+The horizon is ``horizon_tokens`` (default 2,000) in ``horizon_steps`` (8) steps: about
+a median request's remaining life on the ARES reasoning workload (outputs with a median of
+1,500-2,000 tokens). The earlier 8 x 50 tokens (about 8 s) saw almost no request end
+inside the horizon, so the predicted-remaining term had nearly nothing to act on.
+
 Remaining lengths come from any ``LengthEstimator``; predictions are refreshed every
 ``repredict_tokens`` generated tokens (section 5.3), i.e. a request's prediction is made at
 the last multiple of k tokens and counted down since.
@@ -35,15 +44,19 @@ class Ares(Stage):
     """Decode rebalancer. See the module docstring for the algorithm and parameters."""
 
     name = "ares"
+    needs_bookings = True
 
     def __init__(self, context: PolicyContext, estimator: str = "survival", interval_s: float = 1.0,
-                 horizon_steps: int = 8, step_tokens: int = 50, beta: float = 0.8, theta: float = 0.1,
+                 horizon_tokens: int = 2000, horizon_steps: int = 8, beta: float = 0.8, theta: float = 0.1,
                  max_migrations: int = 1, max_per_instance: int = 1, mode: str = "live",
                  link_gbps: float = 25.0, repredict_tokens: int = 20, memory_headroom: float = 0.95,
-                 max_targets: int = 32) -> None:
+                 max_targets: int = 32, move_preempted: bool = False) -> None:
         super().__init__(context)
-        if interval_s <= 0 or horizon_steps < 1 or step_tokens < 1 or max_migrations < 1:
-            raise ValueError("need interval_s > 0, horizon_steps >= 1, step_tokens >= 1, max_migrations >= 1")
+        if interval_s <= 0 or horizon_steps < 1 or horizon_tokens < horizon_steps or max_migrations < 1:
+            raise ValueError("need interval_s > 0, horizon_steps >= 1, horizon_tokens >= horizon_steps, "
+                             "max_migrations >= 1")
+        step_tokens = horizon_tokens // horizon_steps
+        self.move_preempted = move_preempted
         self.tick_interval_s = interval_s
         self.estimator = build_estimator(estimator)
         # Without a prediction, a request's load is its current context for the whole
@@ -66,15 +79,29 @@ class Ares(Stage):
 
     # --- the load model ----------------------------------------------------------------
     def snapshot(self, view: ClusterView, ids: np.ndarray):
-        """Running decodes of every instance: (req ids, owner position, ctx, remaining)."""
-        parts = [view.decode_snapshot(int(i)) for i in ids]
+        """Every instance's requests: running decodes, then those preempted there and
+        waiting to recompute (load all the same: they decode there again). Returns
+        (req ids, owner position, ctx, remaining, waiting mask)."""
+        parts = [self._requests_of(view, int(i)) for i in ids]
         req_ids = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
         owner = np.repeat(np.arange(ids.size), [p[0].size for p in parts])
         ctx = np.concatenate([p[1] for p in parts]).astype(np.float64) if parts else np.zeros(0)
         gen = np.concatenate([p[2] for p in parts]).astype(np.float64) if parts else np.zeros(0)
+        waiting = np.concatenate([p[3] for p in parts]) if parts else np.zeros(0, dtype=bool)
         since = gen % self.k  # tokens since the last (re-)prediction
         remaining = np.maximum(self.estimator.remaining_batch(view, req_ids, gen - since) - since, 0.0)
-        return req_ids, owner, ctx, remaining
+        return req_ids, owner, ctx, remaining, waiting
+
+    @staticmethod
+    def _requests_of(view: ClusterView, instance_id: int):
+        req_ids, ctx, gen = view.decode_snapshot(instance_id)
+        waiting = view.waiting_decodes(instance_id)
+        if not waiting:
+            return req_ids, ctx, gen, np.zeros(req_ids.size, dtype=bool)
+        return (np.concatenate([req_ids, np.array(waiting, dtype=np.int64)]),
+                np.concatenate([ctx, [view.context_tokens(r) for r in waiting]]),
+                np.concatenate([gen, [view.generated_tokens(r) for r in waiting]]),
+                np.concatenate([np.zeros(req_ids.size, dtype=bool), np.ones(len(waiting), dtype=bool)]))
 
     def trajectories(self, ctx: np.ndarray, remaining: np.ndarray) -> np.ndarray:
         """Each request's token load at steps 0..H (rows: requests)."""
@@ -89,7 +116,7 @@ class Ares(Stage):
         """Token load per instance position and step (rows: instances)."""
         loads = np.column_stack([np.bincount(owner, weights=traj[:, c], minlength=ids.size)
                                  for c in range(self.horizon + 1)])
-        incoming = np.array([view.instance(int(i)).incoming_tokens for i in ids], dtype=np.float64)
+        incoming = np.array([view.incoming_tokens(int(i)) for i in ids], dtype=np.float64)
         return loads + incoming[:, None]
 
     def objective(self, loads: np.ndarray) -> float:
@@ -160,17 +187,19 @@ class Ares(Stage):
         ids = np.array(view.decode_ids, dtype=np.int64)
         if ids.size < 2:
             return []
-        req_ids, owner, ctx, remaining = self.snapshot(view, ids)
+        req_ids, owner, ctx, remaining, waiting = self.snapshot(view, ids)
         if req_ids.size == 0:
             return []
         traj = self.trajectories(ctx, remaining)
         loads = self.instance_loads(view, ids, owner, traj)
         capacity = np.array([view.instance(int(i)).kv_blocks_total * view.instance(int(i)).block_size_tokens
                              for i in ids], dtype=np.float64) * self.headroom
-        iter_s = np.array([max(view.instance(int(i)).recent_iteration_s_at(view.now_s), 1e-4) for i in ids])
+        iter_s = np.array([max(view.token_interval_s(int(i)), 1e-4) for i in ids])
         self._purge(view)
         busy = self._busy(ids)
         need = np.where(self.static, ctx, ctx + remaining)  # the request's final size
+        if not self.move_preempted:
+            remaining = np.where(waiting, -1.0, remaining)  # load, but never a candidate
         decisions: list[Decision] = []
         while len(decisions) < self.max_migrations:
             over, under = self.classify(loads)
@@ -185,7 +214,8 @@ class Ares(Stage):
             remaining[row] = -1.0  # never chosen twice
             rid = int(req_ids[row])
             self.in_flight[rid] = (int(ids[src]), int(ids[tgt]))
-            decisions.append(Migrate(rid, int(ids[tgt]), self.mode))
+            # a waiting request has no KV to copy: it moves to the target's queue
+            decisions.append(Migrate(rid, int(ids[tgt]), MigrationMode.RECOMPUTE if waiting[row] else self.mode))
             busy = self._busy(ids)
         return decisions
 

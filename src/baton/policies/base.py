@@ -43,6 +43,7 @@ class Stage:
 
     name = "stage"
     tick_interval_s: float | None = None
+    needs_bookings = False  # reads per-request state only the router's own bookings have
 
     def __init__(self, context: PolicyContext) -> None:
         self.context = context
@@ -109,6 +110,11 @@ class Scheduler:
     def observe(self, view: ClusterView, observation: Observation) -> None:
         for stage in self._observers:
             stage.observe(view, observation)
+
+    @property
+    def needs_bookings(self) -> bool:
+        """Whether a stage reads per-request bookings (impossible for a /metrics-only router)."""
+        return any(s.needs_bookings for s in self.stages)
 
     @property
     def observes(self) -> bool:

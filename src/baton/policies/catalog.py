@@ -29,9 +29,13 @@ POLICIES: Mapping[str, list[dict[str, Any]]] = {
     "power-of-two": [{"stage": "power-of-two"}],
     "colocated": [{"stage": "colocated"}],
     "static-xpyd": [{"stage": "static-xpyd"}],
-    # SIBYL's baselines bind the decode instance when the request arrives.
+    # SIBYL's baselines bind the decode instance when the request arrives. ILS ranks by the
+    # engines' running counts only (as scraped); least-outstanding by the router's own
+    # bookings, requests still prefilling elsewhere included (SIBYL's REQLEVEL without
+    # survival weighting).
     "rr-early": [{"stage": "round-robin", "early_binding": True}],
-    "ils": [{"stage": "least-requests", "early_binding": True}],
+    "ils": [{"stage": "least-running", "early_binding": True}],
+    "least-outstanding": [{"stage": "least-requests", "early_binding": True}],
     "sibyl": [{"stage": "sibyl"}],
     # SIBYL ablations (paper appendix J).
     "sibyl-prob1": [{"stage": "sibyl", "prob": False}],

@@ -1,5 +1,5 @@
-"""Load-based baselines: least token load, least KV usage, least requests (ILS when bound
-early), power-of-two choices. Prefills go to the instance with the least queued prefill
+"""Load-based baselines: least token load, least KV usage, least outstanding requests,
+least running requests (ILS when bound early), power-of-two choices. Prefills go to the instance with the least queued prefill
 work. The decode instance is chosen when the prefill ends, or on arrival with
 ``early_binding`` (the instantaneous-load baselines SIBYL compares against)."""
 
@@ -29,8 +29,7 @@ class LeastLoaded(Stage):
         return ArrivalPlan(prefill, decode, plan.prefill_chunk_limit_tokens)
 
     def prefill_key(self, view: ClusterView, instance_id: int) -> float:
-        inst = view.instance(instance_id)
-        return inst.prefill_queue_tokens + inst.decode_ctx_tokens(view.now_s) * 1e-9
+        return view.prefill_load(instance_id)
 
     def decode_key(self, view: ClusterView, instance_id: int) -> float:
         return view.token_load(instance_id)
@@ -51,17 +50,29 @@ class LeastKV(LeastLoaded):
 
     def decode_key(self, view: ClusterView, instance_id: int) -> float:
         inst = view.instance(instance_id)
-        incoming = inst.incoming_tokens / (inst.block_size_tokens * max(1, inst.kv_blocks_total))
+        incoming = view.incoming_tokens(instance_id) / (inst.block_size_tokens * max(1, inst.kv_blocks_total))
         return view.kv_usage(instance_id) + incoming
 
 
 class LeastRequests(LeastLoaded):
-    """Decode to the instance with the fewest outstanding requests."""
+    """Decode to the instance with the fewest outstanding requests the router booked
+    there (queued, incoming, decoding): "least outstanding requests"."""
 
     name = "least-requests"
 
     def decode_key(self, view: ClusterView, instance_id: int) -> float:
-        return view.instance(instance_id).num_requests
+        return view.own_requests(instance_id)
+
+
+class LeastRunning(LeastLoaded):
+    """Decode to the instance whose engine reports the fewest running requests, with no
+    bookings of the router's own: SIBYL's ILS as the paper's proxy deploys it (it polls
+    /metrics; requests still in prefill elsewhere are not counted)."""
+
+    name = "least-running"
+
+    def decode_key(self, view: ClusterView, instance_id: int) -> float:
+        return view.running_requests(instance_id)
 
 
 class PowerOfTwo(LeastLoaded):
@@ -84,4 +95,4 @@ class PowerOfTwo(LeastLoaded):
         return self._pick(view.decode_ids, lambda i: self.decode_key(view, i))
 
 
-STAGES = {s.name: s for s in (LeastLoaded, LeastKV, LeastRequests, PowerOfTwo)}
+STAGES = {s.name: s for s in (LeastLoaded, LeastKV, LeastRequests, LeastRunning, PowerOfTwo)}

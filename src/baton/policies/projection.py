@@ -28,7 +28,7 @@ def observed_rates(view: ClusterView, instance_id: int) -> np.ndarray:
     made = (table.col("generated") + inst.iterations_since_sync(now) - table.col("joined_generated"))
     elapsed = now - table.col("joined_us") * 1e-6
     ok = (elapsed > 1e-6) & (made > 0)
-    fallback = inst.decode_rate_tokens_per_s(now)
+    fallback = view.instance_rate_tokens_per_s(instance_id)
     return np.where(ok, made / np.where(ok, elapsed, 1.0), fallback)
 
 
@@ -49,14 +49,23 @@ class ActiveCurves:
 
     def refresh(self, view: ClusterView, instance_id: int, survival: SurvivalTable,
                 weighted: bool, token_level: bool = True) -> np.ndarray:
-        """Recompute one instance's curve at ``view.now_s``; returns its running req ids."""
+        """Recompute one instance's curve at ``view.now_s``; returns its running req ids.
+        Requests preempted there and waiting to recompute count too (they will decode
+        there again), growing at the instance's rate."""
         req_ids, ctx, gen = view.decode_snapshot(instance_id)
+        rates = observed_rates(view, instance_id)
+        waiting = view.waiting_decodes(instance_id)
+        if waiting:
+            req_ids = np.concatenate([req_ids, np.array(waiting, dtype=np.int64)])
+            ctx = np.concatenate([ctx, [view.context_tokens(r) for r in waiting]])
+            gen = np.concatenate([gen, [view.generated_tokens(r) for r in waiting]])
+            rates = np.concatenate([rates, np.full(len(waiting), view.instance_rate_tokens_per_s(instance_id))])
         self.t0_s[instance_id] = view.now_s
         if req_ids.size == 0:
             self.curves[instance_id] = 0.0
             self.rows.pop(instance_id, None)
             return req_ids
-        grown = observed_rates(view, instance_id)[:, None] * HORIZONS_S[None, :]
+        grown = rates[:, None] * HORIZONS_S[None, :]
         rows = ctx[:, None] + grown if token_level else np.ones_like(grown)
         if weighted:
             rows = rows * survival.conditional(gen[:, None], gen[:, None] + grown)

@@ -47,6 +47,7 @@ class Sibyl(LeastLoaded):
     """
 
     name = "sibyl"
+    needs_bookings = True
 
     def __init__(self, context: PolicyContext, delta_tokens: int = 64, alpha: float = 0.995,
                  max_tokens: int = 65536, prob: bool = True, type1: bool = True, type2: bool = True,

@@ -138,9 +138,17 @@ class Engine:
         if front:
             self.prefills.move_to_end(item.req_id, last=False)
         self.state.queue_prefill(item.req_id, item.total_tokens - item.done_tokens)
+        self.count_requests()
 
     def add_join(self, join: DecodeJoin) -> None:
         self.joins.append(join)
+        self.count_requests()
+
+    def count_requests(self) -> None:
+        """Publish the engine's running / waiting counts (vLLM's metrics) on the state."""
+        admitted = self._admitted_prefills()
+        self.state.running_requests = self.state.decodes.n + admitted
+        self.state.waiting_requests = len(self.prefills) - admitted + len(self.joins)
 
     @property
     def waiting(self) -> bool:
@@ -180,8 +188,11 @@ class Engine:
         self._admit_joins(now_s)
         self.started = []
         self.chunks = self._schedule_running()
-        if not self.preempted:
+        # vLLM admits nothing in a step that preempted; if that step would be empty, the
+        # next one (which admits) follows at once
+        if not self.preempted or (not self.chunks and table.n == 0):
             self.chunks += self._admit_waiting(table.n, self.chunks)
+        self.count_requests()
         if not self.chunks and table.n == 0:
             self.busy, st.segment = False, None
             return None
@@ -388,6 +399,7 @@ class Engine:
                 result.prefilled.append(item)
         self.chunks = []
         st.segment, self.busy = None, False
+        self.count_requests()
         return result
 
     def _collect_decode_ends(self, result: SegmentResult) -> None:
@@ -410,6 +422,7 @@ class Engine:
         row = self.state.decodes.remove(req_id)
         self.new_rows.pop(req_id, None)
         self._cv2 = None
+        self.count_requests()
         return row
 
     def set_watch(self, req_id: int, context_tokens: int) -> bool:

@@ -57,6 +57,9 @@ class Migrator:
         sim, rid = self.sim, decision.req_id
         st = sim.states.get(rid)
         dst = decision.target_instance
+        if st is not None and decision.mode is MigrationMode.RECOMPUTE and st.phase is Phase.PREFILL \
+                and st.generated_tokens > 0:
+            return self._move_waiting(rid, dst)
         if (st is None or st.phase is not Phase.DECODE or rid in self.moves
                 or st.decode_instance is None or st.decode_instance == dst
                 or dst not in sim.instances or not sim.instances[dst].healthy
@@ -74,6 +77,28 @@ class Migrator:
             self._detach_at_boundary(move)
         else:
             move.flow_id = sim.start_flow(move.src, dst, sim.perf.kv_bytes(ctx - 1), ("mig", rid))
+
+    def _move_waiting(self, rid: int, dst: int) -> None:
+        """A preempted request waiting to recompute has no KV: move it from its queue to
+        the target's (refused if it is already being recomputed or the target is bad)."""
+        sim, st = self.sim, self.sim.states[rid]
+        src = st.decode_instance
+        eng = sim.engines.get(src) if src is not None else None
+        item = eng.prefills.get(rid) if eng is not None else None
+        if item is None or item.admitted or dst == src or dst not in sim.instances \
+                or not sim.instances[dst].healthy:
+            return self._refuse()
+        del eng.prefills[rid]
+        eng.state.drop_prefill(rid)
+        eng.count_requests()
+        sim.engines[dst].add_prefill(PrefillItem(rid, item.total_tokens, "migrate", item.stop_at,
+                                                 item.generated))
+        st.decode_instance = dst
+        st.visit(dst)
+        st.migrations += 1
+        sim.counters.migrations += 1
+        sim.retry_receives(src)  # its queue head moved on
+        sim.kick(dst)
 
     def _detach_at_boundary(self, move: Move) -> None:
         move.detaching = True
@@ -105,13 +130,17 @@ class Migrator:
         row = eng.remove_decode(move.req_id)
         move.row = row
         st.phase, st.last_token_s = Phase.TRANSFER, sim.now
+        st.generated_tokens = row["generated"]
         if move.mode is MigrationMode.RECOMPUTE:
             eng.release(row["blocks"])
             sim.retry_receives(move.src)
             self._finish_move(move)
+            # On the target it is a new waiting request, as in vLLM: the reservation that
+            # made sure it fits is given back, and admission allocates its chunks (holding
+            # blocks while queued could deadlock the FCFS queue ahead of it).
+            sim.engines[move.dst].release(move.reserved_blocks)
             sim.engines[move.dst].add_prefill(PrefillItem(
-                move.req_id, row["ctx"], "migrate", row["stop_at"], row["generated"],
-                blocks=move.reserved_blocks))
+                move.req_id, row["ctx"], "migrate", row["stop_at"], row["generated"]))
             st.decode_instance = move.dst
             st.visit(move.dst)
             sim.kick(move.dst)

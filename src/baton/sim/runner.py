@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from baton.core.info import InfoModel
+
 from baton.core.request import Request
 from baton.perf import build as build_preset
 from baton.perf.model import PerfModel
@@ -18,14 +20,16 @@ from baton.sim.simulator import SimResult, Simulator
 def simulate(requests: list[Request], cluster: ClusterSpec, policy: str | Mapping[str, Any],
              seed: int = 0, closed_form: bool = True, perf: PerfModel | None = None,
              sample_interval_s: float = 1.0,
-             progress: Callable[[float, int, int], None] | None = None) -> SimResult:
+             progress: Callable[[float, int, int], None] | None = None,
+             info: InfoModel = InfoModel()) -> SimResult:
     """Simulate ``requests`` on ``cluster`` under ``policy`` (a name or a stage config).
 
     The policy's random generator is seeded from ``seed``, so runs are reproducible.
+    ``info`` is what policies see (``baton.core.info``; default: scraped every 1 s).
     """
     perf = perf or build_preset(cluster.preset)
     context = PolicyContext(rng=np.random.default_rng(seed), perf=perf)
     scheduler = build_scheduler(policy, context)
     sim = Simulator(cluster, perf, scheduler, requests, closed_form=closed_form,
-                    sample_interval_s=sample_interval_s, progress=progress)
+                    sample_interval_s=sample_interval_s, progress=progress, info=info)
     return sim.run()

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from baton.core.decisions import ChangeRole, Decision, Migrate, Watch
-from baton.core.errors import BatonError
+from baton.core.errors import BatonError, ConfigError
+from baton.core.info import InfoModel
 from baton.core.events import Completed, DecodeProgress, PrefillDone
 from baton.core.instance import InstanceState
 from baton.core.request import Phase, Request, RequestState
@@ -27,7 +28,8 @@ from baton.sim.network import Network
 
 # Event priorities at equal times: iteration boundaries first, so that anything arriving
 # at a boundary sees the finished iteration and joins the next one.
-SEG_END, FLOW_DONE, XFER_DONE, ARRIVAL, TICK, SAMPLE = range(6)
+SEG_END, FLOW_DONE, XFER_DONE, ARRIVAL, TICK, SAMPLE, SCRAPE, PUBLISH = range(8)
+PERIODIC = frozenset({TICK, SAMPLE, SCRAPE, PUBLISH})  # recur on their own; not progress
 
 
 class SimulationError(BatonError):
@@ -75,8 +77,12 @@ class Simulator:
     def __init__(self, cluster: ClusterSpec, perf: PerfModel, scheduler: Scheduler,
                  requests: list[Request], closed_form: bool = True,
                  sample_interval_s: float = 1.0,
-                 progress: Callable[[float, int, int], None] | None = None) -> None:
-        self.cluster, self.perf, self.scheduler = cluster, perf, scheduler
+                 progress: Callable[[float, int, int], None] | None = None,
+                 info: InfoModel = InfoModel()) -> None:
+        if not info.mode.bookings and scheduler.needs_bookings:
+            raise ConfigError(f"view: policy {scheduler.name!r} needs the router's own bookings; "
+                              "it cannot run with view mode scraped-only")
+        self.cluster, self.perf, self.scheduler, self.info = cluster, perf, scheduler, info
         self.requests = sorted(requests, key=lambda r: (r.arrival_s, r.req_id))
         bs = cluster.engine.block_size
         roles = cluster.roles()
@@ -85,7 +91,7 @@ class Simulator:
         self.instances = {i: InstanceState(i, role, blocks[i], bs) for i, role in enumerate(roles)}
         self.engines = {i: Engine(s, configs[i], perf, closed_form) for i, s in self.instances.items()}
         self.states: dict[int, RequestState] = {}
-        self.view = ClusterView(self.instances, self.states)
+        self.view = ClusterView(self.instances, self.states, info)
         self.net = Network(cluster.nic_bytes_per_s, cluster.nic_latency_s)
         self.migrator = Migrator(self)
         self.transfers: dict[int, Transfer] = {}
@@ -99,16 +105,20 @@ class Simulator:
         self.records: list[RequestRecord] = []
         self._heap: list[tuple[float, int, int, int, tuple]] = []
         self._seq = 0
+        self._work = 0  # pending events that are not periodic (a stall has none left)
         self.now = 0.0
         self._open = 0
         self._progress = progress
-        self._max_tokens = max(blocks) * bs if blocks else 0
+        # a context must fit every instance it may land on (capacities differ by role)
+        self._max_tokens = min(blocks) * bs if blocks else 0
         lens = [cfg.max_model_len for cfg in configs if cfg.max_model_len is not None]
         self._max_model_len = min(lens) if lens else None
 
     # --- event plumbing ----------------------------------------------------------------
     def push(self, t: float, prio: int, payload: tuple) -> None:
         self._seq += 1
+        if prio not in PERIODIC:
+            self._work += 1
         heapq.heappush(self._heap, (t, prio, self._seq, prio, payload))
 
     def run(self) -> SimResult:
@@ -122,12 +132,17 @@ class Simulator:
         for stage_index, interval in self.scheduler.tickers:
             self.push(interval, TICK, (stage_index, interval))
         self.push(0.0, SAMPLE, ())
+        if self.info.mode.scraped:
+            self.push(0.0, SCRAPE, ())
         self._open = len(self.requests)
         handlers = {SEG_END: self._on_segment_end, FLOW_DONE: self._on_flow_done,
                     XFER_DONE: self._on_transfer_done, ARRIVAL: self._on_arrival,
-                    TICK: self._on_tick, SAMPLE: self._on_sample}
+                    TICK: self._on_tick, SAMPLE: self._on_sample, SCRAPE: self._on_scrape,
+                    PUBLISH: self._on_publish}
         while self._heap and self._open > 0:
             t, _, _, kind, payload = heapq.heappop(self._heap)
+            if kind not in PERIODIC:
+                self._work -= 1
             self.now = self.view.now_s = t
             self.counters.events += 1
             handlers[kind](*payload)
@@ -167,6 +182,7 @@ class Simulator:
             if st.phase is Phase.DECODE:
                 self.migrator.cancel(rid)  # its KV is gone: a move in flight has nothing to move
                 st.phase = Phase.PREFILL
+                st.generated_tokens = eng.prefills[rid].generated  # the table row is gone
                 if st.first_token_s is not None:
                     st.last_token_s = self.now  # preemption happens at an iteration boundary
         eng.preempted.clear()
@@ -378,7 +394,8 @@ class Simulator:
         self.kick(tr.src)
 
     def retry_receives(self, instance_id: int) -> None:
-        """Start waiting transfers into an instance whose blocks may have freed up."""
+        """Blocks may have freed up on an instance: start transfers waiting to come in,
+        and wake the engine if requests wait in its queue."""
         queue = self.receive_wait[instance_id]
         started = False
         while queue:
@@ -388,8 +405,9 @@ class Simulator:
             queue.popleft()
             self._start_flow(tr)
             started = True
-        if started and self.engines[instance_id].busy:
-            self.kick(instance_id)  # the running segment assumed those blocks free
+        eng = self.engines[instance_id]
+        if (started and eng.busy) or (not eng.busy and eng.waiting):
+            self.kick(instance_id)  # the segment assumed those blocks free / work can start
 
     # --- ends ----------------------------------------------------------------------------
     def finish(self, st: RequestState) -> None:
@@ -443,11 +461,30 @@ class Simulator:
         else:
             self.pending_watch[decision.req_id] = decision.context_tokens
 
+    def _on_scrape(self) -> None:
+        """Read every engine's metrics; policies see them ``delay_s`` later."""
+        samples = tuple((i, inst.engine_sample(self.now)) for i, inst in self.instances.items())
+        if self.info.delay_s > 0:
+            self.push(self.now + self.info.delay_s, PUBLISH, (samples,))
+        else:
+            self._on_publish(samples)
+        if self._open > 0:
+            self.push(self.now + self.info.scrape_interval_s, SCRAPE, ())
+
+    def _on_publish(self, samples: tuple) -> None:
+        for i, sample in samples:
+            self.instances[i].sample = sample
+
     def _on_sample(self) -> None:
         self.load.times_s.append(self.now)
         self.load.rows.append(np.array([s.token_load(self.now) for s in self.instances.values()],
                                        dtype=np.float64))
         if self._progress is not None:
             self._progress(self.now, len(self.records), len(self.requests))
+        if self._open > 0 and self._work == 0 and not self.net.flows \
+                and not any(e.busy for e in self.engines.values()):
+            stuck = [s.req_id for s in self.states.values() if not s.done][:5]
+            raise SimulationError(f"simulation stalled at t={self.now:.3f}s: {self._open} requests open "
+                                  f"(e.g. {stuck}) and nothing left to run")
         if self._open > 0:
             self.push(self.now + self.load.interval_s, SAMPLE, ())
