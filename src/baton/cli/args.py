@@ -46,6 +46,8 @@ def add_common(p: argparse.ArgumentParser, rate_list: bool = False) -> None:
     p.add_argument("--ttft-slo", type=float, help="TTFT SLO in seconds")
     p.add_argument("--tpot-slo", type=float, help="TPOT SLO in seconds")
     p.add_argument("--seed", type=int, help="random seed")
+    p.add_argument("--warmup-s", type=float,
+                   help="seconds of arrivals left out before the steady window (default: 10%% of the arrival span)")
     p.add_argument("--out", default="baton-out", help="output directory (default: baton-out)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -87,6 +89,10 @@ def experiment_from(args: argparse.Namespace, base: Experiment | None = None) ->
         exp.slo = SLO(args.ttft_slo or exp.slo.ttft_s, args.tpot_slo or exp.slo.tpot_s)
     if args.seed is not None:
         exp.seed = args.seed
+    if getattr(args, "warmup_s", None) is not None:
+        if not args.warmup_s >= 0:
+            raise ConfigError(f"--warmup-s: expected a non-negative number, got {args.warmup_s}")
+        exp.warmup_s = args.warmup_s
     return exp
 
 

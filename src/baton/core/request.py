@@ -49,6 +49,7 @@ class RequestState:
     generated_tokens: int = 0
     prefill_start_s: float | None = None
     first_token_s: float | None = None
+    prefill_end_s: float | None = None
     transfer_start_s: float | None = None
     transfer_end_s: float | None = None
     decode_start_s: float | None = None

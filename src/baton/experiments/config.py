@@ -51,6 +51,7 @@ class Experiment:
     slo: SLO = field(default_factory=SLO)
     seed: int = 0
     view: InfoModel = field(default_factory=InfoModel)
+    warmup_s: float | None = None  # None: 10% of the arrival span
 
 
 def _synthetic(data: Any, where: str) -> SyntheticSpec:
@@ -123,13 +124,17 @@ def load_experiment(path: str | Path) -> Experiment:
             exp.slo = _slo(value)
         elif key == "view":
             exp.view = info_from_dict(value)
+        elif key == "warmup_s":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ConfigError(f"warmup_s: expected a non-negative number, got {value!r}")
+            exp.warmup_s = float(value)
         elif key == "seed":
             if not isinstance(value, int):
                 raise ConfigError(f"seed: expected an integer, got {value!r}")
             exp.seed = value
         else:
-            raise ConfigError(f"{key}: unknown top-level key; expected cluster, policy, workload, slo, view "
-                              "or seed")
+            raise ConfigError(f"{key}: unknown top-level key; expected cluster, policy, workload, slo, view, "
+                              "warmup_s or seed")
     return exp
 
 

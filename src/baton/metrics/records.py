@@ -10,9 +10,19 @@ from baton.core.errors import ConfigError
 from baton.core.request import Phase, RequestState
 
 
+def _between(start: float | None, end: float | None) -> float:
+    return end - start if start is not None and end is not None else float("nan")
+
+
 @dataclass(slots=True, frozen=True)
 class RequestRecord:
-    """What happened to one request. Times are seconds; NaN where not applicable."""
+    """What happened to one request. Times are seconds; NaN where not applicable.
+
+    Breakdown: ``queue_s`` (arrival to prefill start), ``prefill_s`` (prefill start to
+    end), ``transfer_s`` (KV transfer; overlaps the prefill under early binding),
+    ``decode_wait_s`` (KV ready on the decode instance to its first token: waiting for a
+    slot or blocks, plus the first iteration; 0 when colocated), ``decode_s`` (first token
+    to the end)."""
 
     req_id: int
     arrival_s: float
@@ -26,6 +36,9 @@ class RequestRecord:
     normalized_latency_s: float
     queue_s: float
     transfer_s: float
+    prefill_s: float
+    decode_wait_s: float
+    decode_s: float
     preemptions: int
     migrations: int
     path: str
@@ -42,9 +55,15 @@ class RequestRecord:
         queue = (s.prefill_start_s - r.arrival_s) if s.prefill_start_s is not None else nan
         transfer = (s.transfer_end_s - s.transfer_start_s
                     if s.transfer_end_s is not None and s.transfer_start_s is not None else nan)
+        prefill = _between(s.prefill_start_s, s.prefill_end_s)
+        # KV ready here (transfer end, or prefill end when nothing moved) -> first token
+        ready = s.transfer_end_s if s.transfer_end_s is not None else s.prefill_end_s
+        decode_wait = _between(ready, s.first_token_s)
+        decode = _between(s.first_token_s, s.finish_s) if finished else nan
         return cls(r.req_id, r.arrival_s, r.prompt_tokens, r.output_tokens, finished,
                    s.reject_reason or "", ttft, tpot, e2e,
-                   e2e / r.output_tokens if finished else nan, queue, transfer,
+                   e2e / r.output_tokens if finished else nan, queue, transfer, prefill,
+                   max(decode_wait, 0.0) if decode_wait == decode_wait else nan, decode,
                    s.preemptions, s.migrations, "-".join(str(i) for i in s.path))
 
 

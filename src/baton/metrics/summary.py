@@ -1,5 +1,6 @@
-"""Summary metrics of a run: latency percentiles, throughput, goodput, SLO attainment,
-load balance over time, migrations and the optimal-assignment ratio."""
+"""Summary metrics of a run: latency percentiles, throughput, goodput and SLO attainment
+over the steady window (with whole-run ``_makespan`` variants), load balance over time,
+migrations and the optimal-assignment ratio."""
 
 from __future__ import annotations
 
@@ -29,9 +30,16 @@ class RunCounters:
     migration_bytes: float = 0.0
     transfer_bytes: float = 0.0
     role_changes: int = 0
-    handoffs: int = 0
-    handoffs_to_least_loaded: int = 0
+    decode_starts: int = 0
+    least_by_count: int = 0    # decode starts on an instance with the fewest other requests
+    least_by_tokens: int = 0   # ... with the least other token load
     events: int = 0
+
+    def oar(self, kind: str) -> float:
+        """Optimal-assignment ratio: the share of decode starts on the least loaded decode
+        instance, the request itself left out of its own instance's load."""
+        hits = self.least_by_count if kind == "count" else self.least_by_tokens
+        return hits / self.decode_starts if self.decode_starts else float("nan")
 
 
 @dataclass(slots=True)
@@ -66,36 +74,106 @@ def _pct(values: np.ndarray, q: float) -> float:
     return float(np.percentile(values, q)) if values.size else float("nan")
 
 
-def summarize(records: list[RequestRecord], tbt: GapHistogram, counters: RunCounters,
-              load: LoadSeries, slo: SLO, makespan_s: float,
-              decode_columns: list[int] | None = None) -> dict[str, float]:
-    """One flat dict of metrics; every key carries its unit."""
+@dataclass(slots=True, frozen=True)
+class Window:
+    """The steady window, seconds: from ``start_s`` (after the warm-up) to ``end_s`` (the
+    last arrival). Metrics over it leave out the ramp-up and the drain."""
+
+    start_s: float
+    end_s: float
+
+    @classmethod
+    def of(cls, records: list[RequestRecord], warmup_s: float | None = None) -> "Window":
+        """Warm-up defaults to 10% of the arrival span; the window ends at the last arrival."""
+        if not records:
+            return cls(0.0, 0.0)
+        first = min(r.arrival_s for r in records)
+        last = max(r.arrival_s for r in records)
+        warm = 0.1 * (last - first) if warmup_s is None else warmup_s
+        return cls(min(first + warm, last), last)
+
+    @property
+    def length_s(self) -> float:
+        return self.end_s - self.start_s
+
+    def holds(self, r: RequestRecord) -> bool:
+        return self.start_s <= r.arrival_s <= self.end_s
+
+
+def _meets(r: RequestRecord, slo: SLO) -> bool:
+    return r.finished and r.ttft_s <= slo.ttft_s and (r.output_tokens <= 1 or r.tpot_s <= slo.tpot_s)
+
+
+def _tokens_in(done: list[RequestRecord], window: Window) -> float:
+    """Output tokens produced inside the window, each request's tokens spread evenly
+    between its first token and its end (the first token at its own time)."""
+    total = 0.0
+    for r in done:
+        first, end = r.arrival_s + r.ttft_s, r.arrival_s + r.e2e_s
+        if window.start_s <= first <= window.end_s:
+            total += 1
+        rest = r.output_tokens - 1
+        if rest <= 0 or end <= window.start_s or first >= window.end_s:
+            continue
+        overlap = min(end, window.end_s) - max(first, window.start_s)
+        total += rest * (overlap / (end - first) if end > first else 1.0)
+    return total
+
+
+def window_metrics(records: list[RequestRecord], slo: SLO, window: Window) -> dict[str, float]:
+    """Steady-window figures. SLO attainment is the share of requests *arriving* in the
+    window that meet both SLOs (unfinished and rejected ones miss); goodput is those
+    requests per second of window; throughput counts tokens made and requests finished
+    inside the window."""
+    arrived = [r for r in records if window.holds(r)]
+    span = window.length_s if window.length_s > 0 else float("nan")
     done = [r for r in records if r.finished]
+    ended = sum(1 for r in done if window.start_s <= r.arrival_s + r.e2e_s <= window.end_s)
+    good = sum(1 for r in arrived if _meets(r, slo))
+    return {"window_start_s": window.start_s, "window_end_s": window.end_s,
+            "window_requests": len(arrived),
+            "slo_attainment": good / len(arrived) if arrived else float("nan"),
+            "goodput_rps": good / span, "throughput_rps": ended / span,
+            "throughput_tok_s": _tokens_in(done, window) / span}
+
+
+def latency_metrics(done: list[RequestRecord]) -> dict[str, float]:
+    """Latency percentiles of finished requests (seconds)."""
     ttft = np.array([r.ttft_s for r in done])
     tpot = np.array([r.tpot_s for r in done if r.output_tokens > 1])
     e2e = np.array([r.e2e_s for r in done])
+    mean = lambda a: float(a.mean()) if a.size else float("nan")  # noqa: E731
+    return {"mean_ttft_s": mean(ttft), "p50_ttft_s": _pct(ttft, 50), "p95_ttft_s": _pct(ttft, 95),
+            "p99_ttft_s": _pct(ttft, 99), "mean_tpot_s": mean(tpot), "p50_tpot_s": _pct(tpot, 50),
+            "p99_tpot_s": _pct(tpot, 99), "p99_9_tpot_s": _pct(tpot, 99.9),
+            "mean_e2e_s": mean(e2e), "p99_e2e_s": _pct(e2e, 99)}
+
+
+def summarize(records: list[RequestRecord], tbt: GapHistogram, counters: RunCounters,
+              load: LoadSeries, slo: SLO, makespan_s: float,
+              decode_columns: list[int] | None = None, warmup_s: float | None = None) -> dict[str, float]:
+    """One flat dict of metrics; every key carries its unit. Throughput, goodput, SLO
+    attainment and latency percentiles are over the steady window (``Window.of``) and
+    its requests; the whole-run figures keep a ``_makespan`` suffix."""
+    window = Window.of(records, warmup_s)
+    done = [r for r in records if r.finished]
+    in_window = [r for r in done if window.holds(r)]
     out_tokens = sum(r.output_tokens for r in done)
-    good = sum(1 for r in done if r.ttft_s <= slo.ttft_s and
-               (r.output_tokens <= 1 or r.tpot_s <= slo.tpot_s))
     span = makespan_s if makespan_s > 0 else float("nan")
-    out = {
-        "requests": len(records), "finished": len(done),
-        "rejected": len(records) - len(done),
-        "throughput_rps": len(done) / span, "throughput_tok_s": out_tokens / span,
-        "goodput_rps": good / span, "slo_attainment": good / len(records) if records else 0.0,
-        "mean_ttft_s": float(ttft.mean()) if ttft.size else float("nan"),
-        "p50_ttft_s": _pct(ttft, 50), "p95_ttft_s": _pct(ttft, 95), "p99_ttft_s": _pct(ttft, 99),
-        "mean_tpot_s": float(tpot.mean()) if tpot.size else float("nan"),
-        "p50_tpot_s": _pct(tpot, 50), "p99_tpot_s": _pct(tpot, 99), "p99_9_tpot_s": _pct(tpot, 99.9),
-        "mean_e2e_s": float(e2e.mean()) if e2e.size else float("nan"), "p99_e2e_s": _pct(e2e, 99),
+    out: dict[str, float] = {
+        "requests": len(records), "finished": len(done), "rejected": len(records) - len(done),
+        "throughput_rps_makespan": len(done) / span, "throughput_tok_s_makespan": out_tokens / span,
+        "goodput_rps_makespan": sum(1 for r in done if _meets(r, slo)) / span,
+        "slo_attainment_makespan": sum(1 for r in done if _meets(r, slo)) / len(records) if records else 0.0,
         "makespan_s": makespan_s,
         "preemptions": counters.preemptions, "migrations": counters.migrations,
         "migrations_refused": counters.migrations_refused,
         "migration_bytes": counters.migration_bytes, "transfer_bytes": counters.transfer_bytes,
         "role_changes": counters.role_changes,
-        "optimal_assignment_ratio": (counters.handoffs_to_least_loaded / counters.handoffs
-                                     if counters.handoffs else float("nan")),
+        "oar_count": counters.oar("count"), "oar_tokens": counters.oar("tokens"),
     }
+    out.update(window_metrics(records, slo, window))
+    out.update(latency_metrics(in_window))
     out.update(tbt.summary())
     out.update(load.balance(decode_columns))
     return out

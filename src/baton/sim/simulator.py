@@ -62,9 +62,9 @@ class SimResult:
     decode_columns: list[int]
     output_tokens: int
 
-    def summary(self, slo: SLO) -> dict[str, float]:
+    def summary(self, slo: SLO, warmup_s: float | None = None) -> dict[str, float]:
         out = summarize(self.records, self.tbt, self.counters, self.load, slo, self.makespan_s,
-                        self.decode_columns)
+                        self.decode_columns, warmup_s)
         out["wall_s"] = self.wall_s
         out["events"] = self.counters.events
         return out
@@ -265,6 +265,7 @@ class Simulator:
         st = self.states[item.req_id]
         if item.kind != "fresh":
             return self._resume_local(instance_id, item, st)
+        st.prefill_end_s = self.now
         if self.scheduler.observes:
             self.scheduler.observe(self.view, PrefillDone(st.req_id, instance_id, self.now))
         if st.request.output_tokens <= 1:
@@ -277,7 +278,6 @@ class Simulator:
             return self.reject(st, "no_decode_instance")
         self._check_instance(dst, "decode")
         st.decode_instance = dst
-        self._note_handoff(dst)
         if dst == instance_id:
             # colocated: the prefill's own iteration samples the first token
             st.first_token_s = st.last_token_s = self.now
@@ -309,6 +309,8 @@ class Simulator:
         st.phase, st.decode_instance = Phase.DECODE_WAIT, instance_id
         st.visit(instance_id)
         self.instances[instance_id].add_incoming(st.req_id, ctx)
+        if st.decode_start_s is None:
+            self._note_decode_start(st, instance_id, ctx)
         watch = self.pending_watch.pop(st.req_id, None)
         self.engines[instance_id].add_join(DecodeJoin(
             st.req_id, ctx, generated, st.request.output_tokens, blocks,
@@ -318,14 +320,18 @@ class Simulator:
             st.decode_start_s = self.now
         self.kick(instance_id)
 
-    def _note_handoff(self, dst: int) -> None:
+    def _note_decode_start(self, st: RequestState, dst: int, ctx: int) -> None:
+        """Optimal-assignment ratio at decode start: was ``dst`` the least loaded decode
+        instance, counting on it everything but this request (by requests and by tokens)?"""
         ids = self.view.decode_ids
-        if not ids:
+        if dst not in ids:
             return
-        self.counters.handoffs += 1
-        loads = [self.view.token_load(i) for i in ids]
-        if dst in ids and self.view.token_load(dst) <= min(loads):
-            self.counters.handoffs_to_least_loaded += 1
+        self.counters.decode_starts += 1
+        view = self.view
+        count = {i: view.own_requests(i) - (i == dst) for i in ids}
+        tokens = {i: view.token_load(i) - (ctx if i == dst else 0) for i in ids}
+        self.counters.least_by_count += count[dst] <= min(count.values())
+        self.counters.least_by_tokens += tokens[dst] <= min(tokens.values())
 
     # --- PD transfers ------------------------------------------------------------------
     def _begin_transfer(self, rid: int, src: int, dst: int) -> None:
