@@ -91,3 +91,17 @@ def test_workload_stats(tmp_path):
     assert stats["prompt_max_tokens"] == 119 and stats["output_mean_tokens"] == pytest.approx(105.0)
     assert stats["interarrival_cv"] == pytest.approx(0.0, abs=1e-6)
     assert (tmp_path / "o" / "workload.png").stat().st_size > 0
+
+
+def test_compare_repeats_gives_means_and_paired_intervals(tmp_path):
+    p = baton("compare", *SMALL, "--policies", "round-robin,least-kv", "--repeats", "3", "--json",
+              "--out", str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    assert len(p.stdout.strip().splitlines()) == 1
+    summary = json.loads(p.stdout)
+    assert summary["round-robin"]["repeats"] == summary["least-kv"]["repeats"] == 3
+    entry = summary["least-kv"]["paired"]["p99_tpot_s"]
+    lo, hi = entry["ci95"]
+    assert lo <= entry["mean_diff"] <= hi
+    assert (tmp_path / "least-kv.r2.requests.csv").exists()
+    assert "warning: round-robin: p99_9_tpot_s rests on" in p.stderr  # 60 requests: a thin tail

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from baton.cli.args import experiment_from, parse_rates
 from baton.cli.output import console, points_bar, progress_bar, rows_table, summary_table
 from baton.core.errors import ConfigError
 from baton.experiments import Experiment, RunData, WorkloadConfig, load_experiment, policy_label, run_experiment
+from baton.experiments.repeats import combine, repeat_workloads, thin_percentiles
 from baton.experiments.sweep import run_sweep
 from baton.metrics import SLO, write_records
 from baton.perf import build as build_preset
@@ -61,35 +63,62 @@ def _validate(exp: Experiment, policies: list[tuple[str, Any]]) -> None:
         build_scheduler(pol, PolicyContext(rng=np.random.default_rng(0), perf=perf))
 
 
-def _run_all(exp: Experiment, policies: list[tuple[str, Any]], args) -> list[RunData]:
+def _run_all(exp: Experiment, policies: list[tuple[str, Any]], args,
+             workloads: list[tuple[int, list]] | None = None) -> tuple[list[RunData], dict[str, list[dict]]]:
+    """Every policy on every workload (one per repeat). Returns the first repeat's report
+    data and every repeat's summary per policy; records of repeat k > 0 go to
+    ``NAME.rK.requests.csv``."""
     _validate(exp, policies)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    requests = exp.workload.load(exp.seed)  # once: every policy sees the same list
-    horizon_s = requests[-1].arrival_s if requests else 0.0
-    runs = []
-    for name, pol in policies:
-        with progress_bar(not args.quiet, name, horizon_s) as update:
-            result, data = run_experiment(replace(exp, policy=pol), closed_form=not args.reference,
-                                          progress=update, name=name, requests=requests)
-        write_records(result.records, out / f"{name}.requests.csv")
-        (out / f"{name}.summary.json").write_text(json.dumps(clean(data.summary), indent=2))
-        runs.append(data)
-    return runs
+    workloads = workloads or [(exp.seed, exp.workload.load(exp.seed))]  # loaded once for all policies
+    runs, summaries = [], {name: [] for name, _ in policies}
+    for k, (seed, requests) in enumerate(workloads):
+        horizon_s = requests[-1].arrival_s if requests else 0.0
+        for name, pol in policies:
+            label = name if len(workloads) == 1 else f"{name} ({k + 1}/{len(workloads)})"
+            with progress_bar(not args.quiet, label, horizon_s) as update:
+                result, data = run_experiment(replace(exp, policy=pol, seed=seed), closed_form=not args.reference,
+                                              progress=update, name=name, requests=requests)
+            stem = name if k == 0 else f"{name}.r{k}"
+            write_records(result.records, out / f"{stem}.requests.csv")
+            summaries[name].append(data.summary)
+            if k == 0:
+                (out / f"{name}.summary.json").write_text(json.dumps(clean(data.summary), indent=2))
+                runs.append(data)
+    return runs, summaries
 
 
-def _compare_report(exp: Experiment, runs: list[RunData], args, title: str) -> None:
+def _compare_report(exp: Experiment, runs: list[RunData], args, title: str,
+                    repeats: dict[str, list[dict]] | None = None) -> None:
     from baton.report import Report, compare_figures, write_report
-    summaries = {r.name: clean(r.summary) for r in runs}
+    k = len(next(iter(repeats.values()))) if repeats else 1
+    if k > 1:
+        means, paired = combine(repeats)
+        summaries = {name: {**clean(m), "paired": {key: {"mean_diff": v["mean_diff"],
+                                                        "ci95": [_finite(x) for x in v["ci95"]]}
+                                                  for key, v in paired.get(name, {}).items()}}
+                     for name, m in means.items()}
+    else:
+        summaries, paired = {r.name: clean(r.summary) for r in runs}, {}
+    for name, reps in (repeats or {}).items():
+        for warning in {w for s in reps for w in thin_percentiles(s)}:
+            print(f"warning: {name}: {warning}", file=sys.stderr)
     (Path(args.out) / "summary.json").write_text(json.dumps(summaries, indent=2))
     meta = [f"cluster {_cluster_text(exp)}; SLO TTFT {exp.slo.ttft_s} s, TPOT {exp.slo.tpot_s} s; "
-            f"seed {exp.seed}; {runs[0].summary.get('requests', 0):.0f} requests"]
-    path = write_report(args.out, Report(title, summaries, compare_figures(runs), meta))
+            f"seed {exp.seed}; {runs[0].summary.get('requests', 0):.0f} requests"
+            + (f"; means over {k} repeats, ~ = paired 95% interval includes 0" if k > 1 else "")]
+    table_summaries = {n: {key: v for key, v in s.items() if key != "paired"} for n, s in summaries.items()}
+    path = write_report(args.out, Report(title, table_summaries, compare_figures(runs), meta))
     if args.json:
         _emit_json(summaries)
     else:
-        console().print(summary_table(summaries, title))
+        console().print(summary_table(table_summaries, title, paired))
         print(f"report: {path.resolve()}")
+
+
+def _finite(x: float) -> float | None:
+    return None if math.isnan(x) else x
 
 
 def cmd_simulate(args: argparse.Namespace) -> None:
@@ -97,7 +126,7 @@ def cmd_simulate(args: argparse.Namespace) -> None:
     if args.policy:
         exp.policy = args.policy
     name = policy_label(exp.policy)
-    runs = _run_all(exp, [(name, exp.policy)], args)
+    runs, _ = _run_all(exp, [(name, exp.policy)], args)
     summaries = {name: clean(runs[0].summary)}
     if args.json:
         _emit_json(summaries)
@@ -118,14 +147,15 @@ def _named_policies(args) -> list[tuple[str, Any]]:
 def cmd_compare(args: argparse.Namespace) -> None:
     exp = experiment_from(args)
     policies = _named_policies(args)
-    runs = _run_all(exp, policies, args)
-    _compare_report(exp, runs, args, f"{' vs '.join(n for n, _ in policies)} on {_cluster_text(exp)}")
+    workloads = repeat_workloads(exp, args.repeats)
+    runs, repeats = _run_all(exp, policies, args, workloads)
+    _compare_report(exp, runs, args, f"{' vs '.join(n for n, _ in policies)} on {_cluster_text(exp)}", repeats)
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
     exp = experiment_from(args, base=demo_experiment())
-    runs = _run_all(exp, [(p, p) for p in DEMO_POLICIES], args)
-    _compare_report(exp, runs, args, f"Baton demo: bursty heavy-tailed workload on {_cluster_text(exp)}")
+    runs, repeats = _run_all(exp, [(p, p) for p in DEMO_POLICIES], args)
+    _compare_report(exp, runs, args, f"Baton demo: bursty heavy-tailed workload on {_cluster_text(exp)}", repeats)
 
 
 def _sweep_payload(sweep) -> dict:

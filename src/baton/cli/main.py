@@ -30,6 +30,10 @@ def parser() -> argparse.ArgumentParser:
     add_common(cmp_)
     _policy_flags(cmp_)
     cmp_.add_argument("--reference", action="store_true", help="per-iteration reference mode")
+    cmp_.add_argument("--repeats", "--windows", dest="repeats", type=int, default=1,
+                      help="K repeats: K seeds of a synthetic workload, or K consecutive disjoint "
+                           "windows of --requests requests of a trace; reports means and paired 95%% "
+                           "intervals against the first policy (default 1)")
     sweep = sub.add_parser("sweep", help="SLO attainment and latency against request rate")
     add_common(sweep, rate_list=True)
     _policy_flags(sweep)

@@ -13,12 +13,14 @@ from rich.table import Table
 from baton.report.table import headers, table_rows
 
 
-def summary_table(results: Mapping[str, Mapping[str, float]], title: str) -> Table:
-    """Policies as rows; rows after the first show their change against the first, in %."""
+def summary_table(results: Mapping[str, Mapping[str, float]], title: str,
+                  paired: Mapping | None = None) -> Table:
+    """Policies as rows; rows after the first show their change against the first, in %
+    (``~``: its paired 95% interval over repeats includes 0)."""
     table = Table(title=title)
     for i, name in enumerate(headers()):
         table.add_column(name, justify="left" if i == 0 else "right")
-    for policy, cells in table_rows(results):
+    for policy, cells in table_rows(results, paired):
         table.add_row(policy, *cells)
     return table
 

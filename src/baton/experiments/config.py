@@ -29,6 +29,10 @@ class WorkloadConfig:
     requests: int | None = None
     rate_rps: float | None = None
 
+    def whole_trace(self) -> list[Request]:
+        """Every request of the trace, unscaled (for disjoint windows)."""
+        return load_trace(self.trace, self.format)
+
     def load(self, seed: int) -> list[Request]:
         if self.trace:
             reqs = load_trace(self.trace, self.format)

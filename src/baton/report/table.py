@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from baton.experiments.repeats import includes_zero
+
 # (summary key, column title, scale, format)
 COLUMNS = (
     ("finished", "done", 1, "{:.0f}"), ("rejected", "rej", 1, "{:.0f}"),
@@ -34,8 +36,10 @@ def change_pct(value, ref) -> float | None:
     return (value - ref) / abs(ref) * 100
 
 
-def table_rows(results: Mapping[str, Mapping[str, float]]) -> list[tuple[str, list[str]]]:
-    """One row per policy; rows after the first carry their change against the first."""
+def table_rows(results: Mapping[str, Mapping[str, float]],
+               paired: Mapping[str, Mapping[str, Mapping]] | None = None) -> list[tuple[str, list[str]]]:
+    """One row per policy; rows after the first carry their change against the first,
+    marked ``~`` when the paired 95% interval of the difference (over repeats) includes 0."""
     base = next(iter(results.values()), {})
     rows = []
     for i, (policy, summary) in enumerate(results.items()):
@@ -43,9 +47,12 @@ def table_rows(results: Mapping[str, Mapping[str, float]]) -> list[tuple[str, li
         for key, _, scale, fmt in COLUMNS:
             text = cell(summary.get(key), scale, fmt)
             pct = change_pct(summary.get(key), base.get(key)) if i and key not in ABSOLUTE else None
-            cells.append(text if pct is None else f"{text} ({pct:+.0f}%)")
+            entry = (paired or {}).get(policy, {}).get(key)
+            mark = "~" if includes_zero(entry) else ""
+            cells.append(text if pct is None else f"{text} ({mark}{pct:+.0f}%)")
         rows.append((policy, cells))
     return rows
+
 
 
 def headers() -> list[str]:

@@ -1,0 +1,102 @@
+"""Repeats and confidence intervals: a comparison run K times, on K seeds of a synthetic
+workload or on K consecutive disjoint windows of a trace, summarised as means and as
+paired differences against the first policy with Student-t 95% intervals."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from scipy import stats
+
+from baton.core.errors import ConfigError
+from baton.core.request import Request
+from baton.experiments.config import Experiment
+from baton.workload import scale_to_rate
+
+MIN_TAIL_SAMPLES = 20
+# percentile keys -> (the samples they rest on, the share of samples above them)
+PERCENTILE_BASES = {"p95_ttft_s": ("ttft_samples", 0.05), "p99_ttft_s": ("ttft_samples", 0.01),
+                    "p99_tpot_s": ("tpot_samples", 0.01), "p99_9_tpot_s": ("tpot_samples", 0.001)}
+
+
+def repeat_workloads(exp: Experiment, k: int) -> list[tuple[int, list[Request]]]:
+    """(seed, requests) for each repeat: K seeds of a synthetic workload, or K consecutive
+    disjoint windows of ``workload.requests`` requests of a trace (shifted to start at 0
+    and rescaled to ``rate_rps`` when set)."""
+    if k < 1:
+        raise ConfigError(f"--repeats: expected a positive integer, got {k}")
+    w = exp.workload
+    if not w.trace:
+        return [(exp.seed + i, w.load(exp.seed + i)) for i in range(k)]
+    if w.requests is None:
+        raise ConfigError("--repeats/--windows on a trace need --requests N (the window size)")
+    full = w.whole_trace()
+    if len(full) < k * w.requests:
+        raise ConfigError(f"--windows {k} x --requests {w.requests} needs {k * w.requests} requests; "
+                          f"the trace has {len(full)}")
+    out = []
+    for i in range(k):
+        part = full[i * w.requests:(i + 1) * w.requests]
+        t0 = part[0].arrival_s
+        part = [Request(r.req_id, r.arrival_s - t0, r.prompt_tokens, r.output_tokens) for r in part]
+        out.append((exp.seed, scale_to_rate(part, w.rate_rps) if w.rate_rps else part))
+    return out
+
+
+def _t_interval(diffs: np.ndarray) -> tuple[float, float]:
+    if diffs.size < 2:
+        return (math.nan, math.nan)
+    half = stats.t.ppf(0.975, diffs.size - 1) * diffs.std(ddof=1) / math.sqrt(diffs.size)
+    mean = float(diffs.mean())
+    return (mean - half, mean + half)
+
+
+def _numeric(summary: Mapping) -> dict[str, float]:
+    return {k: float(v) for k, v in summary.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v is not None}
+
+
+def combine(runs: Mapping[str, Sequence[Mapping[str, float]]]) -> tuple[dict, dict]:
+    """(mean summary per policy, paired differences per policy) from K summaries each.
+    ``paired[policy][metric] = {"mean_diff": d, "ci95": [lo, hi]}`` against the first
+    policy, repeat by repeat (same workload); NaN-only metrics are left out."""
+    names = list(runs)
+    means, paired = {}, {}
+    base = [_numeric(s) for s in runs[names[0]]]
+    for name in names:
+        reps = [_numeric(s) for s in runs[name]]
+        keys = sorted(set().union(*reps))
+        means[name] = {k: float(np.nanmean([r.get(k, math.nan) for r in reps]))
+                       if any(not math.isnan(r.get(k, math.nan)) for r in reps) else math.nan for k in keys}
+        means[name]["repeats"] = len(reps)
+        if name == names[0]:
+            continue
+        paired[name] = {}
+        for key in keys:
+            d = np.array([r.get(key, math.nan) - b.get(key, math.nan) for r, b in zip(reps, base)])
+            d = d[~np.isnan(d)]
+            if d.size:
+                lo, hi = _t_interval(d)
+                paired[name][key] = {"mean_diff": float(d.mean()), "ci95": [lo, hi]}
+    return means, paired
+
+
+def includes_zero(entry: Mapping | None) -> bool:
+    """Whether a paired difference's interval includes 0 (no difference shown)."""
+    if not entry:
+        return False
+    lo, hi = entry["ci95"]
+    return lo is not None and hi is not None and not (math.isnan(lo) or math.isnan(hi)) and lo <= 0.0 <= hi
+
+
+def thin_percentiles(summary: Mapping[str, float]) -> list[str]:
+    """Percentiles quoted with fewer than 20 samples above them, as warnings."""
+    out = []
+    for key, (base, share) in PERCENTILE_BASES.items():
+        n = summary.get(base)
+        if n is not None and not math.isnan(n) and n * share < MIN_TAIL_SAMPLES:
+            out.append(f"{key} rests on {n * share:.1f} samples above it (fewer than {MIN_TAIL_SAMPLES}; "
+                       f"{n:.0f} samples)")
+    return out

@@ -1,0 +1,57 @@
+"""Repeats: seeds or disjoint trace windows, paired differences with t intervals."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from baton.core.errors import ConfigError
+from baton.experiments import Experiment, WorkloadConfig
+from baton.experiments.repeats import combine, includes_zero, repeat_workloads, thin_percentiles
+from baton.report.table import table_rows
+from baton.workload import SyntheticSpec
+
+
+def test_paired_difference_and_student_t_interval():
+    a = [{"p99_tpot_s": x} for x in (10.0, 12.0, 11.0, 13.0)]
+    b = [{"p99_tpot_s": x} for x in (11.0, 14.0, 12.0, 15.0)]  # differences 1, 2, 1, 2
+    means, paired = combine({"a": a, "b": b})
+    assert means["b"]["p99_tpot_s"] == 13.0 and means["b"]["repeats"] == 4
+    entry = paired["b"]["p99_tpot_s"]
+    d = np.array([1.0, 2.0, 1.0, 2.0])
+    half = stats.t.ppf(0.975, 3) * d.std(ddof=1) / 2
+    assert entry["mean_diff"] == 1.5 and entry["ci95"] == pytest.approx([1.5 - half, 1.5 + half])
+    assert not includes_zero(entry)  # a consistent difference: no ~
+    _, paired = combine({"a": a, "c": [{"p99_tpot_s": x} for x in (12.0, 11.0, 13.0, 10.0)]})
+    assert includes_zero(paired["c"]["p99_tpot_s"])
+    rows = dict(table_rows({"a": means["a"], "c": {"p99_tpot_s": 11.5}}, paired))
+    assert "~" in " ".join(rows["c"])
+
+
+def test_percentiles_on_too_few_samples_are_flagged():
+    warned = " ".join(thin_percentiles({"tpot_samples": 1000, "ttft_samples": 1000}))
+    assert "p99_tpot_s" in warned and "p99_9_tpot_s" in warned and "p95_ttft_s" not in warned
+    assert thin_percentiles({"tpot_samples": 30000, "ttft_samples": 30000}) == []
+
+
+def test_synthetic_repeats_use_consecutive_seeds():
+    exp = Experiment(workload=WorkloadConfig(synthetic=SyntheticSpec(requests=50)), seed=4)
+    loads = repeat_workloads(exp, 3)
+    assert [s for s, _ in loads] == [4, 5, 6]
+    assert loads[0][1] != loads[1][1] and all(len(r) == 50 for _, r in loads)
+
+
+def test_trace_windows_are_consecutive_and_disjoint(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n"
+                    + "".join(f"{i * 0.5},{100 + i},{10}\n" for i in range(30)))
+    exp = Experiment(workload=WorkloadConfig(trace=str(path), requests=10))
+    windows = repeat_workloads(exp, 3)
+    prompts = [[r.prompt_tokens for r in reqs] for _, reqs in windows]
+    assert prompts == [list(range(100 + 10 * k, 110 + 10 * k)) for k in range(3)]
+    assert all(reqs[0].arrival_s == 0.0 for _, reqs in windows)
+    with pytest.raises(ConfigError, match="needs 40 requests; the trace has 30"):
+        repeat_workloads(exp, 4)
+    with pytest.raises(ConfigError, match="--requests N"):
+        repeat_workloads(Experiment(workload=WorkloadConfig(trace=str(path))), 2)
