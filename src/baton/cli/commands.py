@@ -257,3 +257,38 @@ def cmd_serve(args: argparse.Namespace) -> None:
         if getattr(args, key) is not None:
             setattr(config, key, getattr(args, key))
     serve(config)
+
+
+def cmd_reproduce(args: argparse.Namespace) -> None:
+    """Every figure of a paper: claim, Baton's mean relative change and its 95% interval."""
+    from baton.experiments.reproduce import ROOT, claims_of, run_claim
+    from baton.report import Report, write_report
+    from baton.report.plots import claims_figure
+    if args.repeats is not None and args.repeats < 2:
+        raise ConfigError(f"--repeats: at least 2 are needed for an interval, got {args.repeats}")
+    claims = claims_of(args.paper, Path(args.dir) if args.dir else ROOT, args.full)
+    outcomes, cache = [], {}
+    note = None if args.quiet else (lambda text: print(f"  {text}", file=sys.stderr, flush=True))
+    for claim in claims:
+        outcomes.append(run_claim(claim, args.repeats, args.trace, note, cache))
+    rows = [[o.claim.name, o.claim.figure, f"{o.claim.metric}: {o.claim.policy} vs {o.claim.baseline}",
+             f"{o.claim.claim * 100:+.1f}%", _pct_ci(o), {True: "yes", False: "no", None: "-"}[o.agrees]]
+            for o in outcomes]
+    head = ["figure", "what", "metric", "paper", "Baton (95% CI)", "claim in CI"]
+    meta = [f"{len(outcomes)} figures of {args.paper}; Baton's value is the mean relative change over "
+            f"the repeats, each repeat running both policies on the same workload"]
+    path = write_report(args.out, Report(f"baton reproduce {args.paper}", figures=[claims_figure(outcomes)],
+                                         meta=meta, extra_tables=[("Claims", head, rows)]))
+    payload = {o.claim.name: o.json() for o in outcomes}
+    (Path(args.out) / "reproduce.json").write_text(json.dumps(payload, indent=2))
+    if args.json:
+        _emit_json(payload)
+    else:
+        console().print(rows_table(f"{args.paper}: the paper's claims against Baton", head, rows))
+        print(f"report: {path.resolve()}")
+
+
+def _pct_ci(outcome) -> str:
+    lo, hi = outcome.ci95
+    mid = f"{outcome.baton * 100:+.1f}%"
+    return mid if math.isnan(lo) else f"{mid} [{lo * 100:+.1f}, {hi * 100:+.1f}]"

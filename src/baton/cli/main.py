@@ -56,6 +56,15 @@ def parser() -> argparse.ArgumentParser:
     stats.add_argument("--format", choices=sorted(FORMATS), help="trace format (default: detect)")
     stats.add_argument("--out", default="baton-out", help="output directory for the figure")
     stats.add_argument("--json", action="store_true", help="print the statistics as one JSON object")
+    rep = sub.add_parser("reproduce", help="a paper's headline figures: its claims against Baton, with 95% intervals")
+    rep.add_argument("paper", help="sibyl or ares (arrow, kairos and cascade as their policies land)")
+    rep.add_argument("--full", action="store_true", help="also the 128/256-instance figures (long)")
+    rep.add_argument("--repeats", type=int, help="repeats per figure (default: each figure's own, 3)")
+    rep.add_argument("--trace", help="the same claims on another trace of the same shape (disjoint windows)")
+    rep.add_argument("--dir", help="folder of reproduction YAMLs (default: the repository's reproductions/)")
+    rep.add_argument("--out", default="baton-out", help="output directory (default: baton-out)")
+    rep.add_argument("--json", action="store_true", help="print one JSON object: per figure claim, baton, ci95, metric")
+    rep.add_argument("--quiet", action="store_true", help="no progress")
     srv = sub.add_parser("serve", help="run the live gateway in front of vLLM/SGLang engines or emulators")
     srv.add_argument("--config", required=True, help="gateway YAML (engines, roles, policy)")
     srv.add_argument("--host", help="listen address (overrides the config)")
@@ -67,6 +76,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 COMMANDS = {"simulate": commands.cmd_simulate, "compare": commands.cmd_compare,
+            "reproduce": commands.cmd_reproduce,
             "sweep": commands.cmd_sweep, "demo": commands.cmd_demo,
             "workload": commands.cmd_workload_stats, "calibrate": commands.cmd_calibrate,
             "emulate": commands.cmd_emulate, "serve": commands.cmd_serve}

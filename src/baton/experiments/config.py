@@ -116,6 +116,11 @@ def load_experiment(path: str | Path) -> Experiment:
         data = {}
     if not isinstance(data, Mapping):
         raise ConfigError(f"{path}: expected a mapping at the top level")
+    return experiment_from_dict(data)
+
+
+def experiment_from_dict(data: Mapping[str, Any]) -> Experiment:
+    """An experiment from a parsed YAML mapping; errors name the key."""
     exp = Experiment()
     for key, value in data.items():
         if key == "cluster":

@@ -163,3 +163,21 @@ def workload_figure(prompt_tokens: np.ndarray, output_tokens: np.ndarray,
     axes[2].grid(True, alpha=0.3)
     fig.suptitle(title)
     return Figure("workload", title, fig)
+
+
+def claims_figure(outcomes) -> Figure:
+    """A paper's claimed relative changes against Baton's, with Baton's 95% intervals."""
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.4 * len(outcomes) + 2), 4.5), layout="constrained")
+    x = np.arange(len(outcomes))
+    claims = [o.claim.claim * 100 for o in outcomes]
+    baton = [o.baton * 100 for o in outcomes]
+    lo = [max(o.baton - o.ci95[0], 0) * 100 if not np.isnan(o.ci95[0]) else 0 for o in outcomes]
+    hi = [max(o.ci95[1] - o.baton, 0) * 100 if not np.isnan(o.ci95[1]) else 0 for o in outcomes]
+    ax.bar(x - 0.2, claims, 0.4, label="paper", color="C7")
+    ax.bar(x + 0.2, baton, 0.4, yerr=[lo, hi], capsize=4, label="Baton (95% CI)", color="C0")
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_xticks(x, [o.claim.name for o in outcomes], rotation=20, ha="right", fontsize=8)
+    ax.set(ylabel="relative change of the metric (%)", title="Claimed against reproduced")
+    ax.legend()
+    ax.grid(True, axis="y", alpha=0.3)
+    return Figure("claims", "The paper's claims and Baton's results", fig)

@@ -1,0 +1,145 @@
+"""``baton reproduce <paper>``: a paper's headline figures, claim against Baton.
+
+Each ``reproductions/<paper>/*.yaml`` is one figure: the paper's regime as an experiment
+(``experiment``: cluster, workload, slo, view, ...), the two policies it compares
+(``policy`` against ``baseline``), the metric, and the claimed relative change
+(``claim``, a fraction: -0.34 is "34% lower"; a 1.93x goodput is 0.93). Baton runs both
+policies on the same K workloads (seeds, or disjoint windows of ``--trace``) and reports
+the mean relative change with a Student-t 95% interval over the repeats.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from baton.core.errors import ConfigError
+from baton.experiments.config import Experiment, WorkloadConfig, experiment_from_dict
+from baton.experiments.repeats import repeat_workloads
+from baton.experiments.run import run_experiment
+from baton.yamlfile import read_yaml
+
+ROOT = Path(__file__).resolve().parents[3] / "reproductions"
+PAPERS = ("sibyl", "ares", "arrow", "kairos", "cascade")
+_KEYS = {"figure", "source", "experiment", "policy", "baseline", "metric", "claim", "full", "repeats",
+         "notes"}
+
+
+@dataclass(slots=True)
+class Claim:
+    """One headline figure of a paper and the setup that reproduces it."""
+
+    name: str
+    figure: str
+    source: str
+    experiment: Experiment
+    policy: str
+    baseline: str
+    metric: str
+    claim: float
+    full: bool = False
+    repeats: int = 3
+
+
+def load_claim(path: Path) -> Claim:
+    """Read one reproduction YAML; errors name the file and key."""
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping")
+    unknown = sorted(set(data) - _KEYS)
+    if unknown:
+        raise ConfigError(f"{path}: {unknown[0]}: unknown key; expected {', '.join(sorted(_KEYS))}")
+    for key in ("figure", "experiment", "policy", "baseline", "metric", "claim"):
+        if key not in data:
+            raise ConfigError(f"{path}: missing key {key!r}")
+    if not isinstance(data["claim"], (int, float)) or isinstance(data["claim"], bool):
+        raise ConfigError(f"{path}: claim: expected a number (a relative change), got {data['claim']!r}")
+    try:
+        exp = experiment_from_dict(data["experiment"])
+    except ConfigError as err:
+        raise ConfigError(f"{path}: experiment.{err}") from None
+    return Claim(path.stem, str(data["figure"]), str(data.get("source", "")), exp, str(data["policy"]),
+                 str(data["baseline"]), str(data["metric"]), float(data["claim"]),
+                 bool(data.get("full", False)), int(data.get("repeats", 3)))
+
+
+def claims_of(paper: str, root: Path = ROOT, full: bool = False) -> list[Claim]:
+    """The paper's figures; those marked ``full`` (128/256 instances) only with ``full``."""
+    folder = root / paper
+    if paper not in PAPERS:
+        raise ConfigError(f"reproduce: unknown paper {paper!r}; known: {', '.join(PAPERS)}")
+    files = sorted(folder.glob("*.yaml")) if folder.is_dir() else []
+    if not files:
+        raise ConfigError(f"reproduce: no reproductions for {paper!r} yet (expected {folder}/*.yaml)")
+    return [c for c in map(load_claim, files) if full or not c.full]
+
+
+@dataclass(slots=True)
+class Outcome:
+    """Baton's answer to one claim: the mean relative change and its 95% interval."""
+
+    claim: Claim
+    changes: list[float]
+    policy_mean: float
+    baseline_mean: float
+
+    @property
+    def baton(self) -> float:
+        return float(np.mean(self.changes)) if self.changes else math.nan
+
+    @property
+    def ci95(self) -> tuple[float, float]:
+        from scipy import stats
+        x = np.array(self.changes)
+        if x.size < 2:
+            return (math.nan, math.nan)
+        half = stats.t.ppf(0.975, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size)
+        return (float(x.mean() - half), float(x.mean() + half))
+
+    @property
+    def agrees(self) -> bool | None:
+        """Whether the claimed change lies inside Baton's interval (None: no interval)."""
+        lo, hi = self.ci95
+        return None if math.isnan(lo) else lo <= self.claim.claim <= hi
+
+    def json(self) -> dict[str, Any]:
+        lo, hi = self.ci95
+        fin = lambda v: None if math.isnan(v) else v  # noqa: E731
+        return {"claim": self.claim.claim, "baton": fin(self.baton), "ci95": [fin(lo), fin(hi)],
+                "metric": f"{self.claim.metric}: {self.claim.policy} vs {self.claim.baseline}",
+                "figure": self.claim.figure, "repeats": len(self.changes)}
+
+
+def run_claim(claim: Claim, repeats: int | None = None, trace: str | None = None,
+              progress: Callable[[str], None] | None = None, cache: dict | None = None) -> Outcome:
+    """Both policies on the same K workloads; relative change of the metric per repeat.
+    ``cache`` keeps summaries across claims that share a setup (a figure pair against two
+    baselines runs the common policy once)."""
+    cache = {} if cache is None else cache
+    exp = claim.experiment
+    if trace is not None:
+        exp = replace(exp, workload=WorkloadConfig(trace=trace, requests=exp.workload.synthetic.requests,
+                                                   rate_rps=exp.workload.synthetic.rate_rps))
+    k = repeats or claim.repeats
+    changes, pol, base = [], [], []
+    for i, (seed, requests) in enumerate(repeat_workloads(exp, k)):
+        values = {}
+        for name in (claim.baseline, claim.policy):
+            key = (repr(replace(exp, policy=name, seed=seed)), k, i)
+            if key not in cache:
+                if progress:
+                    progress(f"{claim.name}: {name} ({i + 1}/{k})")
+                _, data = run_experiment(replace(exp, policy=name, seed=seed), requests=requests, name=name)
+                cache[key] = data.summary
+            values[name] = float(cache[key].get(claim.metric, math.nan))
+        b, p = values[claim.baseline], values[claim.policy]
+        base.append(b)
+        pol.append(p)
+        if b and not (math.isnan(b) or math.isnan(p)):
+            changes.append((p - b) / abs(b))
+    return Outcome(claim, changes, float(np.nanmean(pol)), float(np.nanmean(base)))

@@ -1,0 +1,60 @@
+"""`baton reproduce` end to end on a tiny figure, and its errors."""
+
+import json
+
+from tests.cli.test_cli import baton
+
+TINY = """
+figure: "tiny: P99 TPOT, least-kv against round-robin"
+source: "made up for the test"
+policy: least-kv
+baseline: rr-early
+metric: p99_tpot_s
+claim: -0.5
+experiment:
+  cluster: {prefill: 1, decode: 2}
+  workload:
+    synthetic: {requests: 60, rate_rps: 6, output_median: 60}
+  seed: 3
+"""
+
+
+def test_reproduce_prints_claim_against_baton_with_an_interval(tmp_path):
+    (tmp_path / "repro" / "sibyl").mkdir(parents=True)
+    (tmp_path / "repro" / "sibyl" / "tiny.yaml").write_text(TINY)
+    (tmp_path / "repro" / "sibyl" / "big.yaml").write_text(TINY.replace("figure:", "full: true\nfigure:"))
+    p = baton("reproduce", "sibyl", "--dir", str(tmp_path / "repro"), "--repeats", "2", "--json",
+              "--quiet", "--out", str(tmp_path / "out"))
+    assert p.returncode == 0, p.stderr
+    assert len(p.stdout.strip().splitlines()) == 1
+    result = json.loads(p.stdout)
+    assert list(result) == ["tiny"]  # the `full` figure needs --full
+    fig = result["tiny"]
+    assert fig["claim"] == -0.5 and fig["repeats"] == 2
+    assert fig["metric"] == "p99_tpot_s: least-kv vs rr-early"
+    lo, hi = fig["ci95"]
+    assert lo <= fig["baton"] <= hi
+    assert (tmp_path / "out" / "report.html").stat().st_size > 0
+    assert (tmp_path / "out" / "claims.png").stat().st_size > 0
+    table = baton("reproduce", "sibyl", "--dir", str(tmp_path / "repro"), "--repeats", "2", "--quiet",
+                  "--out", str(tmp_path / "out2"))
+    assert table.returncode == 0 and "-50.0%" in table.stdout and "report:" in table.stdout
+
+
+def test_reproduce_errors_are_one_line(tmp_path):
+    p = baton("reproduce", "nope", "--out", str(tmp_path))
+    assert p.returncode == 2 and "unknown paper 'nope'" in p.stderr and "Traceback" not in p.stderr
+    p = baton("reproduce", "arrow", "--dir", str(tmp_path), "--out", str(tmp_path))
+    assert p.returncode == 2 and "no reproductions for 'arrow'" in p.stderr
+    (tmp_path / "sibyl").mkdir()
+    (tmp_path / "sibyl" / "bad.yaml").write_text("figure: x\nclaim: lots\n")
+    p = baton("reproduce", "sibyl", "--dir", str(tmp_path), "--out", str(tmp_path / "o"))
+    assert p.returncode == 2 and "bad.yaml" in p.stderr
+
+
+def test_the_shipped_reproductions_load():
+    from baton.experiments.reproduce import claims_of
+    for paper in ("sibyl", "ares"):
+        claims = claims_of(paper, full=True)
+        assert claims and all(c.policy and c.baseline and c.metric for c in claims)
+    assert {c.name for c in claims_of("sibyl")} < {c.name for c in claims_of("sibyl", full=True)}
