@@ -77,7 +77,7 @@ def write_records(records: list[RequestRecord], path: str | Path) -> Path:
             import pyarrow as pa
             import pyarrow.parquet as pq
         except ImportError:
-            raise ConfigError("Parquet output needs pyarrow: pip install 'llm-baton[parquet]'") from None
+            raise ConfigError("Parquet output needs pyarrow: pip install -e '.[parquet]'") from None
         table = pa.table({n: [getattr(r, n) for r in records] for n in names})
         pq.write_table(table, path)
         return path
