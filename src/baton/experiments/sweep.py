@@ -77,7 +77,7 @@ def _ray(points: list[Point], done: Callable[[Point, dict], None], address: str 
     try:
         import ray
     except ImportError:
-        raise ConfigError("--ray needs Ray installed: pip install 'llm-baton[ray]'") from None
+        raise ConfigError("--ray needs Ray installed: pip install -e '.[ray]'") from None
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=False,
                  configure_logging=False)
