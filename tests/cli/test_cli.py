@@ -91,3 +91,29 @@ def test_demo_runs_every_baseline(tmp_path):
     assert set(summary) == {"round-robin", "least-loaded", "least-kv", "least-requests", "power-of-two", "colocated",
                             "ils", "sibyl", "ares"}
     assert all(v["finished"] == 120 for v in summary.values())
+
+
+def test_requests_n_generates_exactly_n_synthetic_requests(tmp_path):
+    p = baton("simulate", "--requests", "1234", "--rate", "50", "--quiet", "--json", "--out", str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["least-loaded"]["requests"] == 1234
+
+
+def test_cluster_counts(tmp_path):
+    p = baton("simulate", "--mixed", "3", "--policy", "colocated", "--requests", "20", "--quiet", "--json",
+              "--out", str(tmp_path / "a"))
+    assert p.returncode == 0, p.stderr  # --mixed alone: 0P0D + 3 mixed
+    paths = {r["path"] for r in __import__("csv").DictReader(open(tmp_path / "a" / "colocated.requests.csv"))}
+    assert paths <= {"0", "1", "2"}  # three instances, no 2P2D added
+    for flags, message in ((("--prefill", "0"), "needs an instance that can prefill"),
+                           (("--decode", "-1"), "--decode: expected a non-negative integer")):
+        p = baton("simulate", *flags, "--requests", "20", "--quiet", "--out", str(tmp_path / "b"))
+        assert p.returncode == 2 and message in p.stderr and "Traceback" not in p.stderr
+
+
+def test_context_longer_than_the_model_is_rejected_and_counted(tmp_path):
+    p = baton("simulate", "--requests", "40", "--max-model-len", "600", "--quiet", "--json",
+              "--out", str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    s = json.loads(p.stdout)["least-loaded"]
+    assert s["rejected_context"] > 0 and s["rejected"] == s["rejected_context"]

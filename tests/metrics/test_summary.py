@@ -73,3 +73,21 @@ def test_breakdown_columns_add_up():
     cluster = ClusterSpec(prefill=0, decode=0, mixed=1, engine=EngineConfig(512, 32, 16))
     _, res = run([Request(0, 0.0, 300, 5)], "colocated", cluster=cluster, perf=tiny_perf())
     assert res.records[0].decode_wait_s == 0.0 and math.isnan(res.records[0].transfer_s)
+
+
+@pytest.mark.parametrize("summary, resource", [
+    ({"slo_attainment": 0.2, "p50_ttft_s": 30.0, "p50_queue_s": 29.0, "p50_decode_wait_s": 0.1,
+      "preemptions": 0, "requests": 100}, "prefill capacity"),
+    ({"slo_attainment": 0.3, "p50_ttft_s": 3.0, "p50_queue_s": 0.1, "p50_decode_wait_s": 0.2,
+      "preemptions": 50, "requests": 100}, "KV memory"),
+    ({"slo_attainment": 0.4, "p50_ttft_s": 30.0, "p50_queue_s": 0.1, "p50_decode_wait_s": 25.0,
+      "preemptions": 0, "requests": 100}, "decode slots"),
+])
+def test_overload_names_the_saturated_resource(summary, resource):
+    from baton.metrics.summary import overload
+    assert resource in overload(summary, SLO(ttft_s=2.0, tpot_s=0.1))
+
+
+def test_no_overload_warning_for_a_healthy_run():
+    from baton.metrics.summary import overload
+    assert overload({"slo_attainment": 0.97, "p50_ttft_s": 0.3}, SLO()) is None

@@ -47,7 +47,10 @@ def test_burstgpt_sharegpt_vidur(tmp_path):
     assert detect_format(b) == "burstgpt" and load_trace(b)[0].output_tokens == 20
     s = tmp_path / "s.json"
     s.write_text(json.dumps([{"input_len": 12, "output_len": 3}, {"prompt_len": 5, "output_len": 9}]))
-    assert [r.prompt_tokens for r in load_trace(s)] == [12, 5]
+    with pytest.raises(WorkloadError, match="no arrival times .columns found: input_len, output_len"):
+        load_trace(s)  # never silently all at t=0
+    reqs = load_trace(s, arrivals="uniform:2")
+    assert [r.prompt_tokens for r in reqs] == [12, 5] and [r.arrival_s for r in reqs] == [0.0, 0.5]
     s.write_text(json.dumps([{"input_len": 12}]))
     with pytest.raises(WorkloadError, match="item 0"):
         load_trace(s)
@@ -88,3 +91,38 @@ def test_reasoning_workload_shape():
     out = np.array([r.output_tokens for r in generate(reasoning_spec(20_000, 5.0), np.random.default_rng(0))])
     assert abs((out == 8192).mean() - 0.30) < 0.02
     assert 4500 < out.mean() < 5500 and out.max() == 8192
+
+
+def test_jsonl_time_keys_have_their_units(tmp_path):
+    """timestamp is milliseconds (Mooncake); arrival_s and arrived_at are seconds."""
+    for key, value, want in (("timestamp", 2500, 2.5), ("arrival_s", 2.5, 2.5), ("arrived_at", 2.5, 2.5)):
+        f = tmp_path / f"{key}.jsonl"
+        f.write_text(json.dumps({key: 0, "input_length": 5, "output_length": 2}) + "\n"
+                     + json.dumps({key: value, "input_length": 7, "output_length": 2}) + "\n")
+        assert detect_format(f) == "mooncake"
+        assert load_trace(f)[1].arrival_s == pytest.approx(want), key
+
+
+def test_traces_without_arrival_times_need_arrivals(tmp_path):
+    v = tmp_path / "v.csv"
+    v.write_text("num_prefill_tokens,num_decode_tokens\n300,40\n10,4\n")
+    with pytest.raises(WorkloadError, match="no arrival times .columns found: num_prefill_tokens,num_decode_tokens"):
+        load_trace(v)
+    reqs = load_trace(v, arrivals="poisson:4", seed=1)
+    assert [r.prompt_tokens for r in reqs] == [300, 10] and reqs[1].arrival_s > 0
+    j = tmp_path / "j.jsonl"
+    j.write_text(json.dumps({"input_length": 5, "output_length": 2}) + "\n")
+    with pytest.raises(WorkloadError, match="--arrivals"):
+        load_trace(j)
+    with pytest.raises(WorkloadError, match="has arrival times"):
+        load_trace(_timed(tmp_path), arrivals="uniform:1")
+    with pytest.raises(WorkloadError, match="poisson:R or uniform:R"):
+        load_trace(v, arrivals="bursty:3")
+    with pytest.raises(WorkloadError, match="is a directory"):
+        load_trace(tmp_path)
+
+
+def _timed(tmp_path):
+    f = tmp_path / "t.csv"
+    f.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,3,4\n")
+    return f

@@ -9,7 +9,7 @@ from baton.core.errors import ConfigError
 from baton.core.info import ViewMode
 from baton.experiments import Experiment, WorkloadConfig, load_experiment, with_cluster
 from baton.metrics import SLO
-from baton.sim.cluster import engine_from_dict
+from baton.sim.cluster import check_counts, engine_from_dict
 from baton.workload import FORMATS
 
 
@@ -17,7 +17,9 @@ def add_workload_flags(p: argparse.ArgumentParser, rate_list: bool = False) -> N
     p.add_argument("--config", help="experiment YAML (cluster, policy, workload, slo, seed)")
     p.add_argument("--trace", help="trace file (Azure CSV, Mooncake JSONL, BurstGPT, ShareGPT JSON, Vidur CSV)")
     p.add_argument("--format", choices=sorted(FORMATS), help="trace format (default: detect)")
-    p.add_argument("--requests", type=int, help="keep the first N requests")
+    p.add_argument("--requests", type=int, help="N requests: the first N of a trace, or exactly N synthetic ones")
+    p.add_argument("--arrivals", metavar="poisson:R|uniform:R",
+                   help="arrival times for a trace that has none (R requests/s)")
     if rate_list:
         p.add_argument("--rate", required=True, help="request rates to sweep, e.g. 2,4,8,16 (req/s)")
     else:
@@ -71,16 +73,26 @@ def parse_rates(text: str) -> list[float]:
 
 def experiment_from(args: argparse.Namespace, base: Experiment | None = None) -> Experiment:
     """The experiment from --config (or ``base``), with flags taking precedence."""
-    for name in ("requests", "prefill", "decode", "ttft_slo", "tpot_slo"):
+    for name in ("requests", "ttft_slo", "tpot_slo"):
         _positive(name.replace("_", "-"), getattr(args, name, None))
+    for name in ("prefill", "decode", "mixed"):
+        value = getattr(args, name, None)
+        if value is not None and value < 0:
+            raise ConfigError(f"--{name}: expected a non-negative integer, got {value}")
     if not isinstance(args.rate, str):
         _positive("rate", args.rate)
     exp = load_experiment(args.config) if args.config else (base or Experiment())
-    exp = with_cluster(exp, prefill=args.prefill, decode=args.decode, mixed=args.mixed, preset=args.preset)
+    prefill, decode = args.prefill, args.decode
+    if args.mixed is not None and prefill is None and decode is None and not args.config:
+        prefill = decode = 0  # --mixed N alone: a colocated cluster of N instances
+    exp = with_cluster(exp, prefill=prefill, decode=decode, mixed=args.mixed, preset=args.preset)
+    check_counts(exp.cluster)
     exp = _with_engine_flags(exp, args)
     exp = _with_view_flags(exp, args)
     if args.trace:
         exp.workload = WorkloadConfig(trace=args.trace, format=args.format)
+    if getattr(args, "arrivals", None):
+        exp.workload.arrivals = args.arrivals
     if args.requests is not None:
         exp.workload.requests = args.requests
     if args.rate is not None and not isinstance(args.rate, str):

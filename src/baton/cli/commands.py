@@ -19,6 +19,7 @@ from baton.experiments import Experiment, RunData, WorkloadConfig, load_experime
 from baton.experiments.repeats import combine, repeat_workloads, thin_percentiles
 from baton.experiments.sweep import run_sweep
 from baton.metrics import SLO, write_records
+from baton.metrics.summary import overload
 from baton.perf import build as build_preset
 from baton.policies import PolicyContext, build_scheduler
 from baton.sim import ClusterSpec
@@ -83,6 +84,9 @@ def _run_all(exp: Experiment, policies: list[tuple[str, Any]], args,
             stem = name if k == 0 else f"{name}.r{k}"
             write_records(result.records, out / f"{stem}.requests.csv")
             summaries[name].append(data.summary)
+            warning = overload(data.summary, exp.slo)
+            if warning:
+                print(f"warning: {label}: {warning}", file=sys.stderr)
             if k == 0:
                 (out / f"{name}.summary.json").write_text(json.dumps(clean(data.summary), indent=2))
                 runs.append(data)

@@ -28,17 +28,21 @@ class WorkloadConfig:
     synthetic: SyntheticSpec = field(default_factory=SyntheticSpec)
     requests: int | None = None
     rate_rps: float | None = None
+    arrivals: str | None = None  # poisson:R | uniform:R, for traces without arrival times
 
-    def whole_trace(self) -> list[Request]:
+    def whole_trace(self, seed: int = 0) -> list[Request]:
         """Every request of the trace, unscaled (for disjoint windows)."""
-        return load_trace(self.trace, self.format)
+        return load_trace(self.trace, self.format, self.arrivals, seed)
 
     def load(self, seed: int) -> list[Request]:
+        """The workload's requests: a trace's first ``requests``, or exactly ``requests``
+        synthetic ones (``requests`` sets the synthetic count, it never caps it)."""
         if self.trace:
-            reqs = load_trace(self.trace, self.format)
+            reqs = load_trace(self.trace, self.format, self.arrivals, seed)
         else:
-            reqs = generate(self.synthetic, np.random.default_rng(seed))
-        if self.requests is not None:
+            spec = self.synthetic if self.requests is None else replace(self.synthetic, requests=self.requests)
+            reqs = generate(spec, np.random.default_rng(seed))
+        if self.requests is not None and self.trace:
             reqs = first(reqs, self.requests)
         if self.rate_rps is not None:
             reqs = scale_to_rate(reqs, self.rate_rps)
@@ -80,7 +84,7 @@ def _workload(data: Any) -> WorkloadConfig:
     for key, value in data.items():
         if key == "synthetic":
             cfg.synthetic = _synthetic(value, "workload.synthetic")
-        elif key in ("trace", "format"):
+        elif key in ("trace", "format", "arrivals"):
             if not isinstance(value, str):
                 raise ConfigError(f"workload.{key}: expected a string, got {value!r}")
             setattr(cfg, key, value)
@@ -93,7 +97,7 @@ def _workload(data: Any) -> WorkloadConfig:
                 raise ConfigError(f"workload.rate_rps: expected a positive number, got {value!r}")
             cfg.rate_rps = float(value)
         else:
-            raise ConfigError(f"workload.{key}: unknown key; expected trace, format, synthetic, "
+            raise ConfigError(f"workload.{key}: unknown key; expected trace, format, arrivals, synthetic, "
                               f"requests or rate_rps")
     return cfg
 

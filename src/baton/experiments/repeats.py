@@ -32,7 +32,7 @@ def repeat_workloads(exp: Experiment, k: int) -> list[tuple[int, list[Request]]]
         return [(exp.seed + i, w.load(exp.seed + i)) for i in range(k)]
     if w.requests is None:
         raise ConfigError("--repeats/--windows on a trace need --requests N (the window size)")
-    full = w.whole_trace()
+    full = w.whole_trace(exp.seed)
     if len(full) < k * w.requests:
         raise ConfigError(f"--windows {k} x --requests {w.requests} needs {k * w.requests} requests; "
                           f"the trace has {len(full)}")

@@ -142,12 +142,35 @@ def latency_metrics(done: list[RequestRecord]) -> dict[str, float]:
     ttft = np.array([r.ttft_s for r in done])
     tpot = np.array([r.tpot_s for r in done if r.output_tokens > 1])
     e2e = np.array([r.e2e_s for r in done])
+    queue = np.array([r.queue_s for r in done])
+    wait = np.array([r.decode_wait_s for r in done])
     mean = lambda a: float(a.mean()) if a.size else float("nan")  # noqa: E731
     return {"mean_ttft_s": mean(ttft), "p50_ttft_s": _pct(ttft, 50), "p95_ttft_s": _pct(ttft, 95),
             "p99_ttft_s": _pct(ttft, 99), "mean_tpot_s": mean(tpot), "p50_tpot_s": _pct(tpot, 50),
             "p99_tpot_s": _pct(tpot, 99), "p99_9_tpot_s": _pct(tpot, 99.9),
             "mean_e2e_s": mean(e2e), "p99_e2e_s": _pct(e2e, 99),
-            "ttft_samples": int(ttft.size), "tpot_samples": int(tpot.size)}
+            "ttft_samples": int(ttft.size), "tpot_samples": int(tpot.size),
+            "p50_queue_s": _pct(queue[~np.isnan(queue)], 50), "p50_decode_wait_s": _pct(wait[~np.isnan(wait)], 50)}
+
+
+def overload(summary: dict[str, float], slo: SLO) -> str | None:
+    """A one-line warning when a run is overloaded (steady-window attainment under half,
+    or a median TTFT over 10x its SLO), naming the resource that saturated; else None."""
+    attain, ttft = summary.get("slo_attainment", 1.0), summary.get("p50_ttft_s", 0.0)
+    if not (attain < 0.5 or ttft > 10 * slo.ttft_s):
+        return None
+    requests = max(summary.get("requests", 1), 1)
+    queue, wait = summary.get("p50_queue_s", 0.0), summary.get("p50_decode_wait_s", 0.0)
+    if summary.get("preemptions", 0) > 0.1 * requests:
+        what = f"KV memory ({summary['preemptions']:.0f} preemptions)"
+    elif queue >= wait and queue > slo.ttft_s:
+        what = f"prefill capacity (median queueing {queue:.1f} s)"
+    elif wait > slo.ttft_s:
+        what = f"decode slots or KV (median wait for a decode slot {wait:.1f} s)"
+    else:
+        what = "decode throughput (TPOT above its SLO)"
+    return (f"overloaded: {attain * 100:.0f}% of the steady window meets the SLO, median TTFT "
+            f"{ttft:.1f} s; saturated: {what}")
 
 
 def summarize(records: list[RequestRecord], tbt: GapHistogram, counters: RunCounters,
@@ -173,6 +196,10 @@ def summarize(records: list[RequestRecord], tbt: GapHistogram, counters: RunCoun
         "role_changes": counters.role_changes,
         "oar_count": counters.oar("count"), "oar_tokens": counters.oar("tokens"),
     }
+    for r in records:
+        if not r.finished:
+            key = f"rejected_{r.reject_reason or 'other'}"
+            out[key] = out.get(key, 0) + 1
     out.update(window_metrics(records, slo, window))
     out.update(latency_metrics(in_window))
     out.update(tbt.summary())

@@ -73,6 +73,7 @@ class PerfModel(ABC):
 
     kv_bytes_per_token: int
     kv_capacity_tokens: int
+    max_model_len: int | None = None  # the model's longest context (tokens); None: unknown
 
     @abstractmethod
     def iteration_time_s(self, shape: BatchShape) -> float:

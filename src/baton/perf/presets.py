@@ -29,15 +29,19 @@ from baton.perf.specs import Efficiency, HardwareSpec, ModelSpec
 
 MiB = 2**20
 
-# [hf] parameters, layers, hidden, heads, KV heads, head dim, FFN width, vocabulary
+# [hf] parameters, layers, hidden, heads, KV heads, head dim, FFN width, vocabulary, and the
+# longest context (config.json's max_position_embeddings: 131,072 for Llama 3.1/3.2 and
+# R1-Distill-Qwen-7B, 40,960 for Qwen3-32B, 4,096 for Llama 2)
 MODELS: dict[str, ModelSpec] = {
-    "llama-3.1-8b": ModelSpec("llama-3.1-8b", 8.03e9, 32, 4096, 32, 8, 128, 14336, 128256),
-    "llama-3.2-3b": ModelSpec("llama-3.2-3b", 3.21e9, 28, 3072, 24, 8, 128, 8192, 128256),
-    "qwen3-32b": ModelSpec("qwen3-32b", 32.8e9, 64, 5120, 64, 8, 128, 25600, 151936),
+    "llama-3.1-8b": ModelSpec("llama-3.1-8b", 8.03e9, 32, 4096, 32, 8, 128, 14336, 128256,
+                              max_model_len=131072),
+    "llama-3.2-3b": ModelSpec("llama-3.2-3b", 3.21e9, 28, 3072, 24, 8, 128, 8192, 128256,
+                              max_model_len=131072),
+    "qwen3-32b": ModelSpec("qwen3-32b", 32.8e9, 64, 5120, 64, 8, 128, 25600, 151936, max_model_len=40960),
     "deepseek-r1-distill-qwen-7b-w8a8": ModelSpec(
         "deepseek-r1-distill-qwen-7b-w8a8", 7.62e9, 28, 3584, 28, 4, 128, 18944, 152064,
-        weight_bytes_per_param=1.0),
-    "llama-2-70b": ModelSpec("llama-2-70b", 68.98e9, 80, 8192, 64, 8, 128, 28672, 32000),
+        weight_bytes_per_param=1.0, max_model_len=131072),
+    "llama-2-70b": ModelSpec("llama-2-70b", 68.98e9, 80, 8192, 64, 8, 128, 28672, 32000, max_model_len=4096),
 }
 
 HARDWARE: dict[str, HardwareSpec] = {

@@ -55,6 +55,7 @@ class RooflineModel(PerfModel):
         self.model, self.hardware, self.tp = model, hardware, tp
         self.eff = efficiency or Efficiency()
         self.kv_bytes_per_token = model.kv_bytes_per_token
+        self.max_model_len = model.max_model_len
         self._allreduce_call_s = hardware.allreduce_call_s(tp) if tp > 1 else 0.0
         if model.weight_bytes >= hardware.hbm_bytes * tp:
             raise ConfigError(f"model {model.name} does not fit on {tp} x {hardware.name}")

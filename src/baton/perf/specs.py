@@ -23,6 +23,7 @@ class ModelSpec:
     vocab: int
     weight_bytes_per_param: float = 2.0
     kv_bytes_per_elem: int = 2
+    max_model_len: int | None = None  # the longest context the model serves (tokens)
 
     @property
     def kv_bytes_per_token(self) -> int:

@@ -84,10 +84,16 @@ def cluster_from_dict(data: Mapping[str, Any], where: str = "cluster") -> Cluste
         if key in data:
             kwargs[key] = engine_from_dict(data[key], f"{where}.{key}", base)
     spec = ClusterSpec(**kwargs)
-    if spec.size == 0:
-        raise ConfigError(f"{where}: the cluster has no instances")
+    check_counts(spec, where)
     check_engines(spec, where)
     return spec
+
+
+def check_counts(spec: ClusterSpec, where: str = "cluster") -> None:
+    """A cluster needs an instance that can prefill and one that can decode."""
+    if spec.mixed == 0 and (spec.prefill == 0 or spec.decode == 0):
+        raise ConfigError(f"{where}: the cluster needs an instance that can prefill and one that can "
+                          f"decode (prefill {spec.prefill}, decode {spec.decode}, mixed {spec.mixed})")
 
 
 ENGINE_TYPES: dict[str, type] = {"max_num_batched_tokens": int, "max_num_seqs": int, "block_size": int,

@@ -111,7 +111,9 @@ class Simulator:
         self._progress = progress
         # a context must fit every instance it may land on (capacities differ by role)
         self._max_tokens = min(blocks) * bs if blocks else 0
-        lens = [cfg.max_model_len for cfg in configs if cfg.max_model_len is not None]
+        # an engine's --max-model-len, else the model's own context limit
+        lens = [cfg.max_model_len or perf.max_model_len for cfg in configs]
+        lens = [n for n in lens if n is not None]
         self._max_model_len = min(lens) if lens else None
 
     # --- event plumbing ----------------------------------------------------------------

@@ -4,7 +4,10 @@ Formats (``FORMATS``): ``azure`` (TIMESTAMP,ContextTokens,GeneratedTokens), ``mo
 (JSON lines: timestamp in ms, input_length, output_length, hash_ids), ``burstgpt``
 (Timestamp, Request tokens, Response tokens, ...), ``sharegpt`` (a JSON list of objects
 with length fields) and ``vidur`` (arrived_at, num_prefill_tokens, num_decode_tokens).
-Arrival times are shifted so the first request arrives at 0 s.
+Arrival times are shifted so the first request arrives at 0 s. In JSON and JSONL,
+``timestamp`` is milliseconds (Mooncake) and ``arrival_s`` / ``arrived_at`` are seconds. A
+trace without arrival times is an error unless ``arrivals`` says how to draw them
+(``poisson:R`` or ``uniform:R`` requests/s); they are never invented silently.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from baton.core.request import Request
 
 _PROMPT_KEYS = ("prompt_tokens", "input_length", "input_len", "prompt_len", "num_prefill_tokens")
 _OUTPUT_KEYS = ("output_tokens", "output_length", "output_len", "num_decode_tokens")
-_TIME_KEYS = ("arrival_s", "arrived_at", "timestamp")
+_TIME_KEYS = {"arrival_s": 1.0, "arrived_at": 1.0, "timestamp": 1e-3}  # key -> seconds per unit
 
 
 def _positive_int(value: Any, what: str, where: str) -> int:
@@ -76,14 +79,14 @@ def _burstgpt(path: Path) -> list[tuple[float, int, int]]:
             for where, row in _csv_rows(path)]
 
 
-def _vidur(path: Path) -> list[tuple[float, int, int]]:
-    return [(_number(row.get("arrived_at", 0.0), "arrived_at", where),
+def _vidur(path: Path) -> list[tuple[float | None, int, int]]:
+    return [(_number(row["arrived_at"], "arrived_at", where) if "arrived_at" in row else None,
              _positive_int(row["num_prefill_tokens"], "num_prefill_tokens", where),
              _positive_int(row["num_decode_tokens"], "num_decode_tokens", where))
             for where, row in _csv_rows(path)]
 
 
-def _record(obj: Any, where: str, time_scale: float) -> tuple[float, int, int]:
+def _record(obj: Any, where: str) -> tuple[float | None, int, int]:
     if not isinstance(obj, dict):
         raise WorkloadError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     prompt_key = next((k for k in _PROMPT_KEYS if k in obj), None)
@@ -92,7 +95,7 @@ def _record(obj: Any, where: str, time_scale: float) -> tuple[float, int, int]:
         raise WorkloadError(f"{where}: expected an input length ({'/'.join(_PROMPT_KEYS)}) and an "
                             f"output length ({'/'.join(_OUTPUT_KEYS)})")
     time_key = next((k for k in _TIME_KEYS if k in obj), None)
-    arrival = _number(obj[time_key], time_key, where) * time_scale if time_key else 0.0
+    arrival = _number(obj[time_key], time_key, where) * _TIME_KEYS[time_key] if time_key else None
     return (arrival, _positive_int(obj[prompt_key], prompt_key, where),
             _positive_int(obj[output_key], output_key, where))
 
@@ -108,9 +111,7 @@ def _mooncake(path: Path) -> list[tuple[float, int, int]]:
                 obj = json.loads(text)
             except json.JSONDecodeError as exc:
                 raise WorkloadError(f"{where}: invalid JSON: {exc.msg}") from None
-            if isinstance(obj, dict) and "timestamp" in obj:
-                obj = {**obj, "timestamp": _number(obj["timestamp"], "timestamp", where)}
-            rows.append(_record(obj, where, time_scale=1e-3))
+            rows.append(_record(obj, where))
     return rows
 
 
@@ -121,7 +122,7 @@ def _sharegpt(path: Path) -> list[tuple[float, int, int]]:
         raise WorkloadError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
     if not isinstance(data, list):
         raise WorkloadError(f"{path}: expected a JSON list of requests")
-    return [_record(obj, f"{path}: item {i}", time_scale=1.0) for i, obj in enumerate(data)]
+    return [_record(obj, f"{path}: item {i}") for i, obj in enumerate(data)]
 
 
 FORMATS: dict[str, Callable[[Path], list[tuple[float, int, int]]]] = {
@@ -149,9 +150,45 @@ def detect_format(path: Path) -> str:
                         f"pass one of: {', '.join(FORMATS)}")
 
 
-def load_trace(path: str | Path, fmt: str | None = None) -> list[Request]:
-    """Load a trace file as requests sorted by arrival, first arrival at 0 s."""
+def _columns(path: Path) -> str:
+    """The columns (or first object's keys) a trace has, for error messages."""
+    try:
+        with path.open() as handle:
+            first_line = handle.readline().strip()
+        if first_line.startswith("{"):
+            return ", ".join(json.loads(first_line))
+        if first_line.startswith("["):
+            data = json.loads(path.read_text())
+            return ", ".join(data[0]) if data and isinstance(data[0], dict) else "none"
+        return first_line
+    except (ValueError, OSError, UnicodeDecodeError):
+        return "unreadable"
+
+
+def _draw_arrivals(spec: str, n: int, seed: int) -> list[float]:
+    """``poisson:R`` or ``uniform:R``: arrival times for n requests at R requests/s."""
+    kind, _, rate_text = spec.partition(":")
+    try:
+        rate = float(rate_text)
+    except ValueError:
+        rate = float("nan")
+    if kind not in ("poisson", "uniform") or not rate > 0 or rate == float("inf"):
+        raise WorkloadError(f"--arrivals: expected poisson:R or uniform:R with R > 0 requests/s, got {spec!r}")
+    if kind == "uniform":
+        return [i / rate for i in range(n)]
+    import numpy as np
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate, n)
+    return list(np.concatenate([[0.0], np.cumsum(gaps[:-1])]))
+
+
+def load_trace(path: str | Path, fmt: str | None = None, arrivals: str | None = None,
+               seed: int = 0) -> list[Request]:
+    """Load a trace file as requests sorted by arrival, first arrival at 0 s. A trace
+    without arrival times needs ``arrivals`` (``poisson:R`` / ``uniform:R``), which
+    replaces them in file order; with arrival times, ``arrivals`` is an error."""
     path = Path(path)
+    if path.is_dir():
+        raise WorkloadError(f"{path}: is a directory, not a trace file")
     if not path.is_file():
         raise WorkloadError(f"{path}: no such trace file")
     fmt = fmt or detect_format(path)
@@ -165,6 +202,16 @@ def load_trace(path: str | Path, fmt: str | None = None) -> list[Request]:
         raise WorkloadError(f"{path}: not a text file") from None
     if not rows:
         raise WorkloadError(f"{path}: the trace has no requests")
+    timed = [r[0] is not None for r in rows]
+    if arrivals is not None:
+        if any(timed):
+            raise WorkloadError(f"{path}: has arrival times; --arrivals only applies to traces without them "
+                                "(use --rate to rescale real arrivals)")
+        rows = [(t, p, o) for t, (_, p, o) in zip(_draw_arrivals(arrivals, len(rows), seed), rows)]
+    elif not all(timed):
+        raise WorkloadError(f"{path}: no arrival times (columns found: {_columns(path)}); expected "
+                            f"{'arrived_at' if fmt == 'vidur' else 'timestamp (ms), arrival_s or arrived_at (s)'}, "
+                            "or pass --arrivals poisson:R|uniform:R")
     rows.sort(key=lambda r: r[0])
     t0 = rows[0][0]
     return [Request(i, t - t0, max(1, p), max(1, o)) for i, (t, p, o) in enumerate(rows)]

@@ -22,8 +22,11 @@ def scale_to_rate(requests: list[Request], rate_rps: float) -> list[Request]:
         raise ConfigError(f"rate: expected a positive number, got {rate_rps}")
     current = mean_rate_rps(requests)
     if current in (0.0, float("inf")):
-        # all arrivals at one instant: spread them evenly at the asked rate
-        return [replace(r, arrival_s=i / rate_rps) for i, r in enumerate(requests)]
+        if len(requests) <= 1:
+            return list(requests)
+        raise ConfigError("rate: every request arrives at the same instant, so there is no rate to "
+                          "rescale; --rate never invents arrivals (use --arrivals poisson:R|uniform:R "
+                          "for a trace without arrival times)")
     factor = current / rate_rps
     return [replace(r, arrival_s=r.arrival_s * factor) for r in requests]
 
