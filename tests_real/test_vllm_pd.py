@@ -63,7 +63,10 @@ def stack(tmp_path_factory):
         engines = [{"name": "prefill", "url": prefill.url, "role": "prefill", "model": "smollm2"},
                    {"name": "decode", "url": decode.url, "role": "decode", "model": "smollm2"}]
         gw = start_gateway(tmp, {"engines": engines, "policy": "least-loaded", "admin_token": "real",
-                                 "scrape_interval_s": 0.5, "upstream_timeout_s": 300})
+                                 "scrape_interval_s": 0.5, "upstream_timeout_s": 300,
+                                 # vLLM on 2 CPU cores is orders slower than the A100 preset
+                                 # the read deadlines are computed from: give it room
+                                 "first_token_timeout_base_s": 120, "token_timeout_min_s": 60})
         procs.append(gw)
         gw.wait_ready()
         yield {"prefill": prefill, "decode": decode, "gw": gw}
