@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.live import Server, Stream, chunk_texts, free_port, get, metric, post, start_gateway, wait_until
+from tests.live import (Server, Stream, chunk_texts, free_port, get, metric, post, request, start_gateway,
+                        wait_until)
 
 PY = os.environ.get("BATON_VLLM_PYTHON")
 MODEL = os.environ.get("BATON_VLLM_MODEL")
@@ -143,6 +144,11 @@ def test_migration_by_continuation_on_real_engines(stack):
     for _ in range(8):
         events.append(next(it))
     (req,) = get(gw.url + "/admin/requests", headers=AUTH)[1]["requests"]
+    # only a decoding instance takes a migration: the prefill instance (kv_both) turns mixed
+    status, _ = post(gw.url + f"/admin/requests/{req['req_id']}/migrate", {"target": "prefill"}, headers=AUTH)
+    assert status == 409
+    status, _ = request("PATCH", gw.url + "/admin/instances/prefill", {"role": "mixed"}, headers=AUTH)
+    assert status == 200
     status, _ = post(gw.url + f"/admin/requests/{req['req_id']}/migrate", {"target": "prefill"}, headers=AUTH)
     assert status == 202
     events += list(it)

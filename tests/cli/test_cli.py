@@ -117,3 +117,9 @@ def test_context_longer_than_the_model_is_rejected_and_counted(tmp_path):
     assert p.returncode == 0, p.stderr
     s = json.loads(p.stdout)["least-loaded"]
     assert s["rejected_context"] > 0 and s["rejected"] == s["rejected_context"]
+
+
+def test_every_help_page_renders(tmp_path):
+    for args in (("--help",), ("compare", "--help"), ("reproduce", "--help"), ("simulate", "--help")):
+        p = baton(*args)
+        assert p.returncode == 0 and "usage:" in p.stdout, (args, p.stderr[-300:])
