@@ -58,3 +58,9 @@ def test_the_shipped_reproductions_load():
         claims = claims_of(paper, full=True)
         assert claims and all(c.policy and c.baseline and c.metric for c in claims)
     assert {c.name for c in claims_of("sibyl")} < {c.name for c in claims_of("sibyl", full=True)}
+
+
+def test_a_reproduction_file_works_as_an_experiment_config():
+    from baton.experiments import load_experiment
+    exp = load_experiment("reproductions/ares/fig10-p99-migration.yaml")
+    assert exp.cluster.decode == 3 and exp.workload.synthetic.rate_rps == 0.17

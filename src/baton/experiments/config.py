@@ -120,6 +120,8 @@ def load_experiment(path: str | Path) -> Experiment:
         data = {}
     if not isinstance(data, Mapping):
         raise ConfigError(f"{path}: expected a mapping at the top level")
+    if "figure" in data and isinstance(data.get("experiment"), Mapping):
+        data = data["experiment"]  # a reproduction file: its regime works as an experiment
     return experiment_from_dict(data)
 
 
