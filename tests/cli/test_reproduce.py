@@ -62,5 +62,6 @@ def test_the_shipped_reproductions_load():
 
 def test_a_reproduction_file_works_as_an_experiment_config():
     from baton.experiments import load_experiment
-    exp = load_experiment("reproductions/ares/fig10-p99-migration.yaml")
+    from pathlib import Path
+    exp = load_experiment(Path(__file__).resolve().parents[2] / "reproductions/ares/fig10-p99-migration.yaml")
     assert exp.cluster.decode == 3 and exp.workload.synthetic.rate_rps == 0.17
