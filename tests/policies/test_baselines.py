@@ -129,3 +129,10 @@ def test_ils_reads_engine_counts_and_least_outstanding_reads_bookings(policy, mo
     view = _counts_view(InfoModel(ViewMode(mode)))
     plan = scheduler(policy).plan_arrival(view, new_request())
     assert plan.decode_instance == want  # both bind at arrival
+
+
+def test_colocated_round_robin_cycles_instances_like_vidur():
+    view = view_of([(Role.MIXED, 0, [], 0), (Role.MIXED, 0, [5000], 900), (Role.MIXED, 0, [], 0)])
+    sched = scheduler("colocated-rr")
+    picks = [sched.plan_arrival(view, new_request(i)) for i in range(4)]
+    assert [(p.prefill_instance, p.decode_instance) for p in picks] == [(0, 0), (1, 1), (2, 2), (0, 0)]

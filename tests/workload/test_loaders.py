@@ -126,3 +126,19 @@ def _timed(tmp_path):
     f = tmp_path / "t.csv"
     f.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,3,4\n")
     return f
+
+
+def test_vidur_request_metrics(tmp_path):
+    """Vidur's output: arrivals are the running sum of inter-arrival delays, ids are Vidur's."""
+    f = tmp_path / "request_metrics.csv"
+    f.write_text("Request Id,request_e2e_time,request_inter_arrival_delay,request_num_tokens,"
+                 "request_num_prefill_tokens,request_num_decode_tokens\n"
+                 "0,2.3,,352,319,33\n1,7.1,1.5,1113,1011,102\n2,18.9,0.25,2854,2594,260\n")
+    assert detect_format(f) == "vidur-metrics"
+    reqs = load_trace(f)
+    assert [(r.req_id, r.arrival_s, r.prompt_tokens, r.output_tokens) for r in reqs] == [
+        (0, 0.0, 319, 33), (1, 1.5, 1011, 102), (2, 1.75, 2594, 260)]
+    v = tmp_path / "v.csv"
+    v.write_text("num_prefill_tokens,num_decode_tokens\n319,33\n")
+    with pytest.raises(WorkloadError, match="no arrival times"):
+        load_trace(v, "vidur")  # --format vidur still requires arrived_at

@@ -28,6 +28,7 @@ POLICIES: Mapping[str, list[dict[str, Any]]] = {
     "least-requests": [{"stage": "least-requests"}],
     "power-of-two": [{"stage": "power-of-two"}],
     "colocated": [{"stage": "colocated"}],
+    "colocated-rr": [{"stage": "colocated", "routing": "round-robin"}],
     "static-xpyd": [{"stage": "static-xpyd"}],
     # SIBYL's baselines bind the decode instance when the request arrives. ILS ranks by the
     # engines' running counts only (as scraped); least-outstanding by the router's own

@@ -13,9 +13,17 @@ from baton.policies.selection import argmin
 
 
 class Colocated(Stage):
-    """Make every instance mixed at start; bind prefill and decode to one instance."""
+    """Make every instance mixed at start; bind prefill and decode to one instance, the
+    least token-loaded (``routing: least-loaded``) or the next in turn (``round-robin``,
+    as Vidur's global scheduler does)."""
 
     name = "colocated"
+
+    def __init__(self, context, routing: str = "least-loaded") -> None:
+        super().__init__(context)
+        if routing not in ("least-loaded", "round-robin"):
+            raise ValueError(f"routing: expected least-loaded or round-robin, got {routing!r}")
+        self.routing, self._turn = routing, 0
 
     def start(self, view: ClusterView) -> list[Decision]:
         return [ChangeRole(inst.instance_id, Role.MIXED) for inst in view.instances()
@@ -24,7 +32,12 @@ class Colocated(Stage):
     def plan_arrival(self, view: ClusterView, request: RequestState, plan: ArrivalPlan) -> ArrivalPlan:
         if plan.prefill_instance is not None:
             return plan
-        choice = argmin(view.decode_ids, view.token_load)
+        ids = view.decode_ids
+        if self.routing == "round-robin" and ids:
+            choice = ids[self._turn % len(ids)]
+            self._turn += 1
+        else:
+            choice = argmin(ids, view.token_load)
         return ArrivalPlan(choice, choice, plan.prefill_chunk_limit_tokens)
 
 

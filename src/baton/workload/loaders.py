@@ -3,7 +3,8 @@
 Formats (``FORMATS``): ``azure`` (TIMESTAMP,ContextTokens,GeneratedTokens), ``mooncake``
 (JSON lines: timestamp in ms, input_length, output_length, hash_ids), ``burstgpt``
 (Timestamp, Request tokens, Response tokens, ...), ``sharegpt`` (a JSON list of objects
-with length fields) and ``vidur`` (arrived_at, num_prefill_tokens, num_decode_tokens).
+with length fields), ``vidur`` (arrived_at, num_prefill_tokens, num_decode_tokens; arrived_at
+is required) and ``vidur-metrics`` (Vidur's output ``request_metrics.csv``).
 Arrival times are shifted so the first request arrives at 0 s. In JSON and JSONL,
 ``timestamp`` is milliseconds (Mooncake) and ``arrival_s`` / ``arrived_at`` are seconds. A
 trace without arrival times is an error unless ``arrivals`` says how to draw them
@@ -86,6 +87,19 @@ def _vidur(path: Path) -> list[tuple[float | None, int, int]]:
             for where, row in _csv_rows(path)]
 
 
+def _vidur_metrics(path: Path) -> list[tuple[float, int, int, int]]:
+    """Vidur's ``request_metrics.csv``: arrival is the running sum of
+    ``request_inter_arrival_delay`` (empty for the first request), ids are Vidur's."""
+    rows, t = [], 0.0
+    for where, row in _csv_rows(path):
+        gap = row["request_inter_arrival_delay"].strip()
+        t += _number(gap, "request_inter_arrival_delay", where) if gap else 0.0
+        rows.append((t, _positive_int(row["request_num_prefill_tokens"], "request_num_prefill_tokens", where),
+                     _positive_int(row["request_num_decode_tokens"], "request_num_decode_tokens", where),
+                     _positive_int(row["Request Id"], "Request Id", where)))
+    return rows
+
+
 def _record(obj: Any, where: str) -> tuple[float | None, int, int]:
     if not isinstance(obj, dict):
         raise WorkloadError(f"{where}: expected a JSON object, got {type(obj).__name__}")
@@ -127,11 +141,11 @@ def _sharegpt(path: Path) -> list[tuple[float, int, int]]:
 
 FORMATS: dict[str, Callable[[Path], list[tuple[float, int, int]]]] = {
     "azure": _azure, "mooncake": _mooncake, "burstgpt": _burstgpt,
-    "sharegpt": _sharegpt, "vidur": _vidur,
+    "sharegpt": _sharegpt, "vidur": _vidur, "vidur-metrics": _vidur_metrics,
 }
 
 _HEADER_HINTS = (("TIMESTAMP", "azure"), ("Request tokens", "burstgpt"),
-                 ("num_prefill_tokens", "vidur"))
+                 ("request_inter_arrival_delay", "vidur-metrics"), ("num_prefill_tokens", "vidur"))
 
 
 def detect_format(path: Path) -> str:
@@ -207,11 +221,13 @@ def load_trace(path: str | Path, fmt: str | None = None, arrivals: str | None = 
         if any(timed):
             raise WorkloadError(f"{path}: has arrival times; --arrivals only applies to traces without them "
                                 "(use --rate to rescale real arrivals)")
-        rows = [(t, p, o) for t, (_, p, o) in zip(_draw_arrivals(arrivals, len(rows), seed), rows)]
+        rows = [(t, *r[1:]) for t, r in zip(_draw_arrivals(arrivals, len(rows), seed), rows)]
     elif not all(timed):
         raise WorkloadError(f"{path}: no arrival times (columns found: {_columns(path)}); expected "
                             f"{'arrived_at' if fmt == 'vidur' else 'timestamp (ms), arrival_s or arrived_at (s)'}, "
                             "or pass --arrivals poisson:R|uniform:R")
     rows.sort(key=lambda r: r[0])
     t0 = rows[0][0]
-    return [Request(i, t - t0, max(1, p), max(1, o)) for i, (t, p, o) in enumerate(rows)]
+    # formats with their own request ids keep them (to match results by id)
+    return [Request(r[3] if len(r) > 3 else i, r[0] - t0, max(1, r[1]), max(1, r[2]))
+            for i, r in enumerate(rows)]
