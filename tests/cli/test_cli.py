@@ -123,3 +123,36 @@ def test_every_help_page_renders(tmp_path):
     for args in (("--help",), ("compare", "--help"), ("reproduce", "--help"), ("simulate", "--help")):
         p = baton(*args)
         assert p.returncode == 0 and "usage:" in p.stdout, (args, p.stderr[-300:])
+
+
+def test_version_and_list():
+    p = baton("--version")
+    assert p.returncode == 0 and p.stdout.startswith("baton ")
+    p = baton("list", "policies")
+    assert p.returncode == 0 and {"ils", "least-outstanding", "sibyl", "ares"} <= set(p.stdout.split())
+    assert "llama-2-70b-tp2@a100-80g" in baton("list", "presets").stdout.split()
+    assert "vidur-metrics" in baton("list", "formats").stdout.split()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (("--seed", "-1"), "--seed: expected a non-negative integer"),
+    (("--rate", "nan"), "--rate: expected a positive finite number"),
+    (("--policy", "leastloaded"), "did you mean 'least-loaded'"),
+    (("--preset", "llama-3.1-8b@a100"), "did you mean"),
+])
+def test_bad_flag_values_are_one_line_errors(tmp_path, flags, message):
+    p = baton("simulate", *flags, "--requests", "5", "--quiet", "--out", str(tmp_path))
+    assert p.returncode == 2 and message in p.stderr and "Traceback" not in p.stderr
+
+
+def test_out_naming_a_file_and_a_busy_port(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    p = baton("simulate", "--requests", "5", "--quiet", "--out", str(f))
+    assert p.returncode == 2 and "is a file" in p.stderr
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        p = baton("emulate", "--port", str(s.getsockname()[1]), timeout=30)
+    assert p.returncode == 2 and "port is busy" in p.stderr and "Traceback" not in p.stderr

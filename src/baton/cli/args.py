@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import math
+from pathlib import Path
 from dataclasses import replace
 
 from baton.core.errors import ConfigError
@@ -140,3 +142,16 @@ def _with_view_flags(exp: Experiment, args: argparse.Namespace) -> Experiment:
     except ConfigError as err:
         raise ConfigError(str(err).replace("view.scrape_interval_s", "--scrape-interval")
                           .replace("view.delay_s", "--scrape-delay")) from None
+
+
+def check_common(args: argparse.Namespace) -> None:
+    """Flag values argparse accepts but that make no sense: one-line errors, exit 2."""
+    seed = getattr(args, "seed", None)
+    if seed is not None and seed < 0:
+        raise ConfigError(f"--seed: expected a non-negative integer, got {seed}")
+    rate = getattr(args, "rate", None)
+    if isinstance(rate, float) and not (rate > 0 and math.isfinite(rate)):
+        raise ConfigError(f"--rate: expected a positive finite number, got {rate}")
+    out = getattr(args, "out", None)
+    if out is not None and Path(out).exists() and not Path(out).is_dir():
+        raise ConfigError(f"--out: {out} exists and is a file, not a directory")

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 
+from baton import __version__
 from baton.cli import commands
-from baton.cli.args import add_common
+from baton.cli.args import add_common, check_common
 from baton.core.errors import BatonError
 from baton.emulator.run import add_emulate_args
 from baton.workload import FORMATS
@@ -20,8 +22,12 @@ def _policy_flags(p: argparse.ArgumentParser) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="baton", description="Scheduling for PD-disaggregated LLM serving")
+    top = argparse.ArgumentParser(prog="baton", description="Scheduling for PD-disaggregated LLM serving",
+                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    top.add_argument("--version", action="version", version=f"baton {__version__}")
     sub = top.add_subparsers(dest="command", required=True)
+    lst = sub.add_parser("list", help="the names Baton knows, one per line")
+    lst.add_argument("what", choices=["policies", "presets", "stages", "formats"])
     sim = sub.add_parser("simulate", help="one policy on one workload and cluster")
     add_common(sim)
     sim.add_argument("--policy", help="policy name (e.g. least-loaded); or `policy:` in --config")
@@ -72,10 +78,12 @@ def parser() -> argparse.ArgumentParser:
     srv.add_argument("--policy", help="policy name (overrides the config)")
     emu = sub.add_parser("emulate", help="run an engine emulator (an HTTP server that behaves like vLLM)")
     add_emulate_args(emu)
+    for p in sub.choices.values():  # every subcommand's --help shows its defaults
+        p.formatter_class = argparse.ArgumentDefaultsHelpFormatter
     return top
 
 
-COMMANDS = {"simulate": commands.cmd_simulate, "compare": commands.cmd_compare,
+COMMANDS = {"simulate": commands.cmd_simulate, "compare": commands.cmd_compare, "list": commands.cmd_list,
             "reproduce": commands.cmd_reproduce,
             "sweep": commands.cmd_sweep, "demo": commands.cmd_demo,
             "workload": commands.cmd_workload_stats, "calibrate": commands.cmd_calibrate,
@@ -89,9 +97,15 @@ def main(argv: list[str] | None = None) -> int:
             raise BatonError(f"--workers: expected a positive integer, got {args.workers}")
         if getattr(args, "target", None) is not None and not 0 < args.target <= 1:
             raise BatonError(f"--target: expected a fraction in (0, 1], got {args.target}")
+        check_common(args)
         COMMANDS[args.command](args)
     except BatonError as exc:
         print(f"baton: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        print(f"baton: error: the port is busy: {exc.strerror} (choose another with --port)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("baton: interrupted", file=sys.stderr)

@@ -11,3 +11,10 @@ class ConfigError(BatonError):
 
 class WorkloadError(BatonError):
     """A trace file is missing or malformed; the message names the file and line."""
+
+
+def did_you_mean(name: str, known) -> str:
+    """`` (did you mean 'x'?)`` for the closest known name, or an empty string."""
+    import difflib
+    close = difflib.get_close_matches(str(name), [str(k) for k in known], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from baton.core.errors import ConfigError
+from baton.core.errors import ConfigError, did_you_mean
 from baton.perf.roofline import RooflineModel
 from baton.perf.specs import Efficiency, HardwareSpec, ModelSpec
 
@@ -123,4 +123,5 @@ def build(name: str) -> RooflineModel:
         return PRESETS[name].build()
     except KeyError:
         known = ", ".join(sorted(PRESETS))
-        raise ConfigError(f"preset: unknown preset {name!r}; known presets: {known}") from None
+        raise ConfigError(f"preset: unknown preset {name!r}{did_you_mean(name, PRESETS)}; "
+                          f"known presets: {known}") from None

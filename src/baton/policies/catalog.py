@@ -11,7 +11,7 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-from baton.core.errors import ConfigError
+from baton.core.errors import ConfigError, did_you_mean
 from baton.policies import ares, colocated, least_loaded, round_robin, sibyl
 from baton.policies.base import PolicyContext, Scheduler, Stage
 
@@ -59,7 +59,8 @@ def _build_stage(spec: Any, where: str, context: PolicyContext) -> Stage:
     name = spec["stage"]
     cls = STAGE_TYPES.get(name)
     if cls is None:
-        raise ConfigError(f"{where}.stage: unknown stage {name!r}; known: {', '.join(sorted(STAGE_TYPES))}")
+        raise ConfigError(f"{where}.stage: unknown stage {name!r}{did_you_mean(str(name), STAGE_TYPES)}; "
+                          f"known: {', '.join(sorted(STAGE_TYPES))}")
     params = {k: v for k, v in spec.items() if k != "stage"}
     accepted = set(inspect.signature(cls.__init__).parameters) - {"self", "context"}
     unknown = sorted(set(params) - accepted)
@@ -76,7 +77,8 @@ def build_scheduler(config: str | Mapping[str, Any], context: PolicyContext) -> 
     """Build a scheduler from a policy name or a stage-list mapping."""
     if isinstance(config, str):
         if config not in POLICIES:
-            raise ConfigError(f"policy: unknown policy {config!r}; known: {', '.join(sorted(POLICIES))}")
+            raise ConfigError(f"policy: unknown policy {config!r}{did_you_mean(config, POLICIES)}; "
+                              f"known: {', '.join(sorted(POLICIES))}")
         name, stages = config, POLICIES[config]
     elif isinstance(config, Mapping):
         name, stages = str(config.get("name", "custom")), config.get("stages")
