@@ -7,9 +7,9 @@ import sys
 import pytest
 
 
-def baton(*args, cwd=None, timeout=120):
+def baton(*args, cwd=None, timeout=120, env=None):
     return subprocess.run([sys.executable, "-m", "baton.cli.main", *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=cwd)
+                          text=True, timeout=timeout, cwd=cwd, env=env)
 
 
 def test_simulate_json_summary_and_outputs(tmp_path):

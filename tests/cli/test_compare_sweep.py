@@ -29,7 +29,9 @@ def test_compare_matches_simulate_for_the_same_seed(tmp_path):
 
 
 def test_compare_table_shows_change_against_first(tmp_path):
-    p = baton("compare", *SMALL, "--policies", "round-robin,least-kv", "--out", str(tmp_path))
+    import os
+    p = baton("compare", *SMALL, "--policies", "round-robin,least-kv", "--out", str(tmp_path),
+              env={**os.environ, "COLUMNS": "100"})
     assert p.returncode == 0, p.stderr
     row = next(line for line in p.stdout.splitlines() if "│" in line and "least-kv" in line)
     assert "%)" in row and "\x1b[" not in p.stdout and "report:" in p.stdout
@@ -105,3 +107,16 @@ def test_compare_repeats_gives_means_and_paired_intervals(tmp_path):
     assert lo <= entry["mean_diff"] <= hi
     assert (tmp_path / "least-kv.r2.requests.csv").exists()
     assert "warning: round-robin: p99_9_tpot_s rests on" in p.stderr  # 60 requests: a thin tail
+
+
+def test_piped_tables_fit_100_columns_and_wide_shows_everything(tmp_path):
+    import os
+    env = {**os.environ, "COLUMNS": "100"}
+    for cmd in (("compare", *SMALL, "--policies", "round-robin,least-kv,power-of-two,least-outstanding",
+                 "--repeats", "2"), ("simulate", *SMALL)):
+        p = baton(*cmd, "--out", cmd[0], env=env, cwd=tmp_path)
+        assert p.returncode == 0, p.stderr
+        assert max(len(line) for line in p.stdout.splitlines()) <= 100, p.stdout
+        assert "P99 TPOT ms" in p.stdout and "load CV" not in p.stdout
+    p = baton("simulate", *SMALL, "--wide", "--out", "w", cwd=tmp_path, env={**env, "COLUMNS": "200"})
+    assert "load CV" in p.stdout and "P50 TTFT ms" in p.stdout

@@ -54,6 +54,7 @@ def add_common(p: argparse.ArgumentParser, rate_list: bool = False) -> None:
                    help="seconds of arrivals left out before the steady window (default: 10%% of the arrival span)")
     p.add_argument("--out", default="baton-out", help="output directory (default: baton-out)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.add_argument("--wide", action="store_true", help="every column in the table (the default fits 100 columns)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 

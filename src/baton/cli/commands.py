@@ -117,8 +117,8 @@ def _compare_report(exp: Experiment, runs: list[RunData], args, title: str,
     if args.json:
         _emit_json(summaries)
     else:
-        console().print(summary_table(table_summaries, title, paired))
-        print(f"report: {path.resolve()}")
+        console().print(summary_table(table_summaries, title, paired, wide=getattr(args, "wide", False)))
+        print(f"report: {path}")
 
 
 def _finite(x: float) -> float | None:
@@ -135,8 +135,8 @@ def cmd_simulate(args: argparse.Namespace) -> None:
     if args.json:
         _emit_json(summaries)
     else:
-        console().print(summary_table(summaries, f"{name} on {_cluster_text(exp)}"))
-        print(f"records and summary written to {Path(args.out).resolve()}")
+        console().print(summary_table(summaries, f"{name} on {_cluster_text(exp)}", wide=args.wide))
+        print(f"records and summary written to {args.out}")
 
 
 def _named_policies(args) -> list[tuple[str, Any]]:
@@ -204,7 +204,7 @@ def cmd_sweep(args: argparse.Namespace) -> None:
         _emit_json(payload)
         return
     console().print(rows_table(f"{title}: {caption}", head, rows))
-    print(f"report: {path.resolve()}")
+    print(f"report: {path}")
 
 
 def cmd_workload_stats(args: argparse.Namespace) -> None:
@@ -289,7 +289,7 @@ def cmd_reproduce(args: argparse.Namespace) -> None:
         _emit_json(payload)
     else:
         console().print(rows_table(f"{args.paper}: the paper's claims against Baton", head, rows))
-        print(f"report: {path.resolve()}")
+        print(f"report: {path}")
 
 
 def _pct_ci(outcome) -> str:

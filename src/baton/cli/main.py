@@ -21,6 +21,16 @@ def _policy_flags(p: argparse.ArgumentParser) -> None:
                         "workload, SLO and seed come from --config and flags so every run sees the same input")
 
 
+GLOSSARY = """columns: done/rej = requests finished/rejected (rejected_<reason> in --json);
+TTFT = time to first token; TPOT = time per output token after the first; TBT = time
+between tokens; goodput = requests per second meeting both SLOs; SLO % = share of the
+steady window's requests meeting both; preempt = KV preemptions (recomputed); migr =
+migrations; load CV = mean coefficient of variation of decode instances' token load;
+OAR = optimal-assignment ratio at decode start (oar_tokens, oar_count); (+x%) = change
+against the first row, ~ = its 95%% interval over repeats includes 0. In the records CSV,
+path = the instances a request visited (prefill-decode[-migration targets])."""
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="baton", description="Scheduling for PD-disaggregated LLM serving",
                                   formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -78,8 +88,10 @@ def parser() -> argparse.ArgumentParser:
     srv.add_argument("--policy", help="policy name (overrides the config)")
     emu = sub.add_parser("emulate", help="run an engine emulator (an HTTP server that behaves like vLLM)")
     add_emulate_args(emu)
-    for p in sub.choices.values():  # every subcommand's --help shows its defaults
+    for name, p in sub.choices.items():  # every subcommand's --help shows its defaults
         p.formatter_class = argparse.ArgumentDefaultsHelpFormatter
+        if name in ("simulate", "compare", "demo", "sweep"):
+            p.epilog = GLOSSARY
     return top
 
 

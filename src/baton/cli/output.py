@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -14,13 +15,13 @@ from baton.report.table import headers, table_rows
 
 
 def summary_table(results: Mapping[str, Mapping[str, float]], title: str,
-                  paired: Mapping | None = None) -> Table:
+                  paired: Mapping | None = None, wide: bool = False) -> Table:
     """Policies as rows; rows after the first show their change against the first, in %
     (``~``: its paired 95% interval over repeats includes 0)."""
     table = Table(title=title)
-    for i, name in enumerate(headers()):
+    for i, name in enumerate(headers(wide)):
         table.add_column(name, justify="left" if i == 0 else "right")
-    for policy, cells in table_rows(results, paired):
+    for policy, cells in table_rows(results, paired, wide):
         table.add_row(policy, *cells)
     return table
 
@@ -37,7 +38,11 @@ def rows_table(title: str, head: list[str], rows: list[list[str]]) -> Table:
 
 def console() -> Console:
     """A console that writes colour and widths only to terminals."""
-    return Console(width=200 if not sys.stdout.isatty() else None)
+    if sys.stdout.isatty():
+        return Console()
+    # piped: the COLUMNS the user set, else 100; wide tables may need more
+    width = int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit() else 100
+    return Console(width=width)
 
 
 def _bar(*columns) -> Progress:

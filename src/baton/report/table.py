@@ -17,6 +17,8 @@ COLUMNS = (
     ("preemptions", "preempt", 1, "{:.0f}"), ("migrations", "migr", 1, "{:.0f}"),
     ("load_cv", "load CV", 1, "{:.2f}"),
 )
+# The default terminal table (fits 100 columns); --wide and the HTML report show COLUMNS.
+NARROW = ("p95_ttft_s", "p99_tpot_s", "goodput_rps", "slo_attainment", "preemptions", "migrations")
 # Counts, shown without a percentage change.
 ABSOLUTE = {"finished", "rejected", "preemptions", "migrations"}
 
@@ -36,15 +38,21 @@ def change_pct(value, ref) -> float | None:
     return (value - ref) / abs(ref) * 100
 
 
+def _columns(wide: bool):
+    return COLUMNS if wide else tuple(c for c in COLUMNS if c[0] in NARROW)
+
+
 def table_rows(results: Mapping[str, Mapping[str, float]],
-               paired: Mapping[str, Mapping[str, Mapping]] | None = None) -> list[tuple[str, list[str]]]:
+               paired: Mapping[str, Mapping[str, Mapping]] | None = None,
+               wide: bool = True) -> list[tuple[str, list[str]]]:
     """One row per policy; rows after the first carry their change against the first,
-    marked ``~`` when the paired 95% interval of the difference (over repeats) includes 0."""
+    marked ``~`` when the paired 95% interval of the difference (over repeats) includes 0.
+    ``wide=False`` keeps the columns that fit a 100-column terminal."""
     base = next(iter(results.values()), {})
     rows = []
     for i, (policy, summary) in enumerate(results.items()):
         cells = []
-        for key, _, scale, fmt in COLUMNS:
+        for key, _, scale, fmt in _columns(wide):
             text = cell(summary.get(key), scale, fmt)
             pct = change_pct(summary.get(key), base.get(key)) if i and key not in ABSOLUTE else None
             entry = (paired or {}).get(policy, {}).get(key)
@@ -55,5 +63,5 @@ def table_rows(results: Mapping[str, Mapping[str, float]],
 
 
 
-def headers() -> list[str]:
-    return ["policy"] + [title for _, title, _, _ in COLUMNS]
+def headers(wide: bool = True) -> list[str]:
+    return ["policy"] + [title for _, title, _, _ in _columns(wide)]
