@@ -27,7 +27,7 @@ between tokens; goodput = requests per second meeting both SLOs; SLO % = share o
 steady window's requests meeting both; preempt = KV preemptions (recomputed); migr =
 migrations; load CV = mean coefficient of variation of decode instances' token load;
 OAR = optimal-assignment ratio at decode start (oar_tokens, oar_count); (+x%) = change
-against the first row, ~ = its 95%% interval over repeats includes 0. In the records CSV,
+against the first row, ~ = its 95% interval over repeats includes 0. In the records CSV,
 path = the instances a request visited (prefill-decode[-migration targets])."""
 
 
