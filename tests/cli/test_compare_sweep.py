@@ -120,3 +120,15 @@ def test_piped_tables_fit_100_columns_and_wide_shows_everything(tmp_path):
         assert "P99 TPOT ms" in p.stdout and "load CV" not in p.stdout
     p = baton("simulate", *SMALL, "--wide", "--out", "w", cwd=tmp_path, env={**env, "COLUMNS": "200"})
     assert "load CV" in p.stdout and "P50 TTFT ms" in p.stdout
+
+
+def test_run_json_says_how_the_folder_was_made_and_old_files_go(tmp_path):
+    (tmp_path / "stale.requests.csv").write_text("old")
+    (tmp_path / "notes.txt").write_text("mine")
+    p = baton("compare", *SMALL, "--policies", "round-robin,least-kv", "--out", str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert {"config", "seed", "trace", "trace_sha256", "baton_version", "git_commit", "argv"} <= set(run)
+    assert run["config"]["policies"] == ["round-robin", "least-kv"] and run["argv"][0] == "compare"
+    assert run["config"]["cluster"]["decode"] == 2 and run["config"]["view"]["mode"] == "scraped"
+    assert not (tmp_path / "stale.requests.csv").exists() and (tmp_path / "notes.txt").exists()

@@ -16,6 +16,7 @@ from baton.cli.args import experiment_from, parse_rates
 from baton.cli.output import console, points_bar, progress_bar, rows_table, summary_table
 from baton.core.errors import ConfigError
 from baton.experiments import Experiment, RunData, WorkloadConfig, load_experiment, policy_label, run_experiment
+from baton.experiments.provenance import write_run_json
 from baton.experiments.repeats import combine, repeat_workloads, thin_percentiles
 from baton.experiments.sweep import run_sweep
 from baton.metrics import SLO, write_records
@@ -72,7 +73,9 @@ def _run_all(exp: Experiment, policies: list[tuple[str, Any]], args,
     _validate(exp, policies)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    _clear_owned(out)
     workloads = workloads or [(exp.seed, exp.workload.load(exp.seed))]  # loaded once for all policies
+    write_run_json(out, exp, [n for n, _ in policies], {"repeats": len(workloads)})
     runs, summaries = [], {name: [] for name, _ in policies}
     for k, (seed, requests) in enumerate(workloads):
         horizon_s = requests[-1].arrival_s if requests else 0.0
@@ -91,6 +94,19 @@ def _run_all(exp: Experiment, policies: list[tuple[str, Any]], args,
                 (out / f"{name}.summary.json").write_text(json.dumps(clean(data.summary), indent=2))
                 runs.append(data)
     return runs, summaries
+
+
+OWNED = ("*.requests.csv", "*.summary.json", "summary.json", "run.json", "report.html", "*.png",
+         "sweep.json", "sweep.html", "reproduce.json")
+
+
+def _clear_owned(out: Path) -> None:
+    """A new run never mixes with an earlier one's files: remove what Baton wrote there
+    (records, summaries, reports, figures), nothing else."""
+    for pattern in OWNED:
+        for f in out.glob(pattern):
+            if f.is_file():
+                f.unlink()
 
 
 def _compare_report(exp: Experiment, runs: list[RunData], args, title: str,
@@ -192,6 +208,8 @@ def cmd_sweep(args: argparse.Namespace) -> None:
                           target_attainment=args.target, on_point=update)
     payload = _sweep_payload(sweep)
     Path(args.out).mkdir(parents=True, exist_ok=True)
+    _clear_owned(Path(args.out))
+    write_run_json(Path(args.out), exp, [n for n, _ in policies], {"rates_rps": rates})
     (Path(args.out) / "sweep.json").write_text(json.dumps(payload, indent=2))
     head = ["policy", f"max rate @{args.target:.0%} (req/s)"] + [f"{r:g} req/s" for r in rates]
     rows = _sweep_rows(sweep)
@@ -271,6 +289,10 @@ def cmd_reproduce(args: argparse.Namespace) -> None:
     if args.repeats is not None and args.repeats < 2:
         raise ConfigError(f"--repeats: at least 2 are needed for an interval, got {args.repeats}")
     claims = claims_of(args.paper, Path(args.dir) if args.dir else ROOT, args.full)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    _clear_owned(Path(args.out))
+    write_run_json(Path(args.out), claims[0].experiment, [c.name for c in claims],
+                   {"paper": args.paper, "repeats": args.repeats, "full": args.full, "trace": args.trace})
     outcomes, cache = [], {}
     note = None if args.quiet else (lambda text: print(f"  {text}", file=sys.stderr, flush=True))
     for claim in claims:
