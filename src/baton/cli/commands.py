@@ -129,7 +129,7 @@ def _compare_report(exp: Experiment, runs: list[RunData], args, title: str,
             f"seed {exp.seed}; {runs[0].summary.get('requests', 0):.0f} requests"
             + (f"; means over {k} repeats, ~ = paired 95% interval includes 0" if k > 1 else "")]
     table_summaries = {n: {key: v for key, v in s.items() if key != "paired"} for n, s in summaries.items()}
-    path = write_report(args.out, Report(title, table_summaries, compare_figures(runs), meta))
+    path = write_report(args.out, Report(title, table_summaries, compare_figures(runs, exp.slo), meta))
     if args.json:
         _emit_json(summaries)
     else:

@@ -23,12 +23,29 @@ MAX_LINES = 12  # above this many instances, the load plot shows a min/median/ma
 
 
 def plain_log_labels(ax, which: str = "y") -> None:
-    """Plain numbers on a log axis; minor ticks labelled only when it spans under 1.5 decades."""
+    """Plain numbers on a log axis; minor ticks labelled only when it spans under 1.5
+    decades, and at least three labelled ticks even on a narrow range."""
     axis = ax.yaxis if which == "y" else ax.xaxis
     lo, hi = ax.get_ylim() if which == "y" else ax.get_xlim()
-    fmt = FuncFormatter(lambda v, _: f"{v:g}")
+    fmt = FuncFormatter(lambda v, _: _plain_number(v))
     axis.set_major_formatter(fmt)
     axis.set_minor_formatter(fmt if lo > 0 and hi / lo < 30 else NullFormatter())
+    if lo > 0 and hi > lo and len([t for t in axis.get_majorticklocs() if lo <= t <= hi]) < 3 \
+            and hi / lo < 30:
+        ticks = np.geomspace(lo * 1.02, hi / 1.02, 4)
+        (ax.set_yticks if which == "y" else ax.set_xticks)(ticks)
+        axis.set_minor_formatter(NullFormatter())
+        axis.set_major_formatter(fmt)
+
+
+def _same_as(runs: Sequence[RunData], i: int, attr: str) -> str:
+    """`` (same as X)`` when run i's values equal an earlier run's (its curve hides)."""
+    mine = getattr(runs[i], attr)
+    for other in runs[:i]:
+        theirs = getattr(other, attr)
+        if mine.shape == theirs.shape and np.array_equal(mine, theirs):
+            return f" (same as {other.name})"
+    return ""
 
 
 def _cdf(ax, values: np.ndarray, label: str) -> None:
@@ -37,12 +54,16 @@ def _cdf(ax, values: np.ndarray, label: str) -> None:
         ax.step(xs * 1e3, np.arange(1, xs.size + 1) / xs.size, where="post", label=label)
 
 
-def latency_cdfs(runs: Sequence[RunData]) -> MplFigure:
+def latency_cdfs(runs: Sequence[RunData], slo=None) -> MplFigure:
+    """TTFT and TPOT CDFs; dashed lines at the SLOs; identical curves say so in the legend."""
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), layout="constrained")
-    for run in runs:
-        _cdf(axes[0], run.ttft_s, run.name)
-        _cdf(axes[1], run.tpot_s, run.name)
-    for ax, what in zip(axes, ("TTFT", "TPOT")):
+    for i, run in enumerate(runs):
+        _cdf(axes[0], run.ttft_s, run.name + _same_as(runs, i, "ttft_s"))
+        _cdf(axes[1], run.tpot_s, run.name + _same_as(runs, i, "tpot_s"))
+    limits = (slo.ttft_s, slo.tpot_s) if slo is not None else (None, None)
+    for ax, what, limit in zip(axes, ("TTFT", "TPOT"), limits):
+        if limit is not None:
+            ax.axvline(limit * 1e3, color="black", ls="--", lw=1, label=f"{what} SLO ({limit * 1e3:g} ms)")
         ax.set(xscale="log", xlabel=f"{what} (ms, log scale)", ylabel="fraction of requests",
                title=f"CDF of {what}", ylim=(0, 1.01))
         ax.grid(True, which="both", alpha=0.3)
@@ -107,16 +128,23 @@ def throughput_bars(runs: Sequence[RunData]) -> MplFigure:
                            (axes[1], "goodput_rps", "requests/s meeting both SLOs")):
         vals = [r.summary.get(key, float("nan")) for r in runs]
         bars = ax.bar(names, vals, color=colors)
-        ax.bar_label(bars, fmt="%.3g", fontsize=8)
+        ax.bar_label(bars, labels=[_plain_number(v) for v in vals], fontsize=8)
         ax.set(ylabel=label, title="Throughput" if key.startswith("throughput") else "Goodput")
         ax.tick_params(axis="x", rotation=30, labelsize=8)
         ax.grid(True, axis="y", alpha=0.3)
     return fig
 
 
-def compare_figures(runs: Sequence[RunData]) -> list[Figure]:
+def _plain_number(v: float) -> str:
+    """A bar label without scientific notation: thousands separators, or 3 digits."""
+    if v != v:
+        return "-"
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
+def compare_figures(runs: Sequence[RunData], slo=None) -> list[Figure]:
     """The four figures of a comparison report."""
-    return [Figure("latency_cdf", "TTFT and TPOT distributions", latency_cdfs(runs)),
+    return [Figure("latency_cdf", "TTFT and TPOT distributions", latency_cdfs(runs, slo)),
             Figure("tbt_percentiles", "Time between tokens, P50 to P99.9", tbt_percentiles(runs)),
             Figure("instance_load", "Load balance over time", instance_load(runs)),
             Figure("throughput_goodput", "Throughput and goodput", throughput_bars(runs))]

@@ -1,0 +1,47 @@
+"""The comparison figures: SLO lines, readable log ticks, named duplicates, plain labels."""
+
+import numpy as np
+
+from baton.experiments.run import RunData
+from baton.metrics import SLO
+from baton.report.plots import latency_cdfs, tbt_percentiles, throughput_bars
+
+
+def run(name, ttft, tpot, tbt_ms=(16.0, 16.5, 17.0, 17.4), tok_s=123456.0):
+    qs = (50.0, 90.0, 99.0, 99.9)
+    return RunData(name, {"throughput_tok_s": tok_s, "goodput_rps": 12.3}, np.array(ttft), np.array(tpot),
+                   dict(zip(qs, np.array(tbt_ms) / 1e3)), np.zeros(0), np.zeros((0, 1)), ["i0"])
+
+
+def test_cdfs_draw_the_slos_and_name_identical_curves():
+    a = run("least-loaded", [0.1, 0.2, 0.3], [0.01, 0.02])
+    b = run("least-kv", [0.1, 0.2, 0.3], [0.01, 0.02])  # exactly the same results
+    fig = latency_cdfs([a, b], SLO(ttft_s=1.0, tpot_s=0.05))
+    ttft_ax, tpot_ax = fig.axes
+    assert any(line.get_xdata()[0] == 1000.0 for line in ttft_ax.get_lines())  # TTFT SLO at 1,000 ms
+    assert any(line.get_xdata()[0] == 50.0 for line in tpot_ax.get_lines())
+    labels = [t.get_text() for t in ttft_ax.get_legend().get_texts()]
+    assert "least-kv (same as least-loaded)" in labels and "TTFT SLO (1000 ms)" in labels
+
+
+def test_tbt_log_axis_has_three_labels_on_a_narrow_range():
+    fig = tbt_percentiles([run("a", [0.1], [0.01]), run("b", [0.1], [0.01], tbt_ms=(16.2, 16.8, 17.1, 17.9))])
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    lo, hi = ax.get_ylim()
+    shown = [t for t in ax.get_yticklabels() if t.get_text() and lo <= t.get_position()[1] <= hi]
+    assert len(shown) >= 3, [t.get_text() for t in shown]
+
+
+def test_bar_labels_have_no_scientific_notation():
+    fig = throughput_bars([run("a", [0.1], [0.01], tok_s=1234567.0), run("b", [0.1], [0.01], tok_s=98.7)])
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert "1,234,567" in texts and "98.7" in texts
+    assert not any("e+" in t for t in texts)
+
+
+def test_log_axes_label_without_scientific_notation():
+    fig = latency_cdfs([run("a", [0.05, 0.5, 3.0], [0.01, 0.02])], SLO())
+    fig.canvas.draw()
+    labels = [t.get_text() for ax in fig.axes for t in ax.get_xticklabels() if t.get_text()]
+    assert labels and not any("e+" in t for t in labels), labels
