@@ -156,3 +156,14 @@ def test_out_naming_a_file_and_a_busy_port(tmp_path):
         s.listen()
         p = baton("emulate", "--port", str(s.getsockname()[1]), timeout=30)
     assert p.returncode == 2 and "port is busy" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_records_format_parquet(tmp_path):
+    p = baton("simulate", "--requests", "20", "--records-format", "parquet", "--quiet", "--out", str(tmp_path))
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        assert p.returncode == 2 and "needs pyarrow" in p.stderr and not list(tmp_path.glob("*.parquet"))
+        return
+    assert p.returncode == 0, p.stderr
+    assert pq.read_table(tmp_path / "least-loaded.requests.parquet").num_rows == 20

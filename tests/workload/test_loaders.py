@@ -142,3 +142,26 @@ def test_vidur_request_metrics(tmp_path):
     v.write_text("num_prefill_tokens,num_decode_tokens\n319,33\n")
     with pytest.raises(WorkloadError, match="no arrival times"):
         load_trace(v, "vidur")  # --format vidur still requires arrived_at
+
+
+def test_json_is_detected_by_content_and_a_csv_format_on_json_is_named(tmp_path):
+    f = tmp_path / "trace.txt"
+    f.write_text(json.dumps({"timestamp": 0, "input_length": 5, "output_length": 2}) + "\n")
+    assert detect_format(f) == "mooncake"
+    with pytest.raises(WorkloadError, match="is JSON .lines., but --format azure expects CSV columns "
+                                            "TIMESTAMP,ContextTokens,GeneratedTokens"):
+        load_trace(f, "azure")
+    odd = tmp_path / "odd.csv"
+    odd.write_text("a,b,c\n1,2,3\n")
+    with pytest.raises(WorkloadError, match="expected columns per format: azure: TIMESTAMP"):
+        load_trace(odd)
+
+
+def test_a_yaml_trace_path_is_relative_to_the_yaml(tmp_path):
+    from baton.experiments import load_experiment
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "t.csv").write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,3,4\n")
+    (tmp_path / "exp.yaml").write_text("workload: {trace: data/t.csv}\n")
+    exp = load_experiment(tmp_path / "exp.yaml")
+    assert exp.workload.trace == str(tmp_path / "data" / "t.csv")
+    assert len(exp.workload.load(0)) == 1

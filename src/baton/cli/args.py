@@ -55,6 +55,8 @@ def add_common(p: argparse.ArgumentParser, rate_list: bool = False) -> None:
     p.add_argument("--out", default="baton-out", help="output directory (default: baton-out)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument("--wide", action="store_true", help="every column in the table (the default fits 100 columns)")
+    p.add_argument("--records-format", choices=["csv", "parquet"], default="csv",
+                   help="per-request records as CSV or Parquet (Parquet needs pyarrow: pip install -e '.[parquet]')")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 

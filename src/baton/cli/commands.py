@@ -71,6 +71,11 @@ def _run_all(exp: Experiment, policies: list[tuple[str, Any]], args,
     data and every repeat's summary per policy; records of repeat k > 0 go to
     ``NAME.rK.requests.csv``."""
     _validate(exp, policies)
+    if getattr(args, "records_format", "csv") == "parquet":
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise ConfigError("--records-format parquet needs pyarrow: pip install -e '.[parquet]'") from None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     _clear_owned(out)
@@ -85,7 +90,7 @@ def _run_all(exp: Experiment, policies: list[tuple[str, Any]], args,
                 result, data = run_experiment(replace(exp, policy=pol, seed=seed), closed_form=not args.reference,
                                               progress=update, name=name, requests=requests)
             stem = name if k == 0 else f"{name}.r{k}"
-            write_records(result.records, out / f"{stem}.requests.csv")
+            write_records(result.records, out / f"{stem}.requests.{getattr(args, 'records_format', 'csv')}")
             summaries[name].append(data.summary)
             warning = overload(data.summary, exp.slo)
             if warning:
@@ -96,7 +101,7 @@ def _run_all(exp: Experiment, policies: list[tuple[str, Any]], args,
     return runs, summaries
 
 
-OWNED = ("*.requests.csv", "*.summary.json", "summary.json", "run.json", "report.html", "*.png",
+OWNED = ("*.requests.csv", "*.requests.parquet", "*.summary.json", "summary.json", "run.json", "report.html", "*.png",
          "sweep.json", "sweep.html", "reproduce.json")
 
 

@@ -122,7 +122,12 @@ def load_experiment(path: str | Path) -> Experiment:
         raise ConfigError(f"{path}: expected a mapping at the top level")
     if "figure" in data and isinstance(data.get("experiment"), Mapping):
         data = data["experiment"]  # a reproduction file: its regime works as an experiment
-    return experiment_from_dict(data)
+    exp = experiment_from_dict(data)
+    trace = exp.workload.trace
+    if trace and not Path(trace).is_absolute():
+        # a trace path in a YAML is relative to the YAML's folder, not to where baton runs
+        exp.workload.trace = str((Path(path).parent / trace).resolve())
+    return exp
 
 
 def experiment_from_dict(data: Mapping[str, Any]) -> Experiment:

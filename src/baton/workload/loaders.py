@@ -148,20 +148,52 @@ _HEADER_HINTS = (("TIMESTAMP", "azure"), ("Request tokens", "burstgpt"),
                  ("request_inter_arrival_delay", "vidur-metrics"), ("num_prefill_tokens", "vidur"))
 
 
+_EXPECTED = {"azure": "TIMESTAMP,ContextTokens,GeneratedTokens",
+             "burstgpt": "Timestamp,Request tokens,Response tokens",
+             "vidur": "arrived_at,num_prefill_tokens,num_decode_tokens",
+             "vidur-metrics": "Request Id,request_inter_arrival_delay,request_num_prefill_tokens,...",
+             "mooncake": "JSON lines with timestamp, input_length, output_length",
+             "sharegpt": "a JSON list of objects with input/output lengths"}
+
+
+def _content_kind(path: Path) -> str | None:
+    """'jsonl' or 'json' when the file's content is JSON, whatever its extension."""
+    try:
+        with path.open() as handle:
+            first = handle.readline().lstrip()
+    except UnicodeDecodeError:
+        return None
+    if first.startswith("{"):
+        return "jsonl"
+    if first.startswith("["):
+        return "json"
+    return None
+
+
 def detect_format(path: Path) -> str:
-    """Guess a trace's format from its extension and first line."""
-    suffix = path.suffix.lower()
-    if suffix == ".jsonl":
+    """Guess a trace's format from its content (JSON or not) and first line."""
+    kind = _content_kind(path)
+    if kind == "jsonl" or (kind is None and path.suffix.lower() == ".jsonl"):
         return "mooncake"
-    if suffix == ".json":
+    if kind == "json" or (kind is None and path.suffix.lower() == ".json"):
         return "sharegpt"
     with path.open() as handle:
         header = handle.readline()
     for hint, name in _HEADER_HINTS:
         if hint in header:
             return name
-    raise WorkloadError(f"{path}: cannot tell the trace format from its extension and header; "
-                        f"pass one of: {', '.join(FORMATS)}")
+    expected = "; ".join(f"{k}: {v}" for k, v in _EXPECTED.items())
+    raise WorkloadError(f"{path}: cannot tell the trace format from its content (first line: "
+                        f"{header.strip()[:80]!r}); expected columns per format: {expected}")
+
+
+def _check_kind(path: Path, fmt: str) -> None:
+    """A CSV format on a JSON file (or the reverse) is a clear error, not 17 odd columns."""
+    kind = _content_kind(path)
+    if kind and fmt not in ("mooncake", "sharegpt"):
+        raise WorkloadError(f"{path}: is JSON ({'lines' if kind == 'jsonl' else 'a list'}), but --format "
+                            f"{fmt} expects CSV columns {_EXPECTED.get(fmt, '')}; use --format "
+                            f"{'mooncake' if kind == 'jsonl' else 'sharegpt'} or leave --format out")
 
 
 def _columns(path: Path) -> str:
@@ -208,6 +240,7 @@ def load_trace(path: str | Path, fmt: str | None = None, arrivals: str | None = 
     fmt = fmt or detect_format(path)
     if fmt not in FORMATS:
         raise WorkloadError(f"unknown trace format {fmt!r}; expected one of: {', '.join(FORMATS)}")
+    _check_kind(path, fmt)
     try:
         rows = FORMATS[fmt](path)
     except KeyError as exc:
