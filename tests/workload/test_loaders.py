@@ -165,3 +165,18 @@ def test_a_yaml_trace_path_is_relative_to_the_yaml(tmp_path):
     exp = load_experiment(tmp_path / "exp.yaml")
     assert exp.workload.trace == str(tmp_path / "data" / "t.csv")
     assert len(exp.workload.load(0)) == 1
+
+
+def test_column_mapping_reads_any_csv_or_jsonl(tmp_path):
+    from baton.workload.loaders import parse_columns
+    cols = parse_columns("time=ts,prompt=in,output=out")
+    c = tmp_path / "c.csv"
+    c.write_text("ts,in,out\n1000,30,5\n1500,40,6\n")
+    assert [(r.arrival_s, r.prompt_tokens) for r in load_trace(c, columns=cols, time_unit="ms")] == [(0.0, 30), (0.5, 40)]
+    j = tmp_path / "j.jsonl"
+    j.write_text(json.dumps({"ts": 2, "in": 3, "out": 4}) + "\n" + json.dumps({"ts": 5, "in": 6, "out": 7}) + "\n")
+    assert [r.arrival_s for r in load_trace(j, columns=cols)] == [0.0, 3.0]
+    with pytest.raises(WorkloadError, match="no column 'nope'"):
+        load_trace(c, columns={"prompt": "in", "output": "out", "time": "nope"})
+    with pytest.raises(WorkloadError, match="prompt=COL and output=COL"):
+        parse_columns("time=ts")

@@ -13,6 +13,7 @@ from baton.experiments import Experiment, WorkloadConfig, load_experiment, with_
 from baton.metrics import SLO
 from baton.sim.cluster import check_counts, engine_from_dict
 from baton.workload import FORMATS
+from baton.workload.loaders import parse_columns
 
 
 def add_workload_flags(p: argparse.ArgumentParser, rate_list: bool = False) -> None:
@@ -22,6 +23,9 @@ def add_workload_flags(p: argparse.ArgumentParser, rate_list: bool = False) -> N
     p.add_argument("--requests", type=int, help="N requests: the first N of a trace, or exactly N synthetic ones")
     p.add_argument("--arrivals", metavar="poisson:R|uniform:R",
                    help="arrival times for a trace that has none (R requests/s)")
+    p.add_argument("--columns", metavar="time=COL,prompt=COL,output=COL",
+                   help="read any CSV or JSONL trace through these column names")
+    p.add_argument("--time-unit", choices=["s", "ms"], default="s", help="unit of the --columns time column")
     if rate_list:
         p.add_argument("--rate", required=True, help="request rates to sweep, e.g. 2,4,8,16 (req/s)")
     else:
@@ -98,6 +102,9 @@ def experiment_from(args: argparse.Namespace, base: Experiment | None = None) ->
         exp.workload = WorkloadConfig(trace=args.trace, format=args.format)
     if getattr(args, "arrivals", None):
         exp.workload.arrivals = args.arrivals
+    if getattr(args, "columns", None):
+        exp.workload.columns = parse_columns(args.columns)
+        exp.workload.time_unit = args.time_unit
     if args.requests is not None:
         exp.workload.requests = args.requests
     if args.rate is not None and not isinstance(args.rate, str):

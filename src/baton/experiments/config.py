@@ -29,16 +29,18 @@ class WorkloadConfig:
     requests: int | None = None
     rate_rps: float | None = None
     arrivals: str | None = None  # poisson:R | uniform:R, for traces without arrival times
+    columns: dict[str, str] | None = None  # time/prompt/output column names (any CSV or JSONL)
+    time_unit: str = "s"
 
     def whole_trace(self, seed: int = 0) -> list[Request]:
         """Every request of the trace, unscaled (for disjoint windows)."""
-        return load_trace(self.trace, self.format, self.arrivals, seed)
+        return load_trace(self.trace, self.format, self.arrivals, seed, self.columns, self.time_unit)
 
     def load(self, seed: int) -> list[Request]:
         """The workload's requests: a trace's first ``requests``, or exactly ``requests``
         synthetic ones (``requests`` sets the synthetic count, it never caps it)."""
         if self.trace:
-            reqs = load_trace(self.trace, self.format, self.arrivals, seed)
+            reqs = load_trace(self.trace, self.format, self.arrivals, seed, self.columns, self.time_unit)
         else:
             spec = self.synthetic if self.requests is None else replace(self.synthetic, requests=self.requests)
             reqs = generate(spec, np.random.default_rng(seed))

@@ -227,8 +227,47 @@ def _draw_arrivals(spec: str, n: int, seed: int) -> list[float]:
     return list(np.concatenate([[0.0], np.cumsum(gaps[:-1])]))
 
 
+def parse_columns(text: str) -> dict[str, str]:
+    """``time=ts,prompt=in,output=out`` -> {"time": "ts", ...}; prompt and output required."""
+    mapping = {}
+    for part in text.split(","):
+        key, sep, col = part.partition("=")
+        if not sep or key.strip() not in ("time", "prompt", "output") or not col.strip():
+            raise WorkloadError(f"--columns: expected time=COL,prompt=COL,output=COL, got {text!r}")
+        mapping[key.strip()] = col.strip()
+    if not {"prompt", "output"} <= set(mapping):
+        raise WorkloadError(f"--columns: prompt=COL and output=COL are required, got {text!r}")
+    return mapping
+
+
+def _mapped(path: Path, columns: dict[str, str], time_unit_s: float) -> list[tuple[float | None, int, int]]:
+    """A CSV or JSONL trace read through a column mapping."""
+    if _content_kind(path) == "json":
+        raise WorkloadError(f"{path}: --columns reads CSV or JSON lines, not a JSON list")
+    if _content_kind(path) == "jsonl":
+        items = []
+        with path.open() as handle:
+            for line, text in enumerate(handle, start=1):
+                if text.strip():
+                    try:
+                        items.append((f"{path}:{line}", json.loads(text)))
+                    except json.JSONDecodeError as exc:
+                        raise WorkloadError(f"{path}:{line}: invalid JSON: {exc.msg}") from None
+    else:
+        items = list(_csv_rows(path))
+    rows = []
+    for where, row in items:
+        missing = [c for c in columns.values() if c not in row]
+        if missing:
+            raise WorkloadError(f"{where}: no column {missing[0]!r} (has: {', '.join(map(str, row))})")
+        t = _number(row[columns["time"]], columns["time"], where) * time_unit_s if "time" in columns else None
+        rows.append((t, _positive_int(row[columns["prompt"]], columns["prompt"], where),
+                     _positive_int(row[columns["output"]], columns["output"], where)))
+    return rows
+
+
 def load_trace(path: str | Path, fmt: str | None = None, arrivals: str | None = None,
-               seed: int = 0) -> list[Request]:
+               seed: int = 0, columns: dict[str, str] | None = None, time_unit: str = "s") -> list[Request]:
     """Load a trace file as requests sorted by arrival, first arrival at 0 s. A trace
     without arrival times needs ``arrivals`` (``poisson:R`` / ``uniform:R``), which
     replaces them in file order; with arrival times, ``arrivals`` is an error."""
@@ -237,12 +276,18 @@ def load_trace(path: str | Path, fmt: str | None = None, arrivals: str | None = 
         raise WorkloadError(f"{path}: is a directory, not a trace file")
     if not path.is_file():
         raise WorkloadError(f"{path}: no such trace file")
-    fmt = fmt or detect_format(path)
-    if fmt not in FORMATS:
-        raise WorkloadError(f"unknown trace format {fmt!r}; expected one of: {', '.join(FORMATS)}")
-    _check_kind(path, fmt)
+    if columns is not None:
+        if time_unit not in ("s", "ms"):
+            raise WorkloadError(f"--time-unit: expected s or ms, got {time_unit!r}")
+        fmt = "columns"
+    else:
+        fmt = fmt or detect_format(path)
+        if fmt not in FORMATS:
+            raise WorkloadError(f"unknown trace format {fmt!r}; expected one of: {', '.join(FORMATS)}")
+        _check_kind(path, fmt)
     try:
-        rows = FORMATS[fmt](path)
+        rows = (_mapped(path, columns, 1e-3 if time_unit == "ms" else 1.0) if columns is not None
+                else FORMATS[fmt](path))
     except KeyError as exc:
         raise WorkloadError(f"{path}: missing column {exc.args[0]!r} for format {fmt}") from None
     except UnicodeDecodeError:
