@@ -4,7 +4,7 @@ random on small clusters: every request ends, KV blocks are conserved and no
 reservation leaks."""
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from baton.core import ChangeRole, Migrate, MigrationMode, Role
@@ -49,6 +49,9 @@ rows_strategy = st.lists(st.tuples(st.floats(0, 2), st.integers(1, 700), st.inte
 
 
 @settings(max_examples=60, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
+@example(rows=[(0.0, 539, 143), (1.0, 337, 2), (1.0, 346, 2), (1.5, 1, 2), (1.5, 465, 2), (1.125, 3, 75),
+               (1.625, 545, 2), (1.34375, 1, 46)], kv=1024, seed=512, migrate_p=1.0, flip_p=0.05,
+         policy="round-robin")  # two handoffs in opposite directions waited for each other's blocks
 @given(rows=rows_strategy, kv=st.integers(1000, 4000), seed=st.integers(0, 1000),
        migrate_p=st.sampled_from([0.05, 0.3, 1.0]), flip_p=st.sampled_from([0.0, 0.05]),
        policy=st.sampled_from(["least-loaded", "round-robin", "colocated"]))

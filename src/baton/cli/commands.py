@@ -232,9 +232,12 @@ def cmd_sweep(args: argparse.Namespace) -> None:
 
 def cmd_workload_stats(args: argparse.Namespace) -> None:
     from baton.report import Report, workload_figure, write_report
-    requests = load_trace(args.file, args.format)
+    requests = load_trace(args.file, args.format, args.arrivals)
     if not requests:
         raise ConfigError(f"{args.file}: the trace has no requests")
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    write_run_json(Path(args.out), Experiment(workload=WorkloadConfig(trace=args.file, format=args.format,
+                                                                      arrivals=args.arrivals)), [])
     stats = workload_stats(requests)
     name = Path(args.file).name
     fig = workload_figure(np.array([r.prompt_tokens for r in requests]), np.array([r.output_tokens for r in requests]),

@@ -70,6 +70,7 @@ def parser() -> argparse.ArgumentParser:
     stats = wl_sub.add_parser("stats", help="length and arrival statistics of a trace, with histograms")
     stats.add_argument("file", help="trace file")
     stats.add_argument("--format", choices=sorted(FORMATS), help="trace format (default: detect)")
+    stats.add_argument("--arrivals", metavar="poisson:R|uniform:R", help="arrival times for a trace without them")
     stats.add_argument("--out", default="baton-out", help="output directory for the figure")
     stats.add_argument("--json", action="store_true", help="print the statistics as one JSON object")
     rep = sub.add_parser("reproduce", help="a paper's headline figures: its claims against Baton, with 95%% intervals")

@@ -30,6 +30,7 @@ class RunCounters:
     migration_bytes: float = 0.0
     transfer_bytes: float = 0.0
     role_changes: int = 0
+    handoff_recomputes: int = 0  # stuck KV handoffs given up and recomputed on the decode side
     decode_starts: int = 0
     least_by_count: int = 0    # decode starts on an instance with the fewest other requests
     least_by_tokens: int = 0   # ... with the least other token load
@@ -193,7 +194,7 @@ def summarize(records: list[RequestRecord], tbt: GapHistogram, counters: RunCoun
         "preemptions": counters.preemptions, "migrations": counters.migrations,
         "migrations_refused": counters.migrations_refused,
         "migration_bytes": counters.migration_bytes, "transfer_bytes": counters.transfer_bytes,
-        "role_changes": counters.role_changes,
+        "role_changes": counters.role_changes, "handoff_recomputes": counters.handoff_recomputes,
         "oar_count": counters.oar("count"), "oar_tokens": counters.oar("tokens"),
     }
     for r in records:

@@ -469,6 +469,32 @@ class Simulator:
         else:
             self.pending_watch[decision.req_id] = decision.context_tokens
 
+    def _recompute_a_stuck_handoff(self) -> bool:
+        """Nothing runs, yet a prefilled request waits for blocks on its decode instance
+        while its KV holds blocks on the source (two such handoffs in opposite directions
+        wait for each other). As vLLM's prefill side frees KV nobody pulls after a timeout
+        and the decode side then computes the prompt itself, the source gives its KV up
+        and the request recomputes on its decode instance. True if one was released."""
+        for dst, queue in self.receive_wait.items():
+            for rid in list(queue):
+                tr = self.transfers[rid]
+                if not tr.prefill_done:
+                    continue
+                queue.remove(rid)
+                del self.transfers[rid]
+                src_eng = self.engines[tr.src]
+                src_eng.release(src_eng.held_blocks.pop(rid))
+                st = self.states[rid]
+                self.instances[dst].drop_shadow(rid)
+                st.phase = Phase.PREFILL
+                self.counters.handoff_recomputes += 1
+                self.engines[dst].add_prefill(PrefillItem(rid, st.request.prompt_tokens, "recompute",
+                                                          st.request.output_tokens, 0))
+                self.retry_receives(tr.src)
+                self.kick(dst)
+                return True
+        return False
+
     def _on_scrape(self) -> None:
         """Read every engine's metrics; policies see them ``delay_s`` later."""
         samples = tuple((i, inst.engine_sample(self.now)) for i, inst in self.instances.items())
@@ -490,7 +516,7 @@ class Simulator:
         if self._progress is not None:
             self._progress(self.now, len(self.records), len(self.requests))
         if self._open > 0 and self._work == 0 and not self.net.flows \
-                and not any(e.busy for e in self.engines.values()):
+                and not any(e.busy for e in self.engines.values()) and not self._recompute_a_stuck_handoff():
             stuck = [s.req_id for s in self.states.values() if not s.done][:5]
             raise SimulationError(f"simulation stalled at t={self.now:.3f}s: {self._open} requests open "
                                   f"(e.g. {stuck}) and nothing left to run")
