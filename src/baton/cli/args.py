@@ -37,7 +37,7 @@ def add_common(p: argparse.ArgumentParser, rate_list: bool = False) -> None:
     p.add_argument("--prefill", type=int, help="prefill instances")
     p.add_argument("--decode", type=int, help="decode instances")
     p.add_argument("--mixed", type=int, help="mixed (colocated) instances")
-    p.add_argument("--preset", help="model@hardware performance preset")
+    p.add_argument("--preset", help="model@hardware performance preset, or a profile CSV from `baton profile`")
     v = p.add_argument_group("what policies see (baton.core.info)")
     v.add_argument("--view", choices=[m.value for m in ViewMode],
                    help="exact: engine metrics as they are; scraped (default): as of the last "

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from baton import __version__
 from baton.cli.args import experiment_from, parse_rates
 from baton.cli.output import console, points_bar, progress_bar, rows_table, summary_table
 from baton.core.errors import ConfigError
@@ -276,6 +277,34 @@ def cmd_emulate(args: argparse.Namespace) -> None:
     """``baton emulate``: serve one emulated engine until interrupted."""
     from baton.emulator.run import build_emulator, serve
     serve(build_emulator(args))
+
+
+def cmd_profile(args: argparse.Namespace) -> None:
+    """``baton profile``: measure a live engine, write the profile and report the fit."""
+    import asyncio
+
+    from baton.perf.fitted import FittedModel
+    from baton.profiling.fit import fit_errors
+    from baton.profiling.grid import ProfileGrid, write_profile
+    from baton.profiling.live import profile_engine
+    for flag in ("max_num_batched_tokens", "max_num_seqs"):
+        if getattr(args, flag) <= 0:
+            raise ConfigError(f"--{flag.replace('_', '-')}: expected a positive integer")
+    grid = (ProfileGrid.quick if args.quick else ProfileGrid)(
+        max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs)
+    facts, rows = asyncio.run(profile_engine(args.engine, args.model, grid, args.seed,
+                                             lambda msg: print(msg, flush=True)))
+    if facts.kv_capacity_tokens is None or facts.kv_bytes_per_token is None:
+        print(f"note: {args.engine} does not export vllm:cache_config_info; set kv_capacity_tokens and "
+              f"kv_bytes_per_token in the .json beside the profile", file=sys.stderr)
+    out = Path(args.out)
+    side = write_profile(out, rows, facts, {"max_num_batched_tokens": grid.max_num_batched_tokens,
+                                            "baton_version": __version__})
+    print(f"wrote {len(rows)} rows to {out} and the engine's facts to {side}")
+    if facts.kv_capacity_tokens and facts.kv_bytes_per_token:
+        model = FittedModel.from_profile(out)
+        for kind, err in fit_errors(rows, model).items():
+            print(f"fit on {kind} rows: {err['rows']} rows, MAPE {err['mape']:.1%}, worst {err['max']:.1%}")
 
 
 def cmd_serve(args: argparse.Namespace) -> None:

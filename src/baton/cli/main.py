@@ -87,6 +87,17 @@ def parser() -> argparse.ArgumentParser:
     srv.add_argument("--host", help="listen address (overrides the config)")
     srv.add_argument("--port", type=int, help="listen port (overrides the config)")
     srv.add_argument("--policy", help="policy name (overrides the config)")
+    prof = sub.add_parser("profile", help="measure a running engine's iterations into a profile CSV "
+                                          "(use the CSV as --preset)")
+    prof.add_argument("--engine", required=True, metavar="URL", help="engine base URL, e.g. http://127.0.0.1:8000")
+    prof.add_argument("--model", help="served model name (default: the engine's first)")
+    prof.add_argument("--out", default="baton-out/profile.csv", help="profile CSV (a .json beside it "
+                                                                   "holds the engine's KV facts)")
+    prof.add_argument("--max-num-batched-tokens", type=int, default=2048,
+                      help="the engine's token budget per iteration (longer prompts are not measured)")
+    prof.add_argument("--max-num-seqs", type=int, default=256, help="the engine's batch cap")
+    prof.add_argument("--quick", action="store_true", help="a small grid (a smoke run)")
+    prof.add_argument("--seed", type=int, default=0, help="seed of the random prompts")
     emu = sub.add_parser("emulate", help="run an engine emulator (an HTTP server that behaves like vLLM)")
     add_emulate_args(emu)
     for name, p in sub.choices.items():  # every subcommand's --help shows its defaults
@@ -100,7 +111,7 @@ COMMANDS = {"simulate": commands.cmd_simulate, "compare": commands.cmd_compare, 
             "reproduce": commands.cmd_reproduce,
             "sweep": commands.cmd_sweep, "demo": commands.cmd_demo,
             "workload": commands.cmd_workload_stats, "calibrate": commands.cmd_calibrate,
-            "emulate": commands.cmd_emulate, "serve": commands.cmd_serve}
+            "emulate": commands.cmd_emulate, "profile": commands.cmd_profile, "serve": commands.cmd_serve}
 
 
 def main(argv: list[str] | None = None) -> int:

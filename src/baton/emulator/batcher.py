@@ -13,9 +13,11 @@ from __future__ import annotations
 import asyncio
 import enum
 import math
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from baton.emulator.timings import RequestTimings
 from baton.perf.model import PerfModel, batch_shape
 
 
@@ -54,6 +56,11 @@ class Sequence:
     admit_seq: int = 0
     state: SeqState = SeqState.WAITING
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
+    # engine-side times (time.monotonic, s) for vLLM's latency histograms
+    arrived_s: float = field(default_factory=time.monotonic)
+    scheduled_s: float | None = None
+    first_token_s: float | None = None
+    last_token_s: float | None = None
 
     def emit_token(self) -> None:
         self.events.put_nowait(("token", self.prompt_len + self.generated))
@@ -67,8 +74,8 @@ def blocks_for(tokens: int, block_size: int) -> int:
 class Batcher:
     """The engine loop and its queues; ``run()`` is a task on the server's event loop."""
 
-    def __init__(self, config: BatcherConfig, perf: PerfModel) -> None:
-        self.config, self.perf = config, perf
+    def __init__(self, config: BatcherConfig, perf: PerfModel, timings: RequestTimings | None = None) -> None:
+        self.config, self.perf, self.timings = config, perf, timings
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.held: dict[str, Sequence] = {}
@@ -192,6 +199,8 @@ class Batcher:
     def _admit(self, seq: Sequence) -> None:
         self._admits += 1
         seq.admit_seq, seq.state = self._admits, SeqState.RUNNING
+        if seq.scheduled_s is None:
+            seq.scheduled_s = time.monotonic()
         self.running.append(seq)
 
     def _grow_decodes(self) -> None:
@@ -232,6 +241,11 @@ class Batcher:
         self._notify_freed()
 
     def _emit(self, s: Sequence) -> None:
+        now = time.monotonic()
+        if self.timings is not None:
+            self.timings.token(s.arrived_s, s.scheduled_s or now, s.last_token_s, now)
+        s.first_token_s = s.first_token_s or now
+        s.last_token_s = now
         s.emit_token()
         self.generation_tokens += 1
         if s.prefill_only:
@@ -251,6 +265,8 @@ class Batcher:
         if reason is not None:
             self.finished += 1
             seq.events.put_nowait(("done", reason))
+            if self.timings is not None and seq.first_token_s is not None and seq.last_token_s is not None:
+                self.timings.finished(seq.arrived_s, seq.first_token_s, seq.last_token_s)
         self._wake.set()
         self._notify_freed()
 

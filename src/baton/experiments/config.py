@@ -129,6 +129,9 @@ def load_experiment(path: str | Path) -> Experiment:
     if trace and not Path(trace).is_absolute():
         # a trace path in a YAML is relative to the YAML's folder, not to where baton runs
         exp.workload.trace = str((Path(path).parent / trace).resolve())
+    preset = exp.cluster.preset
+    if preset.endswith(".csv") and not Path(preset).is_absolute():  # a profile, likewise
+        exp.cluster = replace(exp.cluster, preset=str((Path(path).parent / preset).resolve()))
     return exp
 
 

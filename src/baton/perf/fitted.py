@@ -1,17 +1,22 @@
 """A performance model fitted by least squares to measured engine iterations.
 
-For users who profile their own engine: a CSV with one row per measured iteration and
+For users who profile their own engine (``baton profile --engine URL`` writes one): a CSV with one row per measured iteration and
 the columns ``prefill_tokens``, ``decode_requests``, ``decode_ctx_tokens`` and
 ``iteration_s`` (optional: ``prefill_attn_pairs``, ``decode_ctx_cv2``). The model is
 ``t = c0 + c1*prefill_tokens + c2*prefill_attn_pairs + c3*decode_requests
 + c4*decode_ctx_tokens + c5*decode_ctx_tokens*decode_ctx_cv2`` with non-negative
-coefficients (scipy's NNLS), which keeps it affine in the decode context as the
+coefficients (scipy's NNLS, minimising squared relative error), which keeps it affine in the decode context as the
 simulator's closed-form advance requires.
+
+A ``.json`` file beside the CSV (``baton profile`` writes it) gives the engine's KV
+capacity (``kv_capacity_tokens``), ``kv_bytes_per_token`` and ``max_model_len``; wherever
+a preset name is accepted, the path of a profile CSV is too.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import numpy as np
@@ -54,8 +59,34 @@ class FittedModel(PerfModel):
         a = _features(rows["prefill_tokens"], rows.get("prefill_attn_pairs", zeros),
                       rows["decode_requests"], rows["decode_ctx_tokens"],
                       rows.get("decode_ctx_cv2", zeros))
-        coef, _ = nnls(a, rows["iteration_s"])
+        y = rows["iteration_s"]
+        if (y <= 0).any():
+            raise ConfigError("profile: every iteration_s must be positive")
+        # relative errors matter (a 5 ms miss is large on a 40 ms decode, small on a 600 ms
+        # prefill): least squares on rows scaled by 1/t
+        coef, _ = nnls(a / y[:, None], np.ones_like(y))
         return cls(coef, kv_bytes_per_token, kv_capacity_tokens)
+
+    @classmethod
+    def from_profile(cls, path: str | Path) -> "FittedModel":
+        """Fit a profile CSV, with the engine facts from its ``.json`` sidecar."""
+        path = Path(path)
+        side = path.with_suffix(".json")
+        try:
+            facts = json.loads(side.read_text())
+        except OSError:
+            raise ConfigError(f"{path}: no {side.name} beside it with the engine's KV capacity "
+                              f"(baton profile writes both)") from None
+        except ValueError as exc:
+            raise ConfigError(f"{side}: not valid JSON: {exc}") from None
+        kv_tokens, kv_bytes = facts.get("kv_capacity_tokens"), facts.get("kv_bytes_per_token")
+        for key, value in (("kv_capacity_tokens", kv_tokens), ("kv_bytes_per_token", kv_bytes)):
+            if not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"{side}: {key}: expected a positive integer, got {value!r}")
+        model = cls.from_csv(path, kv_bytes, kv_tokens)
+        if isinstance(facts.get("max_model_len"), int):
+            model.max_model_len = facts["max_model_len"]
+        return model
 
     @classmethod
     def from_csv(cls, path: str | Path, kv_bytes_per_token: int,

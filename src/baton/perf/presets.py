@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from baton.core.errors import ConfigError, did_you_mean
+from baton.perf.fitted import FittedModel
+from baton.perf.model import PerfModel
 from baton.perf.roofline import RooflineModel
 from baton.perf.specs import Efficiency, HardwareSpec, ModelSpec
 
@@ -117,8 +119,11 @@ PRESETS: dict[str, Preset] = {
 DEFAULT_PRESET = "llama-3.1-8b@a100-80g"
 
 
-def build(name: str) -> RooflineModel:
-    """Build a named preset; the error lists the known names."""
+def build(name: str) -> PerfModel:
+    """Build a named preset, or fit a profile CSV (a name ending in ``.csv``, see
+    ``baton.perf.fitted``); the error lists the known names."""
+    if name.endswith(".csv"):
+        return FittedModel.from_profile(name)
     try:
         return PRESETS[name].build()
     except KeyError:

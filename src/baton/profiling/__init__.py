@@ -1,0 +1,1 @@
+"""``baton profile``: measure an engine's iteration times for the fitted performance model."""
