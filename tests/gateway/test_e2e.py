@@ -1,7 +1,8 @@
 """End to end on 127.0.0.1: emulators and gateways as real processes.
 
-Emulator output tokens are their absolute positions (`` 4 5 6`` after a 4-token
-prompt), so every test checks the exact token sequence a client received.
+Emulator output token ids are their absolute positions and their text a word chosen by
+the position (``token_text``), so every test checks the exact token sequence a client
+received.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import threading
 
 import pytest
+
+from baton.emulator.tokens import token_text
 
 from tests.live import (Stream, chunk_texts, get, metric, post, request, servers, start_emulator,
                         start_gateway, wait_until)
@@ -19,7 +22,7 @@ PROMPT = "a b c d"  # 4 prompt tokens for the emulator
 
 
 def expected(prompt_len: int, n: int) -> str:
-    return "".join(f" {prompt_len + i}" for i in range(n))
+    return "".join(token_text(prompt_len + i) for i in range(n))
 
 
 def engines(p, d0, d1):
@@ -351,3 +354,24 @@ def test_client_request_id_is_echoed_but_never_shared_with_engines(cluster):
     assert len(results) == 20 and all(s == 200 and h == "same" for s, h, _ in results)
     assert wait_until(lambda: metric(cluster["p"].url, "vllm:kv_cache_usage_perc") == 0, 10)
     assert wait_until(lambda: idle(gw))
+
+
+def test_the_engines_model_names_are_served_and_an_alias_is_rewritten(tmp_path):
+    """Engines with no model in the config: the gateway learns their name from /v1/models,
+    serves it and the alias, and sends each engine its own name (the emulator, like vLLM,
+    answers 404 to any other)."""
+    emu = start_emulator(tmp_path, "--model", "org/real-name")
+    gw = start_gateway(tmp_path, {"engines": [{"name": "m", "url": emu.url, "role": "mixed"}],
+                                  "policy": "colocated", "model": "my-alias", "scrape_interval_s": 0.1})
+    with servers(emu, gw):
+        served = lambda: [m["id"] for m in get(gw.url + "/v1/models")[1]["data"]]  # noqa: E731
+        assert wait_until(lambda: served() == ["my-alias", "org/real-name"])
+        for name in ("org/real-name", "my-alias", None):
+            body = {"prompt": PROMPT, "max_tokens": 3, **({"model": name} if name else {})}
+            status, out = post(gw.url + "/v1/completions", body)
+            assert status == 200, out
+            assert out["choices"][0]["text"] == expected(4, 3) and out["model"] == (name or "my-alias")
+        status, out = post(emu.url + "/v1/completions", {"prompt": PROMPT, "model": "my-alias"})
+        assert status == 404 and out["error"]["code"] == "model_not_found"
+        status, out = post(gw.url + "/v1/completions", {"prompt": PROMPT, "model": "other"})
+        assert status == 404 and out["error"]["code"] == "model_not_found"

@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from baton.emulator.batcher import Batcher, BatcherConfig, Sequence, SeqState, blocks_for
+from baton.emulator.timings import RequestTimings
 from baton.emulator.tokens import prompt_ids, token_text
 from baton.perf.model import PerfModel
 from baton.protocol.chunks import DONE, full_response, sse, stream_chunk, usage_chunk
@@ -42,8 +43,21 @@ class EmulatorConfig:
 class _EngineMetrics:
     """Collector exposing the batcher's state under vLLM's metric names."""
 
-    def __init__(self, batcher: Batcher, model: str) -> None:
+    def __init__(self, batcher: Batcher, model: str, kv_bytes_per_token: int) -> None:
         self.batcher, self.labels = batcher, {"model_name": model, "engine": "0"}
+        self.kv_bytes_per_token = kv_bytes_per_token
+
+    def _cache_info(self) -> GaugeMetricFamily:
+        """vLLM's ``cache_config_info``: the KV cache's shape in labels, value 1."""
+        c = self.batcher.config
+        info = {"block_size": str(c.block_size), "num_gpu_blocks": str(c.kv_blocks),
+                "kv_cache_size_tokens": str(c.kv_blocks * c.block_size),
+                "kv_cache_memory_bytes": str(c.kv_blocks * c.block_size * self.kv_bytes_per_token),
+                "enable_prefix_caching": "False", "engine": "0"}
+        g = GaugeMetricFamily("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
+                              labels=list(info))
+        g.add_metric(list(info.values()), 1.0)
+        return g
 
     def _gauge(self, name: str, doc: str, value: float) -> GaugeMetricFamily:
         g = GaugeMetricFamily(name, doc, labels=list(self.labels))
@@ -64,6 +78,7 @@ class _EngineMetrics:
         yield self._counter("vllm:prompt_tokens", "Prefilled prompt tokens", b.prompt_tokens)
         yield self._counter("vllm:generation_tokens", "Generated tokens", b.generation_tokens)
         yield self._counter("vllm:request_success", "Finished requests", b.finished)
+        yield self._cache_info()
 
 
 class Emulator:
@@ -72,9 +87,9 @@ class Emulator:
     def __init__(self, config: EmulatorConfig, batcher_config: BatcherConfig, perf: PerfModel) -> None:
         self.config, self.perf = config, perf
         self.engine_id = config.engine_id or uuid.uuid4().hex[:12]
-        self.batcher = Batcher(batcher_config, perf)
         self.registry = CollectorRegistry()
-        self.registry.register(_EngineMetrics(self.batcher, config.model))
+        self.batcher = Batcher(batcher_config, perf, RequestTimings(self.registry, config.model))
+        self.registry.register(_EngineMetrics(self.batcher, config.model, perf.kv_bytes_per_token))
         self._rooms: dict[int, asyncio.Future] = {}
         self._session: ClientSession | None = None
         self._tasks: list[asyncio.Task] = []
@@ -124,6 +139,10 @@ class Emulator:
     async def _generate(self, request: web.Request, kind: str) -> web.StreamResponse:
         try:
             parsed = parse_request(kind, parse_json(await request.read()))
+            model = parsed.body.get("model")
+            if model is not None and model != self.config.model:  # as vLLM answers
+                raise ApiError(404, f"The model `{model}` does not exist.", err_type="NotFoundError",
+                               param="model", code="model_not_found")
             ids = prompt_ids(kind, parsed.body)
             seq = self._sequence(request, parsed, ids)
             await self._place(seq, parsed.body)

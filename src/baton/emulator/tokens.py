@@ -1,9 +1,12 @@
 """The emulator's deterministic tokenizer and token text.
 
 Prompt words map to ids by CRC32; output token ids are their absolute position in the
-sequence and their text is `` <position>``. A continuation (prompt ids + the tokens
-generated so far, as a token-id prompt) therefore produces exactly the tokens an
-uninterrupted request would have, which lets tests check migrations token by token.
+sequence, and their text is a common English word chosen by the position (`` the``,
+`` of``, ...), one that GPT-2, Llama and SmolLM2 tokenizers each count as one token, so
+client-side token counts (inference-perf, genai-perf, guidellm) match the emulator's. A
+continuation (prompt ids + the tokens generated so far, as a token-id prompt) therefore
+produces exactly the tokens an uninterrupted request would have, which lets tests check
+migrations token by token.
 """
 
 from __future__ import annotations
@@ -42,6 +45,13 @@ def prompt_ids(kind: str, body: dict[str, Any]) -> list[int]:
     return list(prompt) if isinstance(prompt, list) else (word_ids(prompt) or [BOS])
 
 
+# frequent words, each a single token (with its leading space) in the common BPE vocabularies
+WORDS = tuple(f" {w}" for w in (
+    "the of and to in is that for it as was with be by on not he this are or his from at which but have "
+    "an had they you were their one all we can her has there been if more when will would who so no she "
+    "other its may these about them than some only like what into time could first new two any").split())
+
+
 def token_text(position: int) -> str:
     """Text of the output token at an absolute sequence position."""
-    return f" {position}"
+    return WORDS[position % len(WORDS)]

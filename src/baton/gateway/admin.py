@@ -61,7 +61,7 @@ def add_routes(app: web.Application, gw: Gateway) -> None:
         spec = parse_engine(parse_json(await request.read()), "instance")
         if gw.cluster.find(spec.name) is not None:
             raise ApiError(409, f"an instance named {spec.name!r} exists", err_type="conflict_error")
-        iid = gw.cluster.add_engine(spec)
+        iid = gw.add_engine(spec)
         await gw.scrape(iid)
         gw.start_scraping(iid)
         return web.json_response(gw.cluster.describe(iid), status=201)
@@ -80,8 +80,7 @@ def add_routes(app: web.Application, gw: Gateway) -> None:
         except ValueError:
             raise ApiError(400, f"'role' must be prefill, decode or mixed, got {body.get('role')!r}",
                            param="role") from None
-        if gw.cluster.set_role(iid, role):
-            gw.metrics.flips.labels(role.value).inc()
+        gw.change_role(iid, role, "admin")
         gw.cluster.now()
         return web.json_response(gw.cluster.describe(iid))
 

@@ -84,6 +84,8 @@ class GatewayConfig:
     decisions_log_size: int = 10_000
     block_size: int = 16
     seed: int = 0
+    log_level: str = "INFO"             # DEBUG adds one line per finished request
+    access_log: bool = False            # one aiohttp access line per HTTP request (INFO)
 
 
 def public_url(url: str) -> str:
@@ -143,7 +145,11 @@ _SCALARS = {"host": str, "port": int, "model": str, "preset": str, "pd_protocol"
             "first_token_timeout_factor": (int, float), "first_token_timeout_base_s": (int, float),
             "token_timeout_factor": (int, float), "token_timeout_min_s": (int, float),
             "header_timeout_s": (int, float), "body_timeout_s": (int, float), "max_prompt_tokens": int,
-            "default_max_tokens": int, "decisions_log_size": int, "block_size": int, "seed": int}
+            "default_max_tokens": int, "decisions_log_size": int, "block_size": int, "seed": int,
+            "log_level": str, "access_log": bool}
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 def parse_config(raw: Any, source: str = "config") -> GatewayConfig:
@@ -159,10 +165,11 @@ def parse_config(raw: Any, source: str = "config") -> GatewayConfig:
     kwargs: dict[str, Any] = {}
     for key, typ in _SCALARS.items():
         if raw.get(key) is not None:
-            ok = isinstance(raw[key], typ) and not isinstance(raw[key], bool)
+            ok = isinstance(raw[key], typ) and (typ is bool or not isinstance(raw[key], bool))
             _require(ok, key, f"expected {getattr(typ, '__name__', 'a number')}, got {raw[key]!r}")
             kwargs[key] = raw[key]
     cfg = GatewayConfig(specs, policy=raw.get("policy", "least-loaded"), **kwargs)
+    _require(cfg.log_level.upper() in LOG_LEVELS, "log_level", f"expected one of {', '.join(LOG_LEVELS)}")
     _require(cfg.pd_protocol in PD_PROTOCOLS, "pd_protocol", f"expected one of {', '.join(PD_PROTOCOLS)}")
     for key in ("scrape_interval_s", "scrape_timeout_s", "max_inflight", "max_body_bytes", "upstream_timeout_s",
                 "connect_timeout_s", "block_size", "unhealthy_after_failures", "max_engine_deaths",

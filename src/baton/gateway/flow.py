@@ -71,6 +71,10 @@ class Flow:
             out["Authorization"] = f"Bearer {key}"
         return out
 
+    def _body(self, iid: int, body: dict[str, Any]) -> dict[str, Any]:
+        """A leg's body carries the engine's own model name (see ``gateway.models``)."""
+        return self.gw.names.for_engine(iid, body)
+
     def _name(self, iid: int) -> str:
         return self.cluster.engines[iid].spec.name
 
@@ -144,6 +148,7 @@ class Flow:
             self._prefill_task.cancel()
         self.cluster.finish(self.state, None if outcome == "ok" else outcome)
         self.gw.flow_ended(self, outcome)
+        log.debug("request %s: %s via %s, %d tokens", self.client_xid, outcome, self.path, self.out.tokens)
 
     # --- placement and first legs --------------------------------------------------------
     async def _place(self) -> None:
@@ -184,8 +189,8 @@ class Flow:
             try:
                 resp = await within(
                     self.gw.first_token_timeout_s(self.state.request.prompt_tokens), f"prefill on {self._name(p)}",
-                    post_json(self.gw.session, self.cluster.url(p) + endpoint(self.parsed.kind), body,
-                              self.headers(p), self.gw.upstream_timeout))
+                    post_json(self.gw.session, self.cluster.url(p) + endpoint(self.parsed.kind),
+                              self._body(p, body), self.headers(p), self.gw.upstream_timeout))
             except UpstreamError as err:
                 self._leg_failed(p, err, "prefill")
                 p = self.gw.fallback_prefill(self.state, frozenset(self.failed_on))
@@ -205,7 +210,7 @@ class Flow:
                                          self.gw.wants_ids(target))
         url = self.cluster.url(p) + endpoint(self.parsed.kind)
         self._prefill_task = asyncio.create_task(
-            post_json(self.gw.session, url, pre, self.headers(p), self.gw.upstream_timeout))
+            post_json(self.gw.session, url, self._body(p, pre), self.headers(p), self.gw.upstream_timeout))
         self._prefill_task.add_done_callback(lambda t: self._sglang_prefill_done(p, t))
         self.cluster.expect_decode(self.state, target)
         await self._open_decode(target, dec, self.parsed.kind)
@@ -221,7 +226,7 @@ class Flow:
 
     async def _open_decode(self, iid: int, body: dict[str, Any], kind: str) -> None:
         url = self.cluster.url(iid) + endpoint(kind)
-        leg = StreamLeg(iid, kind, url, body, self.headers(iid))
+        leg = StreamLeg(iid, kind, url, self._body(iid, body), self.headers(iid))
         try:
             await self._open(leg)
         except UpstreamError as err:
@@ -284,8 +289,8 @@ class Flow:
     def _continuation(self, target: int) -> StreamLeg:
         body = handoff.continuation_body(self.parsed, self.prompt_ids or [], self.generated_ids,
                                          default_max_tokens=self.gw.config.default_max_tokens)
-        return StreamLeg(target, COMPLETIONS, self.cluster.url(target) + endpoint(COMPLETIONS), body,
-                         self.headers(target))
+        return StreamLeg(target, COMPLETIONS, self.cluster.url(target) + endpoint(COMPLETIONS),
+                         self._body(target, body), self.headers(target))
 
     def _move_to(self, target: int, leg: StreamLeg) -> None:
         if self.leg is not None:
@@ -303,6 +308,8 @@ class Flow:
         source = self.leg.instance_id if self.leg else None
         if target is None or target == source or not self.can_continue or not self.cluster.instances[target].healthy:
             self.gw.metrics.migrations.labels("refused").inc()
+            log.info("request %s: migration to %s refused", self.client_xid,
+                     "nowhere" if target is None else self._name(target))
             return
         leg = self._continuation(target)
         try:
@@ -310,10 +317,13 @@ class Flow:
         except UpstreamError as err:
             self.gw.backend_error(target, err)
             self.gw.metrics.migrations.labels("failed").inc()
+            log.info("request %s: migration to %s failed; it stays put", self.client_xid, self._name(target))
             return
         self._move_to(target, leg)
         self.state.migrations += 1
         self.gw.metrics.migrations.labels("ok").inc()
+        log.info("request %s: migrated from %s to %s after %d tokens", self.client_xid,
+                 "?" if source is None else self._name(source), self._name(target), self.out.tokens)
 
     async def _recover(self, iid: int, err: UpstreamError) -> None:
         """The decode leg on ``iid`` failed: continue elsewhere when that is safe, else
@@ -327,7 +337,7 @@ class Flow:
             elif self.out.tokens == 0:  # nothing sent yet: the original request can start over
                 body = handoff.colocated_body(self.parsed, self.gw.wants_ids(target))
                 leg = StreamLeg(target, self.parsed.kind, self.cluster.url(target) + endpoint(self.parsed.kind),
-                                body, self.headers(target))
+                                self._body(target, body), self.headers(target))
             else:
                 break
             self._move_to(target, leg)
@@ -337,6 +347,8 @@ class Flow:
                 self._leg_failed(target, err2, "decode")
                 continue
             self.gw.metrics.recoveries.inc()
+            log.info("request %s: decode on %s failed (%s); recovered on %s after %d tokens", self.client_xid,
+                     self._name(iid), err, self._name(target), self.out.tokens)
             return
         raise ApiError(502, f"engine failed mid-request and the request cannot be continued: {err}",
                        err_type="server_error", code="backend_error")

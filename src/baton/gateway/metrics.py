@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 
 _LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56,
                       5.12, 10.24, 20.48, 40.96)
@@ -39,6 +40,46 @@ class GatewayMetrics:
         self.inflight = Gauge("baton_inflight_requests", "Requests in flight", registry=r)
         self.scrapes = Counter("baton_scrapes", "Engine metric scrapes by result", ["instance", "result"],
                                registry=r)
+        self.engine_ttft = Histogram("baton_engine_ttft_seconds", "Time to first token by the instance "
+                                     "that produced it", ["instance"], buckets=_LATENCY_BUCKETS_S, registry=r)
+
+    def watch(self, cluster) -> None:
+        """Export per-engine gauges read from ``cluster`` (a ``LiveCluster``) at each scrape."""
+        self.registry.register(_EngineGauges(cluster))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _EngineGauges:
+    """Per-engine state as the gateway sees it, computed when /metrics is read."""
+
+    def __init__(self, cluster) -> None:
+        self.cluster = cluster
+
+    def collect(self):
+        c = self.cluster
+        now = c.now()
+        fams = {key: GaugeMetricFamily(f"baton_engine_{key}", doc, labels=["instance", "role"]) for key, doc in (
+            ("inflight_requests", "Requests the gateway has on the instance (queued, transferring, decoding)"),
+            ("kv_usage", "KV usage as the gateway estimates it (0-1)"),
+            ("scraped_kv_usage", "KV usage the engine last reported (0-1)"),
+            ("scraped_running", "Running requests the engine last reported"),
+            ("scraped_waiting", "Waiting requests the engine last reported"),
+            ("scrape_age_seconds", "Seconds since the engine's metrics were last read"),
+            ("healthy", "1 if the instance takes new work"))}
+        for iid, eng in c.engines.items():
+            if eng.removed:
+                continue
+            inst, s = c.instances[iid], eng.sample
+            labels = [eng.spec.name, inst.role.value]
+            fams["inflight_requests"].add_metric(labels, inst.num_requests)
+            fams["kv_usage"].add_metric(labels, inst.kv_usage_at(now))
+            fams["healthy"].add_metric(labels, 1.0 if inst.healthy else 0.0)
+            if s is not None:
+                fams["scrape_age_seconds"].add_metric(labels, max(0.0, c.clock() - s.at_s))
+                for key, value in (("scraped_kv_usage", s.kv_usage), ("scraped_running", s.running),
+                                   ("scraped_waiting", s.waiting)):
+                    if value is not None:
+                        fams[key].add_metric(labels, value)
+        yield from fams.values()

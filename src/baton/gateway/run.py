@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from aiohttp import web
 
 from baton.gateway.config import GatewayConfig
@@ -16,10 +18,14 @@ def serve(config: GatewayConfig) -> None:
         loop_factory = uvloop.new_event_loop
     except ImportError:
         loop_factory = None
-    print(f"baton serve: {gw.model} on http://{config.host}:{config.port} with policy "
-          f"{gw.scheduler.name!r}, {len(config.engines)} engines", flush=True)
-    kwargs = {"loop": loop_factory()} if loop_factory else {}
+    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("baton.gateway").info(
+        "baton serve: %s on http://%s:%s with policy %r, %d engines (%s)", ", ".join(gw.names.served()),
+        config.host, config.port, gw.scheduler.name, len(config.engines),
+        ", ".join(f"{e.name}={e.role.value}" for e in config.engines))
+    kwargs: dict = {"loop": loop_factory()} if loop_factory else {}
+    kwargs["access_log"] = logging.getLogger("baton.access") if config.access_log else None
     # keepalive_timeout also bounds how long a fresh connection may take to send its
     # request head, so slow-header clients cannot hold connections open for long
     web.run_app(gw.app(), host=config.host, port=config.port, print=None, handler_cancellation=True,
-                access_log=None, keepalive_timeout=config.header_timeout_s, **kwargs)
+                keepalive_timeout=config.header_timeout_s, **kwargs)

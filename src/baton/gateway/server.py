@@ -21,6 +21,7 @@ from aiohttp import web
 
 from baton.core.decisions import ArrivalPlan, ChangeRole, Decision, Migrate, Watch
 from baton.core.events import Completed, DecodeProgress, Observation
+from baton.core.instance import Role
 from baton.core.request import RequestState
 from baton.gateway import admin
 from baton.gateway.client import ClientOut
@@ -28,6 +29,7 @@ from baton.gateway.config import GatewayConfig
 from baton.gateway.flow import Flow
 from baton.gateway.live import LiveCluster
 from baton.gateway.metrics import GatewayMetrics
+from baton.gateway.models import ModelNames
 from baton.gateway.scrape import parse_metrics
 from baton.gateway.upstream import UpstreamError
 from baton.perf import presets
@@ -83,12 +85,13 @@ class Gateway:
         t0 = time.monotonic()
         self.cluster = LiveCluster(lambda: time.monotonic() - t0, perf.kv_capacity_tokens // config.block_size,
                                    config.block_size, config.scrape_interval_s)
+        self.names = ModelNames(config.model)
         for spec in config.engines:
-            self.cluster.add_engine(spec)
+            self.add_engine(spec)
         self.rng = np.random.default_rng(config.seed)
         self.scheduler = build_scheduler(config.policy, PolicyContext(np.random.default_rng(config.seed), perf))
         self.metrics = GatewayMetrics()
-        self.model = config.model or next((e.model for e in config.engines if e.model), None) or "baton"
+        self.metrics.watch(self.cluster)
         self.flows: dict[int, Flow] = {}
         self.watches: dict[int, tuple[int, int]] = {}
         self.decisions: deque[tuple[str, int, int]] = deque(maxlen=config.decisions_log_size)  # placement log (admin API)
@@ -138,9 +141,16 @@ class Gateway:
         return web.json_response({"status": "ok" if ok else "degraded", "healthy_instances": len(live)},
                                  status=200 if ok else 503)
 
+    def add_engine(self, spec) -> int:
+        """Register an engine (config or admin API); its model name, if configured, is served."""
+        iid = self.cluster.add_engine(spec)
+        if spec.model:
+            self.names.by_engine[iid] = spec.model
+        return iid
+
     async def models(self, _request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [
-            {"id": self.model, "object": "model", "created": 0, "owned_by": "baton"}]})
+            {"id": name, "object": "model", "created": 0, "owned_by": "baton"} for name in self.names.served()]})
 
     async def prometheus(self, _request: web.Request) -> web.Response:
         return web.Response(body=self.metrics.render(),
@@ -172,7 +182,7 @@ class Gateway:
         for name in dropped:
             self.metrics.dropped_fields.labels(name if name in TRANSPORT_FIELDS else "other").inc()
         model = parsed.body.get("model")
-        if model is not None and model != self.model:
+        if not self.names.accepts(model):
             raise ApiError(404, f"The model `{model}` does not exist.", err_type="NotFoundError",
                            param="model", code="model_not_found")
         return parsed
@@ -198,7 +208,8 @@ class Gateway:
             return resp
         state = self.cluster.new_request(tokens, parsed.max_tokens or 0)
         oid = uuid.uuid4().hex  # our own id: the client's X-Request-Id never reaches an engine
-        out = ClientOut(request, parsed, self.model, f"cmpl-{oid}" if kind == COMPLETIONS else f"chatcmpl-{oid}")
+        model = parsed.body.get("model") or self.names.default()
+        out = ClientOut(request, parsed, model, f"cmpl-{oid}" if kind == COMPLETIONS else f"chatcmpl-{oid}")
         out.headers["X-Request-Id"] = xid
         flow = Flow(self, parsed, out, state, xid, ids)
         self.flows[state.req_id] = flow
@@ -277,10 +288,17 @@ class Gateway:
                 flow.state.migrating = True
                 flow.request_migration(decision.target_instance)
         elif isinstance(decision, ChangeRole):
-            if self.cluster.set_role(decision.instance_id, decision.role):
-                self.metrics.flips.labels(decision.role.value).inc()
+            self.change_role(decision.instance_id, decision.role, "policy")
         elif isinstance(decision, Watch):
             self.watches[decision.req_id] = (stage_index, decision.context_tokens)
+
+    def change_role(self, iid: int, role: Role, by: str) -> None:
+        """Flip an instance's role (a policy's ``ChangeRole`` or the admin API)."""
+        before = self.cluster.instances[iid].role
+        if self.cluster.set_role(iid, role):
+            self.metrics.flips.labels(role.value).inc()
+            log.info("instance %s: role %s -> %s (by %s)", self.cluster.engines[iid].spec.name,
+                     before.value, role.value, by)
 
     def check_watch(self, state: RequestState) -> None:
         watch = self.watches.get(state.req_id)
@@ -316,6 +334,9 @@ class Gateway:
         if flow.first_token_s is None:
             flow.first_token_s = now
             self.metrics.ttft.labels(flow.path).observe(now - flow.state.request.arrival_s)
+            if flow.leg is not None:
+                self.metrics.engine_ttft.labels(self.cluster.engines[flow.leg.instance_id].spec.name).observe(
+                    now - flow.state.request.arrival_s)
         elif flow.last_token_s is not None:
             self.metrics.tbt.labels(flow.path).observe(now - flow.last_token_s)
         flow.last_token_s = now
@@ -341,16 +362,22 @@ class Gateway:
         kind = "connect" if up and up.connect else "timeout" if up and up.timed_out else (
             "malformed" if up and up.malformed else "http" if up and up.status else "stream")
         self.metrics.backend_errors.labels(self.cluster.engines[iid].spec.name, kind).inc()
+        log.warning("engine %s: %s error: %s", self.cluster.engines[iid].spec.name, kind, err)
         if up is None or up.engine_fault:
             self.note_failure(iid)
 
     def note_failure(self, iid: int) -> None:
         eng = self.cluster.engines[iid]
         eng.failures += 1
-        if eng.failures >= self.config.unhealthy_after_failures:
-            self.cluster.set_health(iid, False)
+        if eng.failures >= self.config.unhealthy_after_failures and self.cluster.set_health(iid, False):
+            log.warning("engine %s is unhealthy after %d failures in a row; no new work goes to it",
+                        eng.spec.name, eng.failures)
 
     # --- scraping --------------------------------------------------------------------------
+    def _engine_auth(self, iid: int) -> dict[str, str]:
+        key = self.cluster.engines[iid].spec.api_key
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
     def start_scraping(self, iid: int) -> None:
         """One scrape loop per engine, so a hung engine delays only its own probe."""
         self._scrapers[iid] = asyncio.create_task(self._scrape_loop(iid))
@@ -378,7 +405,10 @@ class Gateway:
             self.note_failure(iid)
             return False
         eng.failures = 0
+        if iid not in self.names.by_engine:
+            await self.names.discover(self.session, iid, eng.spec.url, self._engine_auth(iid), timeout)
         self.cluster.record_scrape(iid, sample)
-        self.cluster.set_health(iid, True)
+        if self.cluster.set_health(iid, True):
+            log.info("engine %s is healthy again; it takes new work", eng.spec.name)
         self.metrics.scrapes.labels(eng.spec.name, "ok").inc()
         return True

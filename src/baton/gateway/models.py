@@ -1,0 +1,64 @@
+"""Which model names the gateway serves, and which name each engine is sent.
+
+As vllm-router does, the gateway serves the engines' own model names: a load tool that
+ties its tokenizer to the model name (guidellm, inference-perf, genai-perf) can use the
+real name. An engine's name comes from its ``model`` in the config, or else from its
+``/v1/models``, asked at start-up and on each scrape until it answers. The config's
+top-level ``model`` is an optional alias served as well. Every leg sent to an engine
+carries that engine's own name, whichever name the client used; responses echo the
+client's name. With no name known at all, the gateway serves ``baton``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+
+FALLBACK = "baton"
+
+
+class ModelNames:
+    """Served names: the alias (if any) and each engine's model name."""
+
+    def __init__(self, alias: str | None) -> None:
+        self.alias = alias
+        self.by_engine: dict[int, str] = {}
+
+    def served(self) -> list[str]:
+        """Names in ``/v1/models``, the alias first."""
+        names = [self.alias] if self.alias else []
+        for name in self.by_engine.values():
+            if name not in names:
+                names.append(name)
+        return names or [FALLBACK]
+
+    def accepts(self, name: str | None) -> bool:
+        return name is None or name in self.served()
+
+    def default(self) -> str:
+        """The name a response carries when the client named none."""
+        return self.served()[0]
+
+    def for_engine(self, iid: int, body: dict) -> dict:
+        """``body`` with the engine's own model name, when the gateway knows it."""
+        name = self.by_engine.get(iid)
+        if name is None or body.get("model") == name:
+            return body
+        return {**body, "model": name}
+
+    async def discover(self, session: aiohttp.ClientSession, iid: int, url: str, headers: dict[str, str],
+                       timeout: aiohttp.ClientTimeout) -> str | None:
+        """Ask one engine's ``/v1/models`` for its first model; None if it does not answer."""
+        try:
+            async with session.get(url + "/v1/models", headers=headers, timeout=timeout) as resp:
+                if resp.status != 200:
+                    return None
+                data = (await resp.json(content_type=None)).get("data") or []
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, AttributeError, OSError):
+            return None
+        name = data[0].get("id") if data and isinstance(data[0], dict) else None
+        if isinstance(name, str) and name:
+            self.by_engine[iid] = name
+            return name
+        return None
