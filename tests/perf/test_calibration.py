@@ -96,7 +96,9 @@ def test_tensor_parallel_without_a_measured_allreduce_is_an_error():
     from baton.perf.presets import HARDWARE, MODELS
     from baton.perf.roofline import RooflineModel
     with pytest.raises(ConfigError, match="no measured all-reduce latency for tensor parallelism 2"):
-        RooflineModel(MODELS["llama-3.1-8b"], HARDWARE["h100"], tp=2)
+        RooflineModel(MODELS["llama-3.1-8b"], HARDWARE["h20"], tp=2)
+    with pytest.raises(ConfigError, match=r"tensor parallelism 3 \(known: 2, 4, 8\)"):
+        RooflineModel(MODELS["llama-3.1-8b"], HARDWARE["h100"], tp=3)
 
 
 def test_heterogeneity_is_off_unless_a_source_backs_it():

@@ -17,12 +17,15 @@ class ArrivalPlan:
     - ``prefill_chunk_limit_tokens``: cap on this request's prefill chunk per iteration,
       used when the prefill is deflected onto a decode-capable instance (Kairos).
     - ``reject_reason``: set to reject the request; the runtime records the reason.
+    - ``role_changes``: instances to flip before the request is placed (Arrow moves an
+      instance between pools while dispatching); the runtime applies them first.
     """
 
     prefill_instance: int | None = None
     decode_instance: int | None = None
     prefill_chunk_limit_tokens: int | None = None
     reject_reason: str | None = None
+    role_changes: tuple["ChangeRole", ...] = ()
 
     @property
     def rejected(self) -> bool:
@@ -58,6 +61,15 @@ class ChangeRole:
 
     instance_id: int
     role: Role
+
+
+@dataclass(slots=True, frozen=True)
+class DecodeChoice:
+    """Late binding with side effects: decode on ``instance`` after applying
+    ``role_changes`` (a stage's ``choose_decode`` may return this instead of an id)."""
+
+    instance: int
+    role_changes: tuple[ChangeRole, ...] = ()
 
 
 @dataclass(slots=True, frozen=True)

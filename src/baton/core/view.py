@@ -116,6 +116,24 @@ class ClusterView:
             return inst.prefill_queue_tokens + inst.decode_ctx_tokens(self.now_s) * 1e-9
         return self.waiting_requests(instance_id) + self.running_requests(instance_id) * 1e-3
 
+    def running_tokens(self, instance_id: int) -> float:
+        """Context tokens of the decodes on an instance, running or with KV on the way
+        (Arrow's decode load); without own bookings, KV usage times capacity."""
+        inst = self._instances[instance_id]
+        if self.info.mode.bookings:
+            return inst.decode_ctx_tokens(self.now_s) + inst.incoming_tokens
+        return self.kv_usage(instance_id) * inst.kv_blocks_total * inst.block_size_tokens
+
+    def decode_work(self, instance_id: int) -> int:
+        """Decodes the router has on an instance, running or with KV on the way."""
+        inst = self._instances[instance_id]
+        return inst.decodes.n + len(inst.incoming)
+
+    def queued_prefills(self, instance_id: int) -> list[int]:
+        """Prompt tokens still to prefill for each request queued on an instance, in
+        queue order (own bookings)."""
+        return list(self._instances[instance_id].prefill_queue.values())
+
     def waiting_decodes(self, instance_id: int) -> list[int]:
         """Requests that already produced tokens and wait in this instance's queue to be
         recomputed (preempted here, or moved here by recompute)."""

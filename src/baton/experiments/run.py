@@ -63,6 +63,6 @@ def run_experiment(exp: Experiment, closed_form: bool = True,
     if requests is None:
         requests = exp.workload.load(exp.seed)
     result = simulate(requests, exp.cluster, exp.policy, seed=exp.seed,
-                      closed_form=closed_form, progress=progress, info=exp.view)
+                      closed_form=closed_form, progress=progress, info=exp.view, slo=exp.slo)
     summary = result.summary(exp.slo, exp.warmup_s)
     return result, RunData.from_result(name or policy_label(exp.policy), result, summary)

@@ -52,7 +52,7 @@ def run_point(exp: Experiment, rate_rps: float) -> dict[str, float]:
     """Simulate ``exp`` with its arrivals rescaled to ``rate_rps``; returns the summary."""
     exp = replace(exp, workload=replace(exp.workload, rate_rps=rate_rps))
     requests = exp.workload.load(exp.seed)
-    summary = simulate(requests, exp.cluster, exp.policy, seed=exp.seed, info=exp.view).summary(exp.slo, exp.warmup_s)
+    summary = simulate(requests, exp.cluster, exp.policy, seed=exp.seed, info=exp.view, slo=exp.slo).summary(exp.slo, exp.warmup_s)
     summary = {k: v for k, v in summary.items() if k not in VOLATILE_KEYS}
     summary["rate_rps"] = rate_rps
     return summary

@@ -238,6 +238,8 @@ class Gateway:
         """The scheduler's placement; ApiError 503 when nothing can take the request."""
         self.cluster.now()
         plan = self.scheduler.plan_arrival(self.cluster.view, state)
+        for change in plan.role_changes:
+            self.change_role(change.instance_id, change.role, "policy")
         if plan.rejected:
             self.metrics.rejected.labels(plan.reject_reason or "policy").inc()
             raise ApiError(503, f"request rejected by policy: {plan.reject_reason}", err_type="server_error")
@@ -253,7 +255,10 @@ class Gateway:
         """The policy's decode instance; if it is unhealthy or one this request already
         saw fail (``exclude``), the least-loaded other healthy one."""
         self.cluster.now()
-        choice = self.scheduler.choose_decode(self.cluster.view, state)
+        decided = self.scheduler.decode_choice(self.cluster.view, state)
+        for change in decided.role_changes if decided else ():
+            self.change_role(change.instance_id, change.role, "policy")
+        choice = None if decided is None else decided.instance
         if choice is None or not self.cluster.instances[choice].healthy or choice in exclude:
             ids = [i for i in self.cluster.view.decode_ids if i not in exclude]
             if not ids:

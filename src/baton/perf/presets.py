@@ -55,8 +55,15 @@ HARDWARE: dict[str, HardwareSpec] = {
                              interconnect_bytes_per_s=170e9,
                              allreduce_latency_s=((2, 45e-6), (4, 49e-6), (8, 48e-6)),
                              collective_launch_s=20e-6),
-    # [spec] SXM: 989 TFLOP/s, 3.35 TB/s; [smi] 81,559 MiB; no all-reduce profile (TP > 1 fails)
-    "h100": HardwareSpec("h100", 989e12, 3.35e12, 81559 * MiB, interconnect_bytes_per_s=450e9),
+    # [spec] SXM: 989 TFLOP/s, 3.35 TB/s; [smi] 81,559 MiB. All-reduce [vidur, scaled]: no
+    # H100 profile exists here, so the A100 DGX one is carried over: the per-call latencies
+    # (45/49/48 us at 2/4/8 GPUs, the intercepts above) and the 20 us launch unchanged
+    # [none: NVSwitch hop latency assumed equal across the two generations], the bus
+    # bandwidth scaled by NVLink 4 over NVLink 3 per-GPU bandwidth (900 / 600 GB/s):
+    # 170 -> 255 GB/s.
+    "h100": HardwareSpec("h100", 989e12, 3.35e12, 81559 * MiB, interconnect_bytes_per_s=255e9,
+                         allreduce_latency_s=((2, 45e-6), (4, 49e-6), (8, 48e-6)),
+                         collective_launch_s=20e-6),
     # [spec] 148 TFLOP/s, 4.0 TB/s; 141 GB per GPU (SIBYL section 5.1); [smi] of the 141 GB
     # HBM3e configuration is 143,771 MiB on H200 [none: assumed the same on H20]
     "h20": HardwareSpec("h20", 148e12, 4.0e12, 143771 * MiB, interconnect_bytes_per_s=450e9),
@@ -93,8 +100,13 @@ PRESETS: dict[str, Preset] = {
     "llama-2-70b-tp2@a100-80g": Preset("llama-2-70b", "a100-80g", 2, A100_VIDUR),
     # [vidur] the same GPU's efficiencies [none: not profiled at the 8B model's shapes]
     "llama-3.1-8b@a100-80g": Preset("llama-3.1-8b", "a100-80g", 1, A100_VIDUR),
-    # [none] no profile: Efficiency's defaults
+    # [none] no profile: Efficiency's defaults (H100 stands in for Arrow's H800: same SXM
+    # compute and HBM, NVLink cut to 400 GB/s, which only TP > 1 would feel)
     "llama-3.1-8b@h100": Preset("llama-3.1-8b", "h100", 1, Efficiency()),
+    # [none] Arrow's baselines: vLLM colocated at TP 8 and vLLM-disaggregated at TP 4, with
+    # the scaled DGX all-reduce above
+    "llama-3.1-8b-tp4@h100": Preset("llama-3.1-8b", "h100", 4, Efficiency()),
+    "llama-3.1-8b-tp8@h100": Preset("llama-3.1-8b", "h100", 8, Efficiency()),
     # [cascade] attention's share (81% at 250 x 1k tokens, 14% for one request) pins memory,
     # attn_memory and the launch cost; Figure 2's 1.1-2.1x mixed-length cost pins
     # heterogeneity (the only preset with a source for that term)

@@ -9,7 +9,8 @@ Hooks, each optional (the defaults do nothing):
 - ``start(view)``: decisions at time 0 (for example initial roles).
 - ``plan_arrival(view, request, plan)``: fill in or change the ``ArrivalPlan``
   (prefill instance, early decode binding, deflection chunk limit, rejection).
-- ``choose_decode(view, request)``: late binding when the prefill ends.
+- ``choose_decode(view, request)``: late binding when the prefill ends (an instance id,
+  or a ``DecodeChoice`` that also flips instances).
 - ``tick(view)``: every ``tick_interval_s`` seconds: migrations, role changes, watches.
 - ``on_threshold(view, req_id, context_tokens)``: a ``Watch`` this stage asked for fired.
 - ``observe(view, observation)``: progress and completion events for estimators.
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from baton.core.decisions import ArrivalPlan, Decision
+from baton.core.decisions import ArrivalPlan, DecodeChoice, Decision
 from baton.core.events import Observation
 from baton.core.request import RequestState
 from baton.core.view import ClusterView
@@ -30,12 +31,15 @@ from baton.perf.model import PerfModel
 
 @dataclass(slots=True)
 class PolicyContext:
-    """What a stage may use besides the view: a seeded random generator and the
-    performance model (for duration estimates)."""
+    """What a stage may use besides the view: a seeded random generator, the
+    performance model (for duration estimates) and the run's latency SLOs (seconds;
+    None when the runtime has none) for SLO-aware stages."""
 
     rng: np.random.Generator
     perf: PerfModel
     extras: dict = field(default_factory=dict)
+    ttft_slo_s: float | None = None
+    tpot_slo_s: float | None = None
 
 
 class Stage:
@@ -54,7 +58,7 @@ class Stage:
     def plan_arrival(self, view: ClusterView, request: RequestState, plan: ArrivalPlan) -> ArrivalPlan:
         return plan
 
-    def choose_decode(self, view: ClusterView, request: RequestState) -> int | None:
+    def choose_decode(self, view: ClusterView, request: RequestState) -> int | DecodeChoice | None:
         return None
 
     def tick(self, view: ClusterView) -> list[Decision]:
@@ -93,12 +97,18 @@ class Scheduler:
                 break
         return plan
 
-    def choose_decode(self, view: ClusterView, request: RequestState) -> int | None:
+    def decode_choice(self, view: ClusterView, request: RequestState) -> DecodeChoice | None:
+        """The first stage's late-binding answer, with any role changes it asks for."""
         for stage in self.stages:
             choice = stage.choose_decode(view, request)
             if choice is not None:
-                return choice
+                return choice if isinstance(choice, DecodeChoice) else DecodeChoice(choice)
         return None
+
+    def choose_decode(self, view: ClusterView, request: RequestState) -> int | None:
+        """Only the instance of ``decode_choice`` (runtimes use ``decode_choice``)."""
+        choice = self.decode_choice(view, request)
+        return None if choice is None else choice.instance
 
     def tick(self, stage_index: int, view: ClusterView) -> list[Decision]:
         return self.stages[stage_index].tick(view)

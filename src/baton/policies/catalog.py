@@ -12,12 +12,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from baton.core.errors import ConfigError, did_you_mean
-from baton.policies import ares, colocated, least_loaded, round_robin, sibyl
+from baton.policies import ares, arrow, colocated, least_loaded, round_robin, sibyl
 from baton.policies.base import PolicyContext, Scheduler, Stage
 
 STAGE_TYPES: Mapping[str, type[Stage]] = {
     **round_robin.STAGES, **least_loaded.STAGES, **colocated.STAGES, **sibyl.STAGES,
-    **ares.STAGES,
+    **ares.STAGES, **arrow.STAGES,
 }
 
 # Stable names users and configs refer to.
@@ -50,6 +50,10 @@ POLICIES: Mapping[str, list[dict[str, Any]]] = {
     "ares-none": [{"stage": "least-kv"}, {"stage": "ares", "estimator": "none"}],
     "ares": [{"stage": "least-kv"}, {"stage": "ares", "estimator": "survival"}],
     "ares-oracle": [{"stage": "least-kv"}, {"stage": "ares", "estimator": "oracle"}],
+    # Arrow (elastic pools, SLO-aware dispatch, instance flips) and its "Minimal Load"
+    # ablation: the same dispatch with the starting roles fixed.
+    "arrow": [{"stage": "arrow"}],
+    "arrow-static": [{"stage": "arrow", "flips": False}],
 }
 
 

@@ -11,6 +11,7 @@ from baton.core.info import InfoModel
 
 from baton.core.request import Request
 from baton.perf import build as build_preset
+from baton.metrics.summary import SLO
 from baton.perf.model import PerfModel
 from baton.policies import PolicyContext, build_scheduler
 from baton.sim.cluster import ClusterSpec
@@ -21,14 +22,16 @@ def simulate(requests: list[Request], cluster: ClusterSpec, policy: str | Mappin
              seed: int = 0, closed_form: bool = True, perf: PerfModel | None = None,
              sample_interval_s: float = 1.0,
              progress: Callable[[float, int, int], None] | None = None,
-             info: InfoModel = InfoModel()) -> SimResult:
+             info: InfoModel = InfoModel(), slo: SLO | None = None) -> SimResult:
     """Simulate ``requests`` on ``cluster`` under ``policy`` (a name or a stage config).
 
     The policy's random generator is seeded from ``seed``, so runs are reproducible.
     ``info`` is what policies see (``baton.core.info``; default: scraped every 1 s).
+    ``slo`` is given to SLO-aware policies (Arrow) through their ``PolicyContext``.
     """
     perf = perf or build_preset(cluster.preset)
-    context = PolicyContext(rng=np.random.default_rng(seed), perf=perf)
+    context = PolicyContext(rng=np.random.default_rng(seed), perf=perf,
+                            ttft_slo_s=slo.ttft_s if slo else None, tpot_slo_s=slo.tpot_s if slo else None)
     scheduler = build_scheduler(policy, context)
     sim = Simulator(cluster, perf, scheduler, requests, closed_form=closed_form,
                     sample_interval_s=sample_interval_s, progress=progress, info=info)

@@ -7,7 +7,7 @@ import heapq
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -61,6 +61,7 @@ class SimResult:
     wall_s: float
     decode_columns: list[int]
     output_tokens: int
+    role_log: list[tuple[float, int, str]] = field(default_factory=list)  # (time s, instance, new role)
 
     def summary(self, slo: SLO, warmup_s: float | None = None) -> dict[str, float]:
         out = summarize(self.records, self.tbt, self.counters, self.load, slo, self.makespan_s,
@@ -100,6 +101,7 @@ class Simulator:
         self.watch_owner: dict[int, int] = {}
         self.pending_watch: dict[int, int] = {}
         self.counters = RunCounters()
+        self.role_log: list[tuple[float, int, str]] = [(0.0, i, r.value) for i, r in enumerate(cluster.roles())]
         self.tbt = GapHistogram()
         self.load = LoadSeries(sample_interval_s)
         self.records: list[RequestRecord] = []
@@ -158,7 +160,8 @@ class Simulator:
         decode_cols = [i for i, s in self.instances.items() if s.role.decodes]
         out_tokens = sum(r.output_tokens for r in self.records if r.finished)
         return SimResult(sorted(self.records, key=lambda r: r.req_id), self.tbt, self.counters,
-                         self.load, self.now, time.perf_counter() - wall0, decode_cols, out_tokens)
+                         self.load, self.now, time.perf_counter() - wall0, decode_cols, out_tokens,
+                         self.role_log)
 
     def kick(self, instance_id: int) -> None:
         """Make an engine notice new work: plan if idle, else cut its segment."""
@@ -209,6 +212,8 @@ class Simulator:
         if req.prompt_tokens + req.output_tokens > self._max_tokens:
             return self.reject(st, "exceeds_kv_capacity")
         plan = self.scheduler.plan_arrival(self.view, st)
+        for change in plan.role_changes:
+            self.execute(change, -1)
         if plan.rejected:
             return self.reject(st, plan.reject_reason or "rejected")
         p = plan.prefill_instance
@@ -274,7 +279,7 @@ class Simulator:
             st.first_token_s = st.last_token_s = self.now
             self.engines[instance_id].release(item.blocks)
             return self.finish(st)
-        dst = st.decode_instance if st.bound_early else self.scheduler.choose_decode(self.view, st)
+        dst = st.decode_instance if st.bound_early else self._decode_choice(st)
         if dst is None:
             self.engines[instance_id].release(item.blocks)
             return self.reject(st, "no_decode_instance")
@@ -293,6 +298,15 @@ class Simulator:
         tr.prefill_done = True
         if tr.bytes_done:
             self.push(self.now + tr.alone_s * self.cluster.layerwise_tail, XFER_DONE, (st.req_id,))
+
+    def _decode_choice(self, st: RequestState) -> int | None:
+        """Late binding; role changes the policy asks for with it apply first."""
+        choice = self.scheduler.decode_choice(self.view, st)
+        if choice is None:
+            return None
+        for change in choice.role_changes:
+            self.execute(change, -1)
+        return choice.instance
 
     def _resume_local(self, instance_id: int, item: PrefillItem, st: RequestState) -> None:
         """A recompute (after preemption or migration) ended: it emits one token."""
@@ -449,6 +463,7 @@ class Simulator:
             if inst.role is not decision.role:
                 inst.role = decision.role
                 self.counters.role_changes += 1
+                self.role_log.append((self.now, decision.instance_id, decision.role.value))
                 self.view.invalidate_roles()
         elif isinstance(decision, Watch):
             self._watch(decision, stage_index)

@@ -1,0 +1,89 @@
+"""Arrow's headline experiment: the highest request rate each system sustains at 90% SLO
+attainment on the Azure code and conversation traces (Arrow section 7, Table 1 SLOs).
+
+    python benchmarks/arrow_sustainable.py [--requests N] [--nic-gbps G] [--traces code,conv]
+
+Systems (8 GPUs, Llama-3.1-8B, H100 standing in for the paper's H800):
+- ``arrow``: 4P4D start, elastic pools;
+- ``arrow-static``: the paper's "Minimal Load" ablation (Arrow's dispatch, fixed 4P4D);
+- ``round-robin`` at 4P4D;
+- ``static-xpyd`` 1P1D at TP 4 (the paper's vLLM-disaggregated) and 4P4D at TP 1;
+- ``colocated`` on one TP-8 instance (the paper's vLLM baseline).
+Links: ``--nic-gbps`` (default 3,200 = NVLink's 400 GB/s: the paper's single 8-GPU server
+moves KV over NVLink). Rates: each trace's timestamps rescaled (``baton sweep``'s rule).
+Prints a table, then one JSON line: per trace, per system, the sustainable rate (req/s).
+Needs ../shared/traces/ (skips a trace that is absent).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from baton.experiments.config import Experiment, WorkloadConfig  # noqa: E402
+from baton.experiments.sweep import run_sweep  # noqa: E402
+from baton.metrics import SLO  # noqa: E402
+from baton.sim import ClusterSpec  # noqa: E402
+
+TRACES = {"code": ("azure_code_2023.csv", SLO(3.0, 0.1), [2, 4, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40]),
+          "conv": ("azure_conv_2023.csv", SLO(2.0, 0.15), [4, 8, 12, 16, 20, 24, 28, 32, 40, 48, 56, 64])}
+SYSTEMS = {  # name: (policy, prefill, decode, mixed, preset)
+    "arrow": ("arrow", 4, 4, 0, "llama-3.1-8b@h100"),
+    "arrow-static": ("arrow-static", 4, 4, 0, "llama-3.1-8b@h100"),
+    "round-robin 4P4D": ("round-robin", 4, 4, 0, "llama-3.1-8b@h100"),
+    "static-xpyd 4P4D": ("static-xpyd", 4, 4, 0, "llama-3.1-8b@h100"),
+    "static-xpyd 1P1D TP4": ("static-xpyd", 1, 1, 0, "llama-3.1-8b-tp4@h100"),
+    "colocated TP8": ("colocated", 0, 0, 1, "llama-3.1-8b-tp8@h100"),
+}
+
+
+def sustainable(trace: str, slo: SLO, rates: list[float], requests: int | None, nic_gbps: float) -> dict:
+    out = {}
+    for name, (policy, p, d, m, preset) in SYSTEMS.items():
+        exp = Experiment(cluster=ClusterSpec(prefill=p, decode=d, mixed=m, preset=preset, nic_gbps=nic_gbps),
+                         workload=WorkloadConfig(trace=trace, requests=requests), slo=slo)
+        t0 = time.monotonic()
+        res = run_sweep(replace(exp), {name: policy}, rates)
+        out[name] = {"max_sustainable_rate_rps": res.max_rates_rps()[name],
+                     "attainment": [round(x, 3) for x in res.series(name, "slo_attainment")],
+                     "role_changes": [int(x) for x in res.series(name, "role_changes")]}
+        print(f"  {name:<22} {_rate(out[name]['max_sustainable_rate_rps'])}  ({time.monotonic() - t0:.0f} s)",
+              flush=True)
+    return out
+
+
+def _rate(r: float | None) -> str:
+    return "below the lowest rate" if r is None else f"{r:6.2f} req/s"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=3000, help="first N requests of each trace (0: all)")
+    ap.add_argument("--nic-gbps", type=float, default=3200.0, help="KV link per instance (Gbit/s)")
+    ap.add_argument("--traces", default="code,conv")
+    args = ap.parse_args()
+    figures: dict = {"requests": args.requests or None, "nic_gbps": args.nic_gbps}
+    for key in args.traces.split(","):
+        file, slo, rates = TRACES[key]
+        path = ROOT.parent / "shared" / "traces" / file
+        if not path.exists():
+            print(f"{key}: {path} absent, skipped")
+            continue
+        print(f"{key} (TTFT {slo.ttft_s} s, TPOT {slo.tpot_s} s), rates {rates}:", flush=True)
+        figures[key] = sustainable(str(path), slo, rates, args.requests or None, args.nic_gbps)
+        arrow, static = (figures[key][k]["max_sustainable_rate_rps"] for k in ("arrow", "arrow-static"))
+        if arrow and static:
+            figures[key]["arrow_over_static"] = arrow / static
+            print(f"  arrow / arrow-static: {arrow / static:.2f}x")
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,240 @@
+"""Arrow: stateless instances in elastic pools, SLO-aware dispatch and instance flips
+(Wu et al., "Arrow: Adaptive Scheduling Mechanisms for Disaggregated LLM Inference
+Architecture", sections 4-5, Algorithms 1-4).
+
+Pools. Every instance can run both kinds of work; its *role* says which new work it takes
+and the work it still holds says which pool it is in (Figure 5):
+
+- P: role prefill, no decode work;      D->P: role prefill, decodes still on it;
+- D: role decode, no queued prefills;   P->D: role decode, prefills still queued on it.
+
+A move is a ``ChangeRole``: pool membership only, no restart and no drain barrier; work
+already queued finishes where it is, and the engine serves running decodes first, then
+prefill chunks (vLLM's chunked prefill), so a transitional instance starts its new work at
+once. Instances leave a transitional pool by themselves when the old work is done.
+
+Predictors (section 5.3). ``pt(L)``, a quadratic in the prompt length fitted at start-up
+to the performance model's single-request prefill times (live, the gateway's preset may
+be a ``baton profile`` CSV of the engine, so the same fit is a fit of the engine);
+instances are homogeneous, so one fit serves all. On ``llama-3.1-8b@h100`` the quadratic
+is within 13% of the model from 512 to 32K tokens (the paper's own predictor shape). Prefill queueing delay of an instance is
+the sum of ``pt`` over the prompt tokens still queued there (Eq. 1-2 with no idle gap).
+Decode load is *running tokens*: context of decodes running or arriving. Max Running
+Tokens is the smaller of the KV capacity and the largest decode batch (requests of
+``profile_context_tokens`` each) whose iteration meets the TPOT SLO.
+
+Dispatch. Algorithm 1 (prefill): least delay in P meeting the TTFT SLO, then in D->P, then
+``try_move_decode_to_prefill`` (Algorithm 3) if the decode load is low, else the least
+delay in P. Algorithm 2 (decode): the prefill instance itself if it is now in D or P->D
+(no KV transfer); else least running tokens in D, then P->D, each accepted only under Max
+Running Tokens and with a token interval within the TPOT SLO; then
+``try_move_prefill_to_decode`` (Algorithm 4); else the less loaded of the two.
+Algorithms 3-4 keep at least one instance on the side they take from
+(|I_D| + |I_P->D| > 1 before the move, and the mirror) and look in the transitional pool
+first (undoing a recent flip is cheapest).
+
+Cluster monitor (a tick every ``monitor_interval_s``): flips one prefill instance to
+decode (Algorithm 4) when the decode side's mean token interval has been above the TPOT
+SLO for ``monitor_window_s``, or when a prefill instance is idle while the decode load is
+not low. The monitor never flips towards prefill: only Algorithm 1 does (the paper's
+asymmetry, section 5.5).
+
+Choices the paper leaves open (named deviations):
+- "decode load is low" (Algorithm 1): the decode side's running tokens spread over the
+  instances that would remain after the move at most ``decode_low_load`` (0.7) x Max
+  Running Tokens each, AND its mean token interval at most ``decode_low_load`` x the TPOT
+  SLO. Counting the remaining instances matters in bursts: judged on the current mean,
+  three flips in 0.6 s left one decode instance of 4P4D on the Azure code trace, and its
+  KV filled (455k of 457k tokens);
+- "decode instances are busy" (monitor): the same test without a move being "not low";
+- the SLOs come from the run (``--ttft-slo``/``--tpot-slo``) unless given as parameters;
+- after a monitor flip the interval history restarts, so one window passes between two
+  monitor flips (the paper gives no window or cooldown);
+- mixed instances (not used by Arrow's clusters) count on both sides.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import replace
+
+import numpy as np
+
+from baton.core.decisions import ArrivalPlan, ChangeRole, DecodeChoice, Decision
+from baton.core.instance import Role
+from baton.core.request import RequestState
+from baton.core.view import ClusterView
+from baton.perf.model import BatchShape, PerfModel
+from baton.policies.base import PolicyContext, Stage
+
+PAPER_TTFT_SLO_S, PAPER_TPOT_SLO_S = 3.0, 0.1  # Table 1, Azure code
+
+
+def fit_prefill_quadratic(perf: PerfModel, max_tokens: int = 32768) -> np.ndarray:
+    """Coefficients (a, b, c) of pt(L) = a L^2 + b L + c seconds, relative least squares
+    over single-request prefill times at 16 prompt lengths from 16 to ``max_tokens``."""
+    lengths = np.unique(np.geomspace(16, max_tokens, 16).astype(int))
+    times = np.array([perf.prefill_time_s(int(n)) for n in lengths])
+    a = np.column_stack([lengths ** 2.0, lengths, np.ones_like(lengths)])
+    # relative least squares: a 10 ms miss matters on a short prompt, not on a long one
+    coef, *_ = np.linalg.lstsq(a / times[:, None], np.ones_like(times), rcond=None)
+    return coef
+
+
+def max_running_tokens(perf: PerfModel, tpot_slo_s: float, context_tokens: int, kv_tokens: int) -> int:
+    """The smaller of ``kv_tokens`` and the largest decode batch (requests of
+    ``context_tokens`` each) whose iteration time meets ``tpot_slo_s``; tokens."""
+    def fits(n: int) -> bool:
+        return perf.iteration_time_s(BatchShape(n_decodes=n, decode_ctx_tokens=n * context_tokens)) <= tpot_slo_s
+    if not fits(1):
+        return min(kv_tokens, context_tokens)
+    lo, hi = 1, 2
+    while fits(hi) and hi * context_tokens < kv_tokens:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return min(kv_tokens, lo * context_tokens)
+
+
+class Arrow(Stage):
+    """Arrow's dispatcher, instance scheduler and cluster monitor (see the module docstring)."""
+
+    name = "arrow"
+    needs_bookings = True
+
+    def __init__(self, context: PolicyContext, ttft_slo_s: float | None = None, tpot_slo_s: float | None = None,
+                 flips: bool = True, decode_low_load: float = 0.7, monitor_interval_s: float = 0.5,
+                 monitor_window_s: float = 3.0, profile_context_tokens: int = 1024) -> None:
+        super().__init__(context)
+        if not 0 < decode_low_load <= 1 or monitor_interval_s <= 0 or monitor_window_s < monitor_interval_s:
+            raise ValueError("need 0 < decode_low_load <= 1 and 0 < monitor_interval_s <= monitor_window_s")
+        self.ttft_slo_s = ttft_slo_s or context.ttft_slo_s or PAPER_TTFT_SLO_S
+        self.tpot_slo_s = tpot_slo_s or context.tpot_slo_s or PAPER_TPOT_SLO_S
+        self.flips, self.decode_low_load = flips, decode_low_load
+        self.tick_interval_s = monitor_interval_s if flips else None
+        self.window_s = monitor_window_s
+        self.coef = fit_prefill_quadratic(context.perf)
+        self.mrt = max_running_tokens(context.perf, self.tpot_slo_s, profile_context_tokens,
+                                      context.perf.kv_capacity_tokens)
+        self.intervals: deque[tuple[float, float]] = deque()
+
+    # --- predictors --------------------------------------------------------------------
+    def pt(self, tokens: float) -> float:
+        """Predicted prefill time of a prompt alone (s)."""
+        a, b, c = self.coef
+        return max(0.0, a * tokens * tokens + b * tokens + c) if tokens > 0 else 0.0
+
+    def prefill_delay(self, view: ClusterView, i: int) -> float:
+        """Predicted time until a new prefill on ``i`` starts (s)."""
+        return sum(self.pt(t) for t in view.queued_prefills(i))
+
+    def accepts_decode(self, view: ClusterView, i: int) -> bool:
+        return view.running_tokens(i) <= self.mrt and view.token_interval_s(i) <= self.tpot_slo_s
+
+    # --- pools ---------------------------------------------------------------------------
+    @staticmethod
+    def pools(view: ClusterView) -> dict[str, list[int]]:
+        """Healthy instances by pool: P, DP (D->P), D, PD (P->D)."""
+        out: dict[str, list[int]] = {"P": [], "DP": [], "D": [], "PD": []}
+        for i in view.prefill_ids:
+            out["DP" if view.decode_work(i) and not view.instance(i).role.decodes else "P"].append(i)
+        for i in view.decode_ids:
+            out["PD" if view.queued_prefills(i) and not view.instance(i).role.prefills else "D"].append(i)
+        return out
+
+    def decode_load_low(self, view: ClusterView, pools: dict[str, list[int]], lend: int = 0) -> bool:
+        """Whether the decode side (D and P->D) is lightly loaded: its running tokens,
+        spread over its instances less ``lend`` (those about to leave it), at most
+        ``decode_low_load`` x Max Running Tokens, and its mean token interval at most
+        ``decode_low_load`` x the TPOT SLO."""
+        side = pools["D"] + pools["PD"]
+        if len(side) <= lend:
+            return False
+        if not side:
+            return True
+        tokens = sum(view.running_tokens(i) for i in side) / (len(side) - lend)
+        interval = float(np.mean([view.token_interval_s(i) for i in side]))
+        return tokens <= self.decode_low_load * self.mrt and interval <= self.decode_low_load * self.tpot_slo_s
+
+    # --- Algorithms 3 and 4 --------------------------------------------------------------
+    def move_decode_to_prefill(self, view: ClusterView, pools: dict[str, list[int]]) -> int | None:
+        """Algorithm 3: the least-loaded decode-side instance (P->D first), if another stays."""
+        if not self.flips or len(pools["D"]) + len(pools["PD"]) <= 1:
+            return None
+        return min(pools["PD"] or pools["D"], key=lambda i: (view.running_tokens(i), i))
+
+    def move_prefill_to_decode(self, view: ClusterView, pools: dict[str, list[int]]) -> int | None:
+        """Algorithm 4: the prefill-side instance with the least queued work (D->P first)."""
+        if not self.flips or len(pools["P"]) + len(pools["DP"]) <= 1:
+            return None
+        return min(pools["DP"] or pools["P"], key=lambda i: (self.prefill_delay(view, i), i))
+
+    # --- Algorithm 1 ---------------------------------------------------------------------
+    def plan_arrival(self, view: ClusterView, request: RequestState, plan: ArrivalPlan) -> ArrivalPlan:
+        pools = self.pools(view)
+        pt = self.pt(request.request.prompt_tokens)
+        best = {k: min(pools[k], key=lambda i: (self.prefill_delay(view, i), i)) if pools[k] else None
+                for k in ("P", "DP")}
+        for k in ("P", "DP"):
+            i = best[k]
+            if i is not None and self.prefill_delay(view, i) + pt <= self.ttft_slo_s:
+                return _prefill_on(plan, i)
+        if self.decode_load_low(view, pools, lend=1):
+            moved = self.move_decode_to_prefill(view, pools)
+            if moved is not None:
+                return _prefill_on(plan, moved, ChangeRole(moved, Role.PREFILL))
+        fallback = best["P"] if best["P"] is not None else best["DP"]
+        if fallback is None:  # no prefill-side instance at all: any instance can prefill
+            fallback = min(view.decode_ids, key=lambda i: (self.prefill_delay(view, i), i), default=None)
+        return plan if fallback is None else _prefill_on(plan, fallback)
+
+    # --- Algorithm 2 ---------------------------------------------------------------------
+    def choose_decode(self, view: ClusterView, request: RequestState) -> int | DecodeChoice | None:
+        src = request.prefill_instance
+        if src is not None and view.instance(src).role.decodes and view.instance(src).healthy:
+            return src  # the prompt's KV is already here: no transfer
+        pools = self.pools(view)
+        best = {k: min(pools[k], key=lambda i: (view.running_tokens(i), i)) if pools[k] else None
+                for k in ("D", "PD")}
+        for k in ("D", "PD"):
+            if best[k] is not None and self.accepts_decode(view, best[k]):
+                return best[k]
+        moved = self.move_prefill_to_decode(view, pools)
+        if moved is not None:
+            return DecodeChoice(moved, (ChangeRole(moved, Role.DECODE),))
+        found = [i for i in best.values() if i is not None]
+        return min(found, key=lambda i: (view.running_tokens(i), i)) if found else None
+
+    # --- cluster monitor -----------------------------------------------------------------
+    def tick(self, view: ClusterView) -> list[Decision]:
+        pools = self.pools(view)
+        if self._decode_slow(view, pools):
+            moved = self.move_prefill_to_decode(view, pools)
+        else:
+            idle = [i for i in pools["P"] if not view.queued_prefills(i)]
+            busy = not self.decode_load_low(view, pools)
+            moved = idle[0] if idle and busy and self.move_prefill_to_decode(view, pools) is not None else None
+        if moved is None:
+            return []
+        self.intervals.clear()
+        return [ChangeRole(moved, Role.DECODE)]
+
+    def _decode_slow(self, view: ClusterView, pools: dict[str, list[int]]) -> bool:
+        """Whether the decode side's mean token interval stayed above the TPOT SLO for a
+        whole window (samples from instances that are decoding)."""
+        side = [i for i in pools["D"] + pools["PD"] if view.decode_work(i)]
+        now = view.now_s
+        if side:
+            self.intervals.append((now, float(np.mean([view.token_interval_s(i) for i in side]))))
+        while self.intervals and self.intervals[0][0] < now - self.window_s - 1e-9:
+            self.intervals.popleft()
+        full = bool(self.intervals) and self.intervals[0][0] <= now - self.window_s + 1e-9
+        return full and all(v > self.tpot_slo_s for _, v in self.intervals)
+
+
+def _prefill_on(plan: ArrivalPlan, instance: int, *changes: ChangeRole) -> ArrivalPlan:
+    return replace(plan, prefill_instance=instance, role_changes=plan.role_changes + changes)
+
+
+STAGES = {"arrow": Arrow}
