@@ -45,3 +45,24 @@ def test_log_axes_label_without_scientific_notation():
     fig.canvas.draw()
     labels = [t.get_text() for ax in fig.axes for t in ax.get_xticklabels() if t.get_text()]
     assert labels and not any("e+" in t for t in labels), labels
+
+
+def test_role_counts_follow_the_log_and_keep_the_last_state_of_a_moment():
+    from baton.report.plots import role_counts
+    log = [(0.0, 0, "prefill"), (0.0, 1, "decode"), (0.0, 2, "decode"), (5.0, 1, "prefill"), (9.0, 1, "decode")]
+    t, counts = role_counts(log, 12.0)
+    assert list(t) == [0.0, 5.0, 9.0, 12.0]
+    assert list(counts["prefill"]) == [1, 2, 1, 1] and list(counts["decode"]) == [2, 1, 2, 2]
+
+
+def test_pool_figure_appears_only_for_runs_that_changed_roles():
+    from baton.experiments.run import RunData
+    from baton.report.plots import compare_figures
+    base = dict(summary={"throughput_tok_s": 1.0, "goodput_rps": 1.0}, ttft_s=np.array([0.1, 0.2]),
+                tpot_s=np.array([0.01, 0.02]), tbt_percentiles_s={50: 0.01, 99: 0.02},
+                load_times_s=np.array([0.0, 1.0]), load_tokens=np.ones((2, 1)), instance_labels=["instance 0"],
+                arrival_s=np.array([0.0, 1.0, 2.0]), prompt_tokens=np.array([10, 20, 30]))
+    still = RunData("static", role_log=[(0.0, 0, "prefill"), (0.0, 1, "decode")], **base)
+    moved = RunData("arrow", role_log=[(0.0, 0, "prefill"), (0.0, 1, "decode"), (1.5, 1, "prefill")], **base)
+    names = [f.name for f in compare_figures([still, moved])]
+    assert names[-1] == "pools_1" and not any(n == "pools_0" for n in names)

@@ -3,9 +3,11 @@ come back when decode is busy; work queued before a flip finishes where it is; e
 request ends and every block is released."""
 
 import numpy as np
+import pytest
 
 from baton.core.decisions import ChangeRole
 from baton.core.instance import Role
+from baton.metrics import SLO
 from baton.policies import PolicyContext, build_scheduler
 from baton.sim import ClusterSpec, EngineConfig, Simulator
 from tests.sim.helpers import KVGuard, assert_all_ended, assert_drained, req, tiny_perf
@@ -82,3 +84,10 @@ def test_queued_prefills_finish_on_an_instance_flipped_to_decode():
     # and their decodes stay there (Algorithm 2: no transfer; the path is one instance)
     assert all(r.path == "0" for r in on_zero)
     assert_drained(sim)
+    # the flip's cost: its three queued requests shared the instance with decode work, which
+    # began when the first of them finished its prefill there
+    assert sim.counters.flip_exposed_requests == 3
+    first_decode = min(sim.states[r.req_id].decode_start_s for r in on_zero)
+    assert sim.counters.flip_first_work_s == [pytest.approx(first_decode - 0.005)]
+    summary = result.summary(SLO())
+    assert summary["flip_first_work_mean_s"] > 0 and summary["flips_unused"] == 0

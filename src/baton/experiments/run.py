@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -32,6 +32,9 @@ class RunData:
     load_times_s: np.ndarray
     load_tokens: np.ndarray
     instance_labels: list[str]
+    role_log: list[tuple[float, int, str]] = field(default_factory=list)  # (time s, instance, role)
+    arrival_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    prompt_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @classmethod
     def from_result(cls, name: str, result: SimResult, summary: dict[str, float]) -> "RunData":
@@ -45,7 +48,9 @@ class RunData:
             tbt_percentiles_s={q: result.tbt.percentile_s(q) for q in PERCENTILES},
             load_times_s=np.array(result.load.times_s),
             load_tokens=m[:, cols] if m.size else np.zeros((0, len(cols))),
-            instance_labels=[f"instance {c}" for c in cols])
+            instance_labels=[f"instance {c}" for c in cols], role_log=list(result.role_log),
+            arrival_s=np.array([r.arrival_s for r in result.records]),
+            prompt_tokens=np.array([r.prompt_tokens for r in result.records]))
 
 
 def policy_label(policy: str | Mapping[str, Any]) -> str:

@@ -84,6 +84,8 @@ class GatewayConfig:
     decisions_log_size: int = 10_000
     block_size: int = 16
     seed: int = 0
+    ttft_slo_s: float | None = None     # latency SLOs for SLO-aware policies (Arrow)
+    tpot_slo_s: float | None = None
     log_level: str = "INFO"             # DEBUG adds one line per finished request
     access_log: bool = False            # one aiohttp access line per HTTP request (INFO)
 
@@ -146,7 +148,7 @@ _SCALARS = {"host": str, "port": int, "model": str, "preset": str, "pd_protocol"
             "token_timeout_factor": (int, float), "token_timeout_min_s": (int, float),
             "header_timeout_s": (int, float), "body_timeout_s": (int, float), "max_prompt_tokens": int,
             "default_max_tokens": int, "decisions_log_size": int, "block_size": int, "seed": int,
-            "log_level": str, "access_log": bool}
+            "log_level": str, "access_log": bool, "ttft_slo_s": (int, float), "tpot_slo_s": (int, float)}
 
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -177,6 +179,8 @@ def parse_config(raw: Any, source: str = "config") -> GatewayConfig:
                 "first_token_timeout_base_s", "token_timeout_factor", "token_timeout_min_s",
                 "header_timeout_s", "body_timeout_s", "max_prompt_tokens"):
         _require(getattr(cfg, key) > 0, key, "must be positive")
+    for key in ("ttft_slo_s", "tpot_slo_s"):
+        _require(getattr(cfg, key) is None or getattr(cfg, key) > 0, key, "must be positive")
     cfg.admin_token = cfg.admin_token or os.environ.get("BATON_ADMIN_TOKEN") or None
     return cfg
 

@@ -89,7 +89,8 @@ class Gateway:
         for spec in config.engines:
             self.add_engine(spec)
         self.rng = np.random.default_rng(config.seed)
-        self.scheduler = build_scheduler(config.policy, PolicyContext(np.random.default_rng(config.seed), perf))
+        self.scheduler = build_scheduler(config.policy, PolicyContext(
+            np.random.default_rng(config.seed), perf, ttft_slo_s=config.ttft_slo_s, tpot_slo_s=config.tpot_slo_s))
         self.metrics = GatewayMetrics()
         self.metrics.watch(self.cluster)
         self.flows: dict[int, Flow] = {}

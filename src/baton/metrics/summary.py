@@ -35,6 +35,18 @@ class RunCounters:
     least_by_count: int = 0    # decode starts on an instance with the fewest other requests
     least_by_tokens: int = 0   # ... with the least other token load
     events: int = 0
+    flip_exposed_requests: int = 0  # requests holding work on an instance when it changed role
+    flip_first_work_s: list[float] = field(default_factory=list)  # flip -> first new-role work placed
+
+    def flip_costs(self) -> dict[str, float]:
+        """What role changes cost: requests that shared an instance with its new role's
+        work, and seconds from a flip to the first work of the new role placed there."""
+        waits = self.flip_first_work_s
+        nan = float("nan")
+        return {"flip_exposed_requests": self.flip_exposed_requests,
+                "flip_first_work_mean_s": sum(waits) / len(waits) if waits else nan,
+                "flip_first_work_max_s": max(waits) if waits else nan,
+                "flips_unused": self.role_changes - len(waits)}
 
     def oar(self, kind: str) -> float:
         """Optimal-assignment ratio: the share of decode starts on the least loaded decode
@@ -196,6 +208,7 @@ def summarize(records: list[RequestRecord], tbt: GapHistogram, counters: RunCoun
         "migration_bytes": counters.migration_bytes, "transfer_bytes": counters.transfer_bytes,
         "role_changes": counters.role_changes, "handoff_recomputes": counters.handoff_recomputes,
         "oar_count": counters.oar("count"), "oar_tokens": counters.oar("tokens"),
+        **counters.flip_costs(),
     }
     for r in records:
         if not r.finished:

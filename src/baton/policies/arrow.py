@@ -31,7 +31,9 @@ Running Tokens and with a token interval within the TPOT SLO; then
 ``try_move_prefill_to_decode`` (Algorithm 4); else the less loaded of the two.
 Algorithms 3-4 keep at least one instance on the side they take from
 (|I_D| + |I_P->D| > 1 before the move, and the mirror) and look in the transitional pool
-first (undoing a recent flip is cheapest).
+first (undoing a recent flip is cheapest). On equal load, Algorithm 4 returns an instance
+Algorithm 3 lent to prefill before taking one that started as prefill (a tie-break the
+paper does not give).
 
 Cluster monitor (a tick every ``monitor_interval_s``): flips one prefill instance to
 decode (Algorithm 4) when the decode side's mean token interval has been above the TPOT
@@ -118,6 +120,7 @@ class Arrow(Stage):
         self.mrt = max_running_tokens(context.perf, self.tpot_slo_s, profile_context_tokens,
                                       context.perf.kv_capacity_tokens)
         self.intervals: deque[tuple[float, float]] = deque()
+        self.lent: dict[int, bool] = {}  # decode instances Algorithm 3 moved to prefill
 
     # --- predictors --------------------------------------------------------------------
     def pt(self, tokens: float) -> float:
@@ -162,13 +165,21 @@ class Arrow(Stage):
         """Algorithm 3: the least-loaded decode-side instance (P->D first), if another stays."""
         if not self.flips or len(pools["D"]) + len(pools["PD"]) <= 1:
             return None
-        return min(pools["PD"] or pools["D"], key=lambda i: (view.running_tokens(i), i))
+        moved = min(pools["PD"] or pools["D"], key=lambda i: (view.running_tokens(i), i not in self.lent, i))
+        self.lent[moved] = True
+        return moved
 
-    def move_prefill_to_decode(self, view: ClusterView, pools: dict[str, list[int]]) -> int | None:
-        """Algorithm 4: the prefill-side instance with the least queued work (D->P first)."""
+    def move_prefill_to_decode(self, view: ClusterView, pools: dict[str, list[int]],
+                               candidates: list[int] | None = None) -> int | None:
+        """Algorithm 4: the prefill-side instance with the least queued work (D->P first;
+        on a tie, one that was lent to prefill goes back first), among ``candidates`` if
+        given."""
         if not self.flips or len(pools["P"]) + len(pools["DP"]) <= 1:
             return None
-        return min(pools["DP"] or pools["P"], key=lambda i: (self.prefill_delay(view, i), i))
+        pick = candidates or pools["DP"] or pools["P"]
+        moved = min(pick, key=lambda i: (self.prefill_delay(view, i), i not in self.lent, i))
+        self.lent.pop(moved, None)
+        return moved
 
     # --- Algorithm 1 ---------------------------------------------------------------------
     def plan_arrival(self, view: ClusterView, request: RequestState, plan: ArrivalPlan) -> ArrivalPlan:
@@ -211,10 +222,11 @@ class Arrow(Stage):
         pools = self.pools(view)
         if self._decode_slow(view, pools):
             moved = self.move_prefill_to_decode(view, pools)
-        else:
+        elif not self.decode_load_low(view, pools):  # decode busy: lend it an idle prefill instance
             idle = [i for i in pools["P"] if not view.queued_prefills(i)]
-            busy = not self.decode_load_low(view, pools)
-            moved = idle[0] if idle and busy and self.move_prefill_to_decode(view, pools) is not None else None
+            moved = self.move_prefill_to_decode(view, pools, idle) if idle else None
+        else:
+            moved = None
         if moved is None:
             return []
         self.intervals.clear()

@@ -142,12 +142,62 @@ def _plain_number(v: float) -> str:
     return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
 
 
+def role_counts(role_log: Sequence[tuple[float, int, str]], end_s: float) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Step series of how many instances hold each role, from a role log."""
+    roles: dict[int, str] = {}
+    times, counts = [], {r: [] for r in ("prefill", "decode", "mixed")}
+    for t, inst, role in sorted(role_log, key=lambda e: e[0]):
+        roles[inst] = role
+        if times and times[-1] == t:  # several changes at one moment: keep the last state
+            times.pop()
+            for r in counts:
+                counts[r].pop()
+        times.append(t)
+        for r in counts:
+            counts[r].append(sum(1 for v in roles.values() if v == r))
+    times.append(end_s)
+    for r in counts:
+        counts[r].append(counts[r][-1] if counts[r] else 0)
+    return np.array(times), {r: np.array(v) for r, v in counts.items()}
+
+
+def pool_sizes(run: RunData) -> MplFigure:
+    """Instances per role over time, under the arrival rate and prompt tokens per second."""
+    end = float(run.arrival_s.max()) if run.arrival_s.size else 1.0
+    bin_s = max(1.0, end / 200)
+    edges = np.arange(0.0, end + bin_s, bin_s)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 6), sharex=True, layout="constrained")
+    rate, _ = np.histogram(run.arrival_s, edges)
+    tokens, _ = np.histogram(run.arrival_s, edges, weights=run.prompt_tokens)
+    top.plot(edges[:-1], rate / bin_s, lw=1, color="C0", label="arrivals (req/s)")
+    top.set(ylabel="requests/s", title=f"{run.name}: load and pool sizes")
+    twin = top.twinx()
+    twin.plot(edges[:-1], tokens / bin_s / 1e3, lw=1, color="C3", label="prompt tokens/s (k)")
+    twin.set_ylabel("prompt k tokens/s")
+    fig.legend(loc="outside upper right", fontsize=8)
+    t, counts = role_counts(run.role_log, end)
+    for i, (role, series) in enumerate(counts.items()):
+        if series.any():
+            bottom.step(t, series, where="post", lw=1.6, color=f"C{i + 1}", ls=("-", "--", ":")[i],
+                        label=f"{role} instances")
+    bottom.set(xlabel="time (s)", ylabel="instances")
+    bottom.legend(fontsize=8)
+    bottom.grid(True, alpha=0.3)
+    return fig
+
+
 def compare_figures(runs: Sequence[RunData], slo=None) -> list[Figure]:
-    """The four figures of a comparison report."""
-    return [Figure("latency_cdf", "TTFT and TPOT distributions", latency_cdfs(runs, slo)),
-            Figure("tbt_percentiles", "Time between tokens, P50 to P99.9", tbt_percentiles(runs)),
-            Figure("instance_load", "Load balance over time", instance_load(runs)),
-            Figure("throughput_goodput", "Throughput and goodput", throughput_bars(runs))]
+    """The four figures of a comparison report, plus pool sizes over time for every run
+    that changed instance roles."""
+    figures = [Figure("latency_cdf", "TTFT and TPOT distributions", latency_cdfs(runs, slo)),
+               Figure("tbt_percentiles", "Time between tokens, P50 to P99.9", tbt_percentiles(runs)),
+               Figure("instance_load", "Load balance over time", instance_load(runs)),
+               Figure("throughput_goodput", "Throughput and goodput", throughput_bars(runs))]
+    for k, run in enumerate(runs):
+        if any(t > 0 for t, _, _ in run.role_log):
+            figures.append(Figure(f"pools_{k}", f"{run.name}: instances per role over time, with the "
+                                  f"arrival rate and prompt tokens per second", pool_sizes(run)))
+    return figures
 
 
 def sweep_figures(sweep: SweepResult) -> list[Figure]:

@@ -15,7 +15,7 @@ from baton.core.decisions import ChangeRole, Decision, Migrate, Watch
 from baton.core.errors import BatonError, ConfigError
 from baton.core.info import InfoModel
 from baton.core.events import Completed, DecodeProgress, PrefillDone
-from baton.core.instance import InstanceState
+from baton.core.instance import InstanceState, Role
 from baton.core.request import Phase, Request, RequestState
 from baton.core.view import ClusterView
 from baton.metrics import SLO, GapHistogram, LoadSeries, RequestRecord, RunCounters, summarize
@@ -101,6 +101,7 @@ class Simulator:
         self.watch_owner: dict[int, int] = {}
         self.pending_watch: dict[int, int] = {}
         self.counters = RunCounters()
+        self._flipped: dict[int, tuple[float, Role]] = {}  # instance -> (flip time, new role) until new work
         self.role_log: list[tuple[float, int, str]] = [(0.0, i, r.value) for i, r in enumerate(cluster.roles())]
         self.tbt = GapHistogram()
         self.load = LoadSeries(sample_interval_s)
@@ -226,6 +227,7 @@ class Simulator:
             st.decode_instance, st.bound_early = plan.decode_instance, True
             if plan.decode_instance != p:
                 self.instances[plan.decode_instance].add_shadow(req.req_id, req.prompt_tokens)
+        self._first_new_work(p, Role.PREFILL)
         self.engines[p].add_prefill(PrefillItem(req.req_id, req.prompt_tokens, "fresh",
                                                 req.output_tokens, 0, plan.prefill_chunk_limit_tokens))
         self.kick(p)
@@ -321,7 +323,15 @@ class Simulator:
             return self.finish(st)
         self._join(instance_id, st, item.total_tokens + 1, generated, item.blocks)
 
+    def _first_new_work(self, instance_id: int, role: Role) -> None:
+        """Time from a role change to the first work of the new role placed there."""
+        flip = self._flipped.get(instance_id)
+        if flip is not None and flip[1] is role:
+            self.counters.flip_first_work_s.append(self.now - flip[0])
+            del self._flipped[instance_id]
+
     def _join(self, instance_id: int, st: RequestState, ctx: int, generated: int, blocks: int) -> None:
+        self._first_new_work(instance_id, Role.DECODE)
         st.phase, st.decode_instance = Phase.DECODE_WAIT, instance_id
         st.visit(instance_id)
         self.instances[instance_id].add_incoming(st.req_id, ctx)
@@ -463,7 +473,9 @@ class Simulator:
             if inst.role is not decision.role:
                 inst.role = decision.role
                 self.counters.role_changes += 1
+                self.counters.flip_exposed_requests += inst.num_requests
                 self.role_log.append((self.now, decision.instance_id, decision.role.value))
+                self._flipped[decision.instance_id] = (self.now, decision.role)
                 self.view.invalidate_roles()
         elif isinstance(decision, Watch):
             self._watch(decision, stage_index)
