@@ -59,6 +59,22 @@ def sustainable(trace: str, slo: SLO, rates: list[float], requests: int | None, 
     return out
 
 
+def window_trace(path: Path, window: int, n: int) -> str:
+    """Requests [window*n, (window+1)*n) of an Azure trace, as a temporary Azure CSV (for a
+    held-out check on a part of the trace the default run never sees)."""
+    import csv
+    import tempfile
+    with path.open() as handle:
+        rows = list(csv.reader(handle))
+    head, body = rows[0], rows[1 + window * n: 1 + (window + 1) * n]
+    if len(body) < n:
+        sys.exit(f"{path}: window {window} of {n} requests runs past the trace's {len(rows) - 1}")
+    out = Path(tempfile.mkdtemp(prefix="baton-arrow-")) / f"{path.stem}-w{window}.csv"
+    with out.open("w", newline="") as handle:
+        csv.writer(handle).writerows([head, *body])
+    return str(out)
+
+
 def _rate(r: float | None) -> str:
     return "below the lowest rate" if r is None else f"{r:6.2f} req/s"
 
@@ -68,8 +84,10 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=3000, help="first N requests of each trace (0: all)")
     ap.add_argument("--nic-gbps", type=float, default=3200.0, help="KV link per instance (Gbit/s)")
     ap.add_argument("--traces", default="code,conv")
+    ap.add_argument("--window", type=int, default=0,
+                    help="use requests [W*N, (W+1)*N) of each trace (N = --requests); 1 = held out")
     args = ap.parse_args()
-    figures: dict = {"requests": args.requests or None, "nic_gbps": args.nic_gbps}
+    figures: dict = {"requests": args.requests or None, "nic_gbps": args.nic_gbps, "window": args.window}
     for key in args.traces.split(","):
         file, slo, rates = TRACES[key]
         path = ROOT.parent / "shared" / "traces" / file
@@ -77,7 +95,8 @@ def main() -> None:
             print(f"{key}: {path} absent, skipped")
             continue
         print(f"{key} (TTFT {slo.ttft_s} s, TPOT {slo.tpot_s} s), rates {rates}:", flush=True)
-        figures[key] = sustainable(str(path), slo, rates, args.requests or None, args.nic_gbps)
+        trace = window_trace(path, args.window, args.requests) if args.window and args.requests else str(path)
+        figures[key] = sustainable(trace, slo, rates, args.requests or None, args.nic_gbps)
         arrow, static = (figures[key][k]["max_sustainable_rate_rps"] for k in ("arrow", "arrow-static"))
         if arrow and static:
             figures[key]["arrow_over_static"] = arrow / static

@@ -98,6 +98,7 @@ class InstanceState:
     block_size_tokens: int
     prefill_queue: dict[int, int] = field(default_factory=dict)
     prefill_queue_tokens: int = 0
+    prefill_queue_sq_tokens: int = 0  # sum of squares of the queued lengths (quadratic predictors)
     shadow: dict[int, int] = field(default_factory=dict)
     shadow_tokens: int = 0
     incoming: dict[int, int] = field(default_factory=dict)
@@ -117,13 +118,18 @@ class InstanceState:
     def queue_prefill(self, req_id: int, tokens: int) -> None:
         self.prefill_queue[req_id] = tokens
         self.prefill_queue_tokens += tokens
+        self.prefill_queue_sq_tokens += tokens * tokens
 
     def progress_prefill(self, req_id: int, tokens: int) -> None:
-        self.prefill_queue[req_id] -= tokens
+        left = self.prefill_queue[req_id]
+        self.prefill_queue[req_id] = left - tokens
         self.prefill_queue_tokens -= tokens
+        self.prefill_queue_sq_tokens += (left - tokens) ** 2 - left * left
 
     def drop_prefill(self, req_id: int) -> None:
-        self.prefill_queue_tokens -= self.prefill_queue.pop(req_id)
+        left = self.prefill_queue.pop(req_id)
+        self.prefill_queue_tokens -= left
+        self.prefill_queue_sq_tokens -= left * left
 
     def add_shadow(self, req_id: int, tokens: int) -> None:
         self.shadow[req_id] = tokens

@@ -134,6 +134,12 @@ class ClusterView:
         queue order (own bookings)."""
         return list(self._instances[instance_id].prefill_queue.values())
 
+    def queued_prefill_moments(self, instance_id: int) -> tuple[int, int, int]:
+        """(count, sum, sum of squares) of the prompt tokens still queued on an instance:
+        enough to total any quadratic per-prompt cost in O(1) (own bookings)."""
+        inst = self._instances[instance_id]
+        return len(inst.prefill_queue), inst.prefill_queue_tokens, inst.prefill_queue_sq_tokens
+
     def waiting_decodes(self, instance_id: int) -> list[int]:
         """Requests that already produced tokens and wait in this instance's queue to be
         recomputed (preempted here, or moved here by recompute)."""

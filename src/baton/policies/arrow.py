@@ -129,11 +129,11 @@ class Arrow(Stage):
         return max(0.0, a * tokens * tokens + b * tokens + c) if tokens > 0 else 0.0
 
     def prefill_delay(self, view: ClusterView, i: int) -> float:
-        """Predicted time until a new prefill on ``i`` starts (s)."""
-        return sum(self.pt(t) for t in view.queued_prefills(i))
-
-    def accepts_decode(self, view: ClusterView, i: int) -> bool:
-        return view.running_tokens(i) <= self.mrt and view.token_interval_s(i) <= self.tpot_slo_s
+        """Predicted time until a new prefill on ``i`` starts (s): the quadratic summed
+        over the prompt tokens still queued there, in O(1) from their moments."""
+        n, total, squares = view.queued_prefill_moments(i)
+        a, b, c = self.coef
+        return max(0.0, a * squares + b * total + c * n) if n else 0.0
 
     # --- pools ---------------------------------------------------------------------------
     @staticmethod
@@ -141,9 +141,11 @@ class Arrow(Stage):
         """Healthy instances by pool: P, DP (D->P), D, PD (P->D)."""
         out: dict[str, list[int]] = {"P": [], "DP": [], "D": [], "PD": []}
         for i in view.prefill_ids:
-            out["DP" if view.decode_work(i) and not view.instance(i).role.decodes else "P"].append(i)
+            inst = view.instance(i)
+            out["DP" if (inst.decodes.n or inst.incoming) and not inst.role.decodes else "P"].append(i)
         for i in view.decode_ids:
-            out["PD" if view.queued_prefills(i) and not view.instance(i).role.prefills else "D"].append(i)
+            inst = view.instance(i)
+            out["PD" if inst.prefill_queue and not inst.role.prefills else "D"].append(i)
         return out
 
     def decode_load_low(self, view: ClusterView, pools: dict[str, list[int]], lend: int = 0) -> bool:
@@ -185,12 +187,12 @@ class Arrow(Stage):
     def plan_arrival(self, view: ClusterView, request: RequestState, plan: ArrivalPlan) -> ArrivalPlan:
         pools = self.pools(view)
         pt = self.pt(request.request.prompt_tokens)
-        best = {k: min(pools[k], key=lambda i: (self.prefill_delay(view, i), i)) if pools[k] else None
-                for k in ("P", "DP")}
+        best: dict[str, int | None] = {}
         for k in ("P", "DP"):
-            i = best[k]
-            if i is not None and self.prefill_delay(view, i) + pt <= self.ttft_slo_s:
-                return _prefill_on(plan, i)
+            delays = [(self.prefill_delay(view, i), i) for i in pools[k]]
+            best[k] = min(delays)[1] if delays else None
+            if delays and min(delays)[0] + pt <= self.ttft_slo_s:
+                return _prefill_on(plan, min(delays)[1])
         if self.decode_load_low(view, pools, lend=1):
             moved = self.move_decode_to_prefill(view, pools)
             if moved is not None:
@@ -206,16 +208,18 @@ class Arrow(Stage):
         if src is not None and view.instance(src).role.decodes and view.instance(src).healthy:
             return src  # the prompt's KV is already here: no transfer
         pools = self.pools(view)
-        best = {k: min(pools[k], key=lambda i: (view.running_tokens(i), i)) if pools[k] else None
-                for k in ("D", "PD")}
+        best: list[tuple[float, int]] = []
         for k in ("D", "PD"):
-            if best[k] is not None and self.accepts_decode(view, best[k]):
-                return best[k]
+            loads = [(view.running_tokens(i), i) for i in pools[k]]
+            if loads:
+                tokens, i = min(loads)
+                if tokens <= self.mrt and view.token_interval_s(i) <= self.tpot_slo_s:
+                    return i
+                best.append((tokens, i))
         moved = self.move_prefill_to_decode(view, pools)
         if moved is not None:
             return DecodeChoice(moved, (ChangeRole(moved, Role.DECODE),))
-        found = [i for i in best.values() if i is not None]
-        return min(found, key=lambda i: (view.running_tokens(i), i)) if found else None
+        return min(best)[1] if best else None
 
     # --- cluster monitor -----------------------------------------------------------------
     def tick(self, view: ClusterView) -> list[Decision]:
