@@ -54,9 +54,12 @@ def test_reproduce_errors_are_one_line(tmp_path):
 
 def test_the_shipped_reproductions_load():
     from baton.experiments.reproduce import claims_of
-    for paper in ("sibyl", "ares"):
+    for paper in ("sibyl", "ares", "arrow"):
         claims = claims_of(paper, full=True)
         assert claims and all(c.policy and c.baseline and c.metric for c in claims)
+    for claim in claims_of("arrow"):  # trace paths resolve next to the repository
+        assert claim.rates and claim.experiment.workload.trace.endswith(
+            ("shared/traces/azure_code_2023.csv", "shared/traces/azure_conv_2023.csv"))
     assert {c.name for c in claims_of("sibyl")} < {c.name for c in claims_of("sibyl", full=True)}
 
 
@@ -65,3 +68,21 @@ def test_a_reproduction_file_works_as_an_experiment_config():
     from pathlib import Path
     exp = load_experiment(Path(__file__).resolve().parents[2] / "reproductions/ares/fig10-p99-migration.yaml")
     assert exp.cluster.decode == 3 and exp.workload.synthetic.rate_rps == 0.17
+
+
+def test_a_sustainable_rate_claim_sweeps_both_policies(tmp_path):
+    folder = tmp_path / "arrow"
+    folder.mkdir()
+    (folder / "rate.yaml").write_text(
+        "figure: tiny\nsource: test\npolicy: arrow\nbaseline: arrow-static\nmetric: max_sustainable_rate_rps\n"
+        "claim: 0.5\nrates: [2, 8, 32, 128]\nexperiment:\n  cluster: {prefill: 1, decode: 2}\n"
+        "  workload: {synthetic: {requests: 120, rate_rps: 5, prompt_median: 500, output_median: 20}}\n"
+        "  slo: {ttft_s: 2.0, tpot_s: 0.1}\n")
+    p = baton("reproduce", "arrow", "--dir", str(tmp_path), "--repeats", "2", "--json", "--quiet",
+              "--out", str(tmp_path / "out"))
+    assert p.returncode == 0, p.stderr
+    (fig,) = json.loads(p.stdout).values()
+    assert fig["repeats"] == 2 and fig["baton"] is not None and fig["metric"].startswith("max_sustainable")
+    (folder / "rate.yaml").write_text((folder / "rate.yaml").read_text().replace("rates: [2, 8, 32, 128]\n", ""))
+    p = baton("reproduce", "arrow", "--dir", str(tmp_path), "--out", str(tmp_path / "out"))
+    assert p.returncode == 2 and "give rates exactly when" in p.stderr, (p.returncode, p.stderr[-800:])

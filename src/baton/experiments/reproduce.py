@@ -27,7 +27,8 @@ from baton.yamlfile import read_yaml
 ROOT = Path(__file__).resolve().parents[3] / "reproductions"
 PAPERS = ("sibyl", "ares", "arrow", "kairos", "cascade")
 _KEYS = {"figure", "source", "experiment", "policy", "baseline", "metric", "claim", "full", "repeats",
-         "notes"}
+         "notes", "rates"}
+SUSTAINABLE = "max_sustainable_rate_rps"  # a metric from a rate sweep (needs ``rates``)
 
 
 @dataclass(slots=True)
@@ -44,6 +45,7 @@ class Claim:
     claim: float
     full: bool = False
     repeats: int = 3
+    rates: tuple[float, ...] = ()
 
 
 def load_claim(path: Path) -> Claim:
@@ -63,9 +65,16 @@ def load_claim(path: Path) -> Claim:
         exp = experiment_from_dict(data["experiment"])
     except ConfigError as err:
         raise ConfigError(f"{path}: experiment.{err}") from None
+    if exp.workload.trace and not Path(exp.workload.trace).is_absolute():  # relative to the YAML
+        exp.workload.trace = str((path.parent / exp.workload.trace).resolve())
+    rates = data.get("rates", [])
+    if not isinstance(rates, list) or not all(isinstance(r, (int, float)) and r > 0 for r in rates):
+        raise ConfigError(f"{path}: rates: expected a list of positive request rates, got {rates!r}")
+    if (data["metric"] == SUSTAINABLE) != bool(rates):
+        raise ConfigError(f"{path}: rates: give rates exactly when the metric is {SUSTAINABLE}")
     return Claim(path.stem, str(data["figure"]), str(data.get("source", "")), exp, str(data["policy"]),
                  str(data["baseline"]), str(data["metric"]), float(data["claim"]),
-                 bool(data.get("full", False)), int(data.get("repeats", 3)))
+                 bool(data.get("full", False)), int(data.get("repeats", 3)), tuple(sorted(map(float, rates))))
 
 
 def claims_of(paper: str, root: Path = ROOT, full: bool = False) -> list[Claim]:
@@ -134,8 +143,7 @@ def run_claim(claim: Claim, repeats: int | None = None, trace: str | None = None
             if key not in cache:
                 if progress:
                     progress(f"{claim.name}: {name} ({i + 1}/{k})")
-                _, data = run_experiment(replace(exp, policy=name, seed=seed), requests=requests, name=name)
-                cache[key] = data.summary
+                cache[key] = _measure(replace(exp, policy=name, seed=seed), requests, name, claim)
             values[name] = float(cache[key].get(claim.metric, math.nan))
         b, p = values[claim.baseline], values[claim.policy]
         base.append(b)
@@ -143,3 +151,16 @@ def run_claim(claim: Claim, repeats: int | None = None, trace: str | None = None
         if b and not (math.isnan(b) or math.isnan(p)):
             changes.append((p - b) / abs(b))
     return Outcome(claim, changes, float(np.nanmean(pol)), float(np.nanmean(base)))
+
+
+def _measure(exp: Experiment, requests: list, name: str, claim: Claim) -> dict[str, float]:
+    """One policy's summary on one workload; for a sustainable-rate claim, the rate sweep's
+    result (the workload's arrivals rescaled to each of ``claim.rates``)."""
+    if claim.metric != SUSTAINABLE:
+        return run_experiment(exp, requests=requests, name=name)[1].summary
+    from baton.experiments.sweep import max_sustainable_rate
+    from baton.workload import scale_to_rate
+    attainment = [run_experiment(exp, requests=scale_to_rate(requests, rate), name=name)[1].summary["slo_attainment"]
+                  for rate in claim.rates]
+    rate = max_sustainable_rate(claim.rates, attainment)
+    return {SUSTAINABLE: math.nan if rate is None else rate}
