@@ -32,7 +32,7 @@ from baton.experiments.sweep import run_sweep  # noqa: E402
 from baton.metrics import SLO  # noqa: E402
 from baton.sim import ClusterSpec  # noqa: E402
 
-TRACES = {"code": ("azure_code_2023.csv", SLO(3.0, 0.1), [2, 4, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64]),
+TRACES = {"code": ("azure_code_2023.csv", SLO(3.0, 0.1), [2, 4, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 128]),
           "conv": ("azure_conv_2023.csv", SLO(2.0, 0.15), [8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160])}
 SYSTEMS = {  # name: (policy, prefill, decode, mixed, preset)
     "arrow": ("arrow", 4, 4, 0, "llama-3.1-8b@h100"),

@@ -27,7 +27,7 @@ from baton.core.errors import ConfigError, did_you_mean
 from baton.perf.fitted import FittedModel
 from baton.perf.model import PerfModel
 from baton.perf.roofline import RooflineModel
-from baton.perf.specs import Efficiency, HardwareSpec, ModelSpec
+from baton.perf.specs import Efficiency, HardwareSpec, ModelSpec, MoESpec
 
 MiB = 2**20
 
@@ -44,6 +44,15 @@ MODELS: dict[str, ModelSpec] = {
         "deepseek-r1-distill-qwen-7b-w8a8", 7.62e9, 28, 3584, 28, 4, 128, 18944, 152064,
         weight_bytes_per_param=1.0, max_model_len=131072),
     "llama-2-70b": ModelSpec("llama-2-70b", 68.98e9, 80, 8192, 64, 8, 128, 28672, 32000, max_model_len=4096),
+    # [hf] DeepSeek-V2-Lite (model card): 15.7B parameters, 2.4B active per token; 27 layers,
+    # hidden 2,048, 16 heads of 128 (+64 decoupled RoPE dims: q/k heads of 192); MLA caches
+    # a 512-dim latent + 64 RoPE dims per token per layer; every FFN but the first (dense,
+    # width 10,944) is MoE: 2 shared + 64 routed experts of width 1,408, 6 routed per token;
+    # vocabulary 102,400; 32K context. The counts above rebuild 15.7B total and 2.45B active
+    # (tests/perf/test_moe.py).
+    "deepseek-v2-lite": ModelSpec("deepseek-v2-lite", 15.7e9, 27, 2048, 16, 16, 192, 10944, 102400,
+                                  max_model_len=32768, kv_elems_per_layer=512 + 64,
+                                  moe=MoESpec(layers=26, routed=64, top_k=6, shared=2, expert_ffn=1408)),
 }
 
 HARDWARE: dict[str, HardwareSpec] = {
@@ -124,6 +133,10 @@ PRESETS: dict[str, Preset] = {
     # [ares] 18.23 ms per decode iteration at 50% KV (vLLM's default flags), one figure for
     # one shared weight/KV read efficiency (0.87); Figure 8: iteration time linear in
     # batched tokens, so no heterogeneity term; iteration_overhead_s [none]
+    # [hf] the model card's architecture on A100 with [vidur] the A100 efficiencies as they
+    # are (not refitted to this model); expert reads from the touched-experts model
+    # (MoESpec.touched). Kairos's regime.
+    "deepseek-v2-lite@a100-80g": Preset("deepseek-v2-lite", "a100-80g", 1, A100_VIDUR),
     "deepseek-r1-distill-qwen-7b-w8a8@rtx4090d": Preset(
         "deepseek-r1-distill-qwen-7b-w8a8", "rtx4090d", 1, Efficiency(memory=0.87, attn_memory=0.87)),
 }

@@ -73,7 +73,7 @@ class RooflineModel(PerfModel):
             return IterationBreakdown(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
         flops = 2.0 * m.matmul_params * tokens / tp
         linear_s = _combine(flops / (hw.peak_flops * eff.compute),
-                            m.weight_bytes / tp / (hw.hbm_bytes_per_s * eff.memory), eff.roofline_p)
+                            m.weight_bytes_read(tokens) / tp / (hw.hbm_bytes_per_s * eff.memory), eff.roofline_p)
         attn_flops = 4.0 * m.n_layers * m.n_heads * m.head_dim * shape.prefill_attn_pairs / tp
         prefill_attn_s = attn_flops / (hw.peak_flops * eff.attn_compute)
         het = 1.0 + eff.heterogeneity * min(shape.decode_ctx_cv2, eff.heterogeneity_cap)
