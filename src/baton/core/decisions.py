@@ -64,6 +64,17 @@ class ChangeRole:
 
 
 @dataclass(slots=True, frozen=True)
+class Deflect:
+    """Re-plan a request whose prefill is still queued (not started): prefill and decode it
+    on ``instance`` in chunks of at most ``chunk_limit_tokens`` (Kairos's proactive
+    deflection). A runtime ignores it once the prefill has started."""
+
+    req_id: int
+    instance: int
+    chunk_limit_tokens: int
+
+
+@dataclass(slots=True, frozen=True)
 class DecodeChoice:
     """Late binding with side effects: decode on ``instance`` after applying
     ``role_changes`` (a stage's ``choose_decode`` may return this instead of an id)."""
@@ -80,4 +91,4 @@ class Watch:
     context_tokens: int
 
 
-Decision = Migrate | ChangeRole | Watch
+Decision = Migrate | ChangeRole | Watch | Deflect

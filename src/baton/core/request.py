@@ -45,7 +45,7 @@ class RequestState:
     prefill_instance: int | None = None
     decode_instance: int | None = None
     bound_early: bool = False
-    chunk_limit_tokens: int | None = None
+    chunk_limit_tokens: int | None = None  # set when the prefill was deflected onto a decode instance
     generated_tokens: int = 0
     prefill_start_s: float | None = None
     first_token_s: float | None = None

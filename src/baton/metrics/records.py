@@ -42,6 +42,7 @@ class RequestRecord:
     preemptions: int
     migrations: int
     path: str
+    deflected: bool = False
 
     @classmethod
     def from_state(cls, s: RequestState) -> "RequestRecord":
@@ -64,7 +65,8 @@ class RequestRecord:
                    s.reject_reason or "", ttft, tpot, e2e,
                    e2e / r.output_tokens if finished else nan, queue, transfer, prefill,
                    max(decode_wait, 0.0) if decode_wait == decode_wait else nan, decode,
-                   s.preemptions, s.migrations, "-".join(str(i) for i in s.path))
+                   s.preemptions, s.migrations, "-".join(str(i) for i in s.path),
+                   s.chunk_limit_tokens is not None)
 
 
 def write_records(records: list[RequestRecord], path: str | Path) -> Path:

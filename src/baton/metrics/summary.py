@@ -35,6 +35,7 @@ class RunCounters:
     least_by_count: int = 0    # decode starts on an instance with the fewest other requests
     least_by_tokens: int = 0   # ... with the least other token load
     events: int = 0
+    deflections: int = 0  # queued prefills moved onto decode-capable instances (Deflect)
     flip_exposed_requests: int = 0  # requests holding work on an instance when it changed role
     flip_first_work_s: list[float] = field(default_factory=list)  # flip -> first new-role work placed
 
@@ -209,6 +210,8 @@ def summarize(records: list[RequestRecord], tbt: GapHistogram, counters: RunCoun
         "role_changes": counters.role_changes, "handoff_recomputes": counters.handoff_recomputes,
         "oar_count": counters.oar("count"), "oar_tokens": counters.oar("tokens"),
         **counters.flip_costs(),
+        "deflected_fraction": sum(1 for r in records if r.deflected) / len(records) if records else 0.0,
+        "replanned_deflections": counters.deflections,
     }
     for r in records:
         if not r.finished:
@@ -217,5 +220,6 @@ def summarize(records: list[RequestRecord], tbt: GapHistogram, counters: RunCoun
     out.update(window_metrics(records, slo, window))
     out.update(latency_metrics(in_window))
     out.update(tbt.summary())
+    out["p95_tbt_s"] = out["tbt_p95_s"]  # the name Kairos's evidence uses
     out.update(load.balance(decode_columns))
     return out

@@ -68,19 +68,9 @@ from baton.core.request import RequestState
 from baton.core.view import ClusterView
 from baton.perf.model import BatchShape, PerfModel
 from baton.policies.base import PolicyContext, Stage
+from baton.policies.prefill_time import PrefillPredictor, fit_prefill_quadratic  # noqa: F401 (re-export)
 
 PAPER_TTFT_SLO_S, PAPER_TPOT_SLO_S = 3.0, 0.1  # Table 1, Azure code
-
-
-def fit_prefill_quadratic(perf: PerfModel, max_tokens: int = 32768) -> np.ndarray:
-    """Coefficients (a, b, c) of pt(L) = a L^2 + b L + c seconds, relative least squares
-    over single-request prefill times at 16 prompt lengths from 16 to ``max_tokens``."""
-    lengths = np.unique(np.geomspace(16, max_tokens, 16).astype(int))
-    times = np.array([perf.prefill_time_s(int(n)) for n in lengths])
-    a = np.column_stack([lengths ** 2.0, lengths, np.ones_like(lengths)])
-    # relative least squares: a 10 ms miss matters on a short prompt, not on a long one
-    coef, *_ = np.linalg.lstsq(a / times[:, None], np.ones_like(times), rcond=None)
-    return coef
 
 
 def max_running_tokens(perf: PerfModel, tpot_slo_s: float, context_tokens: int, kv_tokens: int) -> int:
@@ -116,7 +106,8 @@ class Arrow(Stage):
         self.flips, self.decode_low_load = flips, decode_low_load
         self.tick_interval_s = monitor_interval_s if flips else None
         self.window_s = monitor_window_s
-        self.coef = fit_prefill_quadratic(context.perf)
+        self.predictor = PrefillPredictor(context.perf)
+        self.coef = self.predictor.coef
         self.mrt = max_running_tokens(context.perf, self.tpot_slo_s, profile_context_tokens,
                                       context.perf.kv_capacity_tokens)
         self.intervals: deque[tuple[float, float]] = deque()
@@ -125,15 +116,11 @@ class Arrow(Stage):
     # --- predictors --------------------------------------------------------------------
     def pt(self, tokens: float) -> float:
         """Predicted prefill time of a prompt alone (s)."""
-        a, b, c = self.coef
-        return max(0.0, a * tokens * tokens + b * tokens + c) if tokens > 0 else 0.0
+        return self.predictor.pt(tokens)
 
     def prefill_delay(self, view: ClusterView, i: int) -> float:
-        """Predicted time until a new prefill on ``i`` starts (s): the quadratic summed
-        over the prompt tokens still queued there, in O(1) from their moments."""
-        n, total, squares = view.queued_prefill_moments(i)
-        a, b, c = self.coef
-        return max(0.0, a * squares + b * total + c * n) if n else 0.0
+        """Predicted time until a new prefill on ``i`` starts (s)."""
+        return self.predictor.delay(view, i)
 
     # --- pools ---------------------------------------------------------------------------
     @staticmethod

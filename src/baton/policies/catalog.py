@@ -12,12 +12,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from baton.core.errors import ConfigError, did_you_mean
-from baton.policies import ares, arrow, colocated, least_loaded, round_robin, sibyl
+from baton.policies import ares, arrow, colocated, deflect_rules, kairos, least_loaded, round_robin, sibyl
 from baton.policies.base import PolicyContext, Scheduler, Stage
 
 STAGE_TYPES: Mapping[str, type[Stage]] = {
     **round_robin.STAGES, **least_loaded.STAGES, **colocated.STAGES, **sibyl.STAGES,
-    **ares.STAGES, **arrow.STAGES,
+    **ares.STAGES, **arrow.STAGES, **kairos.STAGES, **deflect_rules.STAGES,
 }
 
 # Stable names users and configs refer to.
@@ -54,6 +54,14 @@ POLICIES: Mapping[str, list[dict[str, Any]]] = {
     # ablation: the same dispatch with the starting roles fixed.
     "arrow": [{"stage": "arrow"}],
     "arrow-static": [{"stage": "arrow", "flips": False}],
+    # Kairos (TBT-safe prefill deflection onto decode instances), plain PD, and the static
+    # deflection rules production routers ship (llm-d's short-prompt decider, Dynamo's
+    # queue-triggered conditional disaggregation)
+    "kairos": [{"stage": "kairos"}],
+    "kairos-reactive": [{"stage": "kairos", "proactive": False}],
+    "pd": [{"stage": "least-loaded"}],
+    "deflect-short": [{"stage": "deflect-short"}],
+    "deflect-queue": [{"stage": "deflect-queue"}],
 }
 
 

@@ -105,6 +105,7 @@ class SegmentResult:
     first_gaps: list[float] = field(default_factory=list)
     # rows that had no token yet (PD handoffs: the decode side emits the first token)
     first_tokens: list[tuple[int, float]] = field(default_factory=list)
+    with_deflected: bool = False  # the batch held a deflected prefill's chunk
 
 
 def _ceil_div(a: np.ndarray | int, b: int):
@@ -261,15 +262,23 @@ class Engine:
         for item in self.prefills.values():
             if not item.admitted or budget <= 0:
                 continue
-            chunk = self._chunk(item, budget)
+            chunk = self._chunk(item, budget, chunks)
             if chunk > 0:
                 chunks.append((item, chunk))
                 budget -= chunk
                 need += max(0, _ceil_div(item.done_tokens + chunk, bs) - item.blocks)
         return chunks, need
 
-    def _chunk(self, item: PrefillItem, budget: int) -> int:
-        return min(item.total_tokens - item.done_tokens, budget, item.chunk_limit or budget)
+    @staticmethod
+    def _chunk(item: PrefillItem, budget: int, scheduled: list[tuple[PrefillItem, int]]) -> int:
+        """This iteration's chunk of ``item``. Chunk-limited (deflected) prefills share one
+        allowance per iteration, the smallest limit among them: the instance runs one
+        TBT-safe chunked-prefill schedule, not one per deflected request."""
+        if item.chunk_limit is None:
+            return min(item.total_tokens - item.done_tokens, budget)
+        limited = [(it.chunk_limit, c) for it, c in scheduled if it.chunk_limit is not None]
+        allowance = min([item.chunk_limit, *(lim for lim, _ in limited)]) - sum(c for _, c in limited)
+        return max(0, min(item.total_tokens - item.done_tokens, budget, allowance))
 
     def _grow_item(self, item: PrefillItem, chunk: int) -> None:
         extra = max(0, _ceil_div(item.done_tokens + chunk, self.cfg.block_size) - item.blocks)
@@ -327,7 +336,9 @@ class Engine:
         for item in self.prefills.values():
             if item.admitted:
                 continue
-            chunk = self._chunk(item, budget)
+            chunk = self._chunk(item, budget, running + chunks)
+            if chunk <= 0:
+                break  # a deflected prefill waits for the next iteration's allowance
             upto = item.total_tokens if self.cfg.reserve_full_sequence else item.done_tokens + chunk
             blocks = max(0, _ceil_div(upto, self.cfg.block_size) - item.blocks)
             if budget <= 0 or seqs >= self.cfg.max_num_seqs or blocks > st.kv_blocks_total - st.kv_blocks_used:
@@ -390,6 +401,7 @@ class Engine:
             st.recent_token_interval_s = seg.iteration_s(k - 1)
             self._collect_decode_ends(result)
         st.recent_iteration_s = seg.iteration_s(k - 1)
+        result.with_deflected = any(item.chunk_limit is not None for item, _ in self.chunks)
         for item, chunk in self.chunks:
             item.done_tokens += chunk
             st.progress_prefill(item.req_id, chunk)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from baton.core.decisions import ChangeRole, Decision, Migrate, Watch
+from baton.core.decisions import ChangeRole, Decision, Deflect, Migrate, Watch
 from baton.core.errors import BatonError, ConfigError
 from baton.core.info import InfoModel
 from baton.core.events import Completed, DecodeProgress, PrefillDone
@@ -22,6 +22,7 @@ from baton.metrics import SLO, GapHistogram, LoadSeries, RequestRecord, RunCount
 from baton.perf.model import PerfModel
 from baton.policies.base import Scheduler
 from baton.sim.cluster import ClusterSpec
+from baton.sim.deflection import deflect
 from baton.sim.engine import DecodeJoin, Engine, PrefillItem, SegmentResult
 from baton.sim.migration import Migrator
 from baton.sim.network import Network
@@ -62,12 +63,16 @@ class SimResult:
     decode_columns: list[int]
     output_tokens: int
     role_log: list[tuple[float, int, str]] = field(default_factory=list)  # (time s, instance, new role)
+    tbt_deflected: GapHistogram | None = None
 
     def summary(self, slo: SLO, warmup_s: float | None = None) -> dict[str, float]:
         out = summarize(self.records, self.tbt, self.counters, self.load, slo, self.makespan_s,
                         self.decode_columns, warmup_s)
         out["wall_s"] = self.wall_s
         out["events"] = self.counters.events
+        hist = self.tbt_deflected
+        out["deflected_tbt_p95_s"] = hist.percentile_s(95) if hist is not None and hist.total else float("nan")
+        out["deflected_tbt_p99_s"] = hist.percentile_s(99) if hist is not None and hist.total else float("nan")
         return out
 
 
@@ -104,6 +109,7 @@ class Simulator:
         self._flipped: dict[int, tuple[float, Role]] = {}  # instance -> (flip time, new role) until new work
         self.role_log: list[tuple[float, int, str]] = [(0.0, i, r.value) for i, r in enumerate(cluster.roles())]
         self.tbt = GapHistogram()
+        self.tbt_deflected = GapHistogram()  # gaps of iterations that carried a deflected prefill chunk
         self.load = LoadSeries(sample_interval_s)
         self.records: list[RequestRecord] = []
         self._heap: list[tuple[float, int, int, int, tuple]] = []
@@ -162,7 +168,7 @@ class Simulator:
         out_tokens = sum(r.output_tokens for r in self.records if r.finished)
         return SimResult(sorted(self.records, key=lambda r: r.req_id), self.tbt, self.counters,
                          self.load, self.now, time.perf_counter() - wall0, decode_cols, out_tokens,
-                         self.role_log)
+                         self.role_log, self.tbt_deflected)
 
     def kick(self, instance_id: int) -> None:
         """Make an engine notice new work: plan if idle, else cut its segment."""
@@ -266,9 +272,10 @@ class Simulator:
         if result.gaps is None:
             return
         iter0, slope, k, old, new = result.gaps
-        self.tbt.add_affine(iter0, slope, k, old)
-        self.tbt.add_affine(iter0 + slope, slope, k - 1, new)
-        self.tbt.add(result.first_gaps)
+        for hist in (self.tbt, self.tbt_deflected) if result.with_deflected else (self.tbt,):
+            hist.add_affine(iter0, slope, k, old)
+            hist.add_affine(iter0 + slope, slope, k - 1, new)
+            hist.add(result.first_gaps)
 
     def _on_prefilled(self, instance_id: int, item: PrefillItem) -> None:
         st = self.states[item.req_id]
@@ -481,6 +488,8 @@ class Simulator:
             self._watch(decision, stage_index)
         elif isinstance(decision, Migrate):
             self.migrator.start(decision)
+        elif isinstance(decision, Deflect):
+            deflect(self, decision)
         else:
             raise SimulationError(f"policy {self.scheduler.name!r} returned an unknown decision {decision!r}")
 

@@ -1,0 +1,77 @@
+"""Static prefill-deflection rules as production routers ship them (the baselines Kairos's
+Figure 2 compares): each sends a request's prefill to a decode instance, which prefills it
+in chunks of ``chunk_tokens`` (default 2,048, vLLM's usual ``--max-num-batched-tokens``
+for online serving: the decode worker runs it as plain chunked prefill) between decode
+iterations and decodes it there, when one
+fixed condition holds; otherwise plain PD (least queued prefill work, then the least
+token-loaded decode instance when the prefill ends).
+
+- ``deflect-short`` (``max_prompt_tokens``): prompts under N tokens, as llm-d's PD decider
+  runs short (non-cached) prompts on the decode worker;
+- ``deflect-queue`` (``max_prefill_queue_tokens``): when even the least-loaded prefill
+  instance has more than Q tokens queued, as Dynamo's conditional disaggregation does.
+
+The decode instance chosen is the least token-loaded; neither rule looks at TBT.
+"""
+
+from __future__ import annotations
+
+from baton.core.decisions import ArrivalPlan
+from baton.core.request import RequestState
+from baton.core.view import ClusterView
+from baton.policies.base import PolicyContext, Stage
+
+
+class _Rule(Stage):
+    needs_bookings = True
+
+    def __init__(self, context: PolicyContext, chunk_tokens: int = 2048) -> None:
+        super().__init__(context)
+        if chunk_tokens < 1:
+            raise ValueError("chunk_tokens must be positive")
+        self.chunk_tokens = chunk_tokens
+
+    def deflects(self, view: ClusterView, request: RequestState, queued_tokens: float) -> bool:
+        raise NotImplementedError
+
+    def plan_arrival(self, view: ClusterView, request: RequestState, plan: ArrivalPlan) -> ArrivalPlan:
+        prefills = [(view.instance(p).prefill_queue_tokens, p) for p in view.prefill_ids]
+        queued, p = min(prefills) if prefills else (float("inf"), None)
+        decode = self.choose_decode(view, request)
+        if decode is not None and (p is None or self.deflects(view, request, queued)):
+            return ArrivalPlan(decode, decode, self.chunk_tokens, plan.reject_reason, plan.role_changes)
+        return ArrivalPlan(p, None, None, plan.reject_reason, plan.role_changes)
+
+    def choose_decode(self, view: ClusterView, request: RequestState) -> int | None:
+        ids = view.decode_ids
+        return min(ids, key=lambda i: (view.token_load(i), i)) if ids else None
+
+
+class DeflectShort(_Rule):
+    """Deflect prompts shorter than ``max_prompt_tokens``."""
+
+    name = "deflect-short"
+
+    def __init__(self, context: PolicyContext, max_prompt_tokens: int = 512, chunk_tokens: int = 2048) -> None:
+        super().__init__(context, chunk_tokens)
+        self.max_prompt_tokens = max_prompt_tokens
+
+    def deflects(self, view: ClusterView, request: RequestState, queued_tokens: float) -> bool:
+        return request.request.prompt_tokens < self.max_prompt_tokens
+
+
+class DeflectQueue(_Rule):
+    """Deflect while the least-loaded prefill queue exceeds ``max_prefill_queue_tokens``."""
+
+    name = "deflect-queue"
+
+    def __init__(self, context: PolicyContext, max_prefill_queue_tokens: int = 8192,
+                 chunk_tokens: int = 2048) -> None:
+        super().__init__(context, chunk_tokens)
+        self.max_prefill_queue_tokens = max_prefill_queue_tokens
+
+    def deflects(self, view: ClusterView, request: RequestState, queued_tokens: float) -> bool:
+        return queued_tokens > self.max_prefill_queue_tokens
+
+
+STAGES = {"deflect-short": DeflectShort, "deflect-queue": DeflectQueue}

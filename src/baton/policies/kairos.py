@@ -1,0 +1,145 @@
+"""Kairos: load-aware prefill deflection onto decode instances, TBT-safe (a summary of
+arXiv 2607.02043, ../shared/papers/002). Under bursts the prefill instances queue while
+decode instances have idle compute; Kairos lets a decode instance prefill a waiting
+request in chunks between its decode iterations, with no KV transfer, when that helps
+TTFT and keeps the in-flight decodes inside their TBT SLO.
+
+The summary gives no formulas beyond the deflection condition; Baton's choices:
+
+- **TTFT on the prefill path**: the least predicted queueing delay among prefill
+  instances (``PrefillPredictor``: a quadratic fit of the perf model's prefill time,
+  summed over the queued prompts), plus the request's own prefill time, plus its KV
+  transfer over ``link_gbps``.
+- **TTFT on decode instance n**: X* is the largest chunk (at most ``max_chunk_tokens``,
+  the engine's token budget) such that one iteration of n's current decodes (running and
+  arriving, with their contexts) plus a chunk of X* tokens stays within the TBT SLO,
+  found by bisection on the perf model; the chunk's attention to the prompt's earlier
+  chunks is left out of that check (small next to the linear layers at these lengths).
+  TTFT_dec(n) = ceil((Q_n + L) / X*) x that iteration time, Q_n being the prompt tokens
+  already deflected to n and still queued there (they go first). No feasible chunk (the
+  decodes alone break the SLO, or X* < ``min_chunk_tokens``): n is not a candidate.
+- **Deflect** to n* = argmin TTFT_dec when TTFT_dec(n*) <= ``alpha`` x TTFT_pf and
+  TTFT_dec(n*) <= the TTFT SLO (alpha = 1, the paper's default); the request then
+  prefills and decodes on n* with a chunk limit of X*. Otherwise plain PD: prefill on the
+  least-delay prefill instance, decode on the least token-loaded decode instance when the
+  prefill ends.
+- **Proactive** (every ``replan_interval_s``): requests still queued, not started, on
+  prefill instances are re-planned with the same rule in queue order (their TTFT_pf is
+  what is left of their wait: the work ahead of them plus their own prefill and transfer,
+  minus nothing already waited) and moved with a ``Deflect`` decision, at most
+  ``max_replans`` per tick; a request whose prefill started is never moved.
+- The TBT SLO is ``tbt_slo_s``, else the run's TPOT SLO.
+"""
+
+from __future__ import annotations
+
+import math
+
+from baton.core.decisions import ArrivalPlan, Decision, Deflect
+from baton.core.request import Phase, RequestState
+from baton.core.view import ClusterView
+from baton.perf.model import BatchShape
+from baton.policies.base import PolicyContext, Stage
+from baton.policies.prefill_time import PrefillPredictor
+
+DEFAULT_TTFT_SLO_S, DEFAULT_TBT_SLO_S = 2.0, 0.1
+
+
+class Kairos(Stage):
+    """Prefill deflection onto decode instances (see the module docstring)."""
+
+    name = "kairos"
+    needs_bookings = True
+
+    def __init__(self, context: PolicyContext, alpha: float = 1.0, tbt_slo_s: float | None = None,
+                 ttft_slo_s: float | None = None, max_chunk_tokens: int = 2048, min_chunk_tokens: int = 32,
+                 link_gbps: float = 100.0, replan_interval_s: float = 0.1, max_replans: int = 8,
+                 proactive: bool = True) -> None:
+        super().__init__(context)
+        if alpha < 1 or max_chunk_tokens < min_chunk_tokens or min_chunk_tokens < 1 or link_gbps <= 0:
+            raise ValueError("need alpha >= 1, 1 <= min_chunk_tokens <= max_chunk_tokens, link_gbps > 0")
+        self.alpha, self.max_chunk, self.min_chunk = alpha, max_chunk_tokens, min_chunk_tokens
+        self.tbt_slo_s = tbt_slo_s or context.tpot_slo_s or DEFAULT_TBT_SLO_S
+        self.ttft_slo_s = ttft_slo_s or context.ttft_slo_s or DEFAULT_TTFT_SLO_S
+        self.link_bytes_per_s = link_gbps * 1e9 / 8
+        self.predictor = PrefillPredictor(context.perf)
+        self.tick_interval_s = replan_interval_s if proactive else None
+        self.max_replans = max_replans
+
+    # --- the two paths -------------------------------------------------------------------
+    def transfer_s(self, prompt_tokens: int) -> float:
+        perf = self.context.perf
+        return perf.transfer_time_s(perf.kv_bytes(prompt_tokens), self.link_bytes_per_s)
+
+    def chunk_for(self, view: ClusterView, n: int) -> tuple[int, float]:
+        """(X*, the iteration time with it) on decode instance ``n``; (0, inf) if none fits."""
+        perf, inst = self.context.perf, view.instance(n)
+        decodes, ctx = inst.decodes.n + len(inst.incoming), int(view.running_tokens(n))
+
+        def iteration(x: int) -> float:
+            return perf.iteration_time_s(BatchShape(x, x * (x + 1) / 2.0, decodes, ctx))
+        if iteration(self.min_chunk) > self.tbt_slo_s:
+            return 0, math.inf
+        lo, hi = self.min_chunk, self.max_chunk
+        if iteration(hi) <= self.tbt_slo_s:
+            return hi, iteration(hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if iteration(mid) <= self.tbt_slo_s else (lo, mid)
+        return lo, iteration(lo)
+
+    def best_decode(self, view: ClusterView, prompt_tokens: int,
+                    extra: dict[int, int] | None = None) -> tuple[float, int, int] | None:
+        """(TTFT_dec, instance, X*) of the decode instance that would prefill this prompt
+        soonest, counting prompt tokens already deflected there (and ``extra``)."""
+        best = None
+        for n in view.decode_ids:
+            x, it = self.chunk_for(view, n)
+            if x == 0:
+                continue
+            queued = view.queued_prefill_moments(n)[1] + (extra or {}).get(n, 0)
+            ttft = math.ceil((queued + prompt_tokens) / x) * it
+            if best is None or (ttft, n) < best[:2]:
+                best = (ttft, n, x)
+        return best
+
+    def qualifies(self, ttft_dec: float, ttft_pf: float) -> bool:
+        return ttft_dec <= self.alpha * ttft_pf and ttft_dec <= self.ttft_slo_s
+
+    # --- hooks ---------------------------------------------------------------------------
+    def plan_arrival(self, view: ClusterView, request: RequestState, plan: ArrivalPlan) -> ArrivalPlan:
+        tokens = request.request.prompt_tokens
+        delays = [(self.predictor.delay(view, p), p) for p in view.prefill_ids]
+        p_delay, p = min(delays) if delays else (math.inf, None)
+        ttft_pf = p_delay + self.predictor.pt(tokens) + self.transfer_s(tokens)
+        best = self.best_decode(view, tokens)
+        if best is not None and (p is None or self.qualifies(best[0], ttft_pf)):
+            return ArrivalPlan(best[1], best[1], best[2], plan.reject_reason, plan.role_changes)
+        return ArrivalPlan(p, None, None, plan.reject_reason, plan.role_changes)
+
+    def choose_decode(self, view: ClusterView, request: RequestState) -> int | None:
+        ids = view.decode_ids
+        return min(ids, key=lambda i: (view.token_load(i), i)) if ids else None
+
+    def tick(self, view: ClusterView) -> list[Decision]:
+        """Re-plan prefills still waiting on prefill instances (queue order)."""
+        out: list[Decision] = []
+        extra: dict[int, int] = {}
+        for p in view.prefill_ids:
+            ahead = 0.0
+            for rid, left in list(view.instance(p).prefill_queue.items()):
+                st = view.request(rid)
+                own = self.predictor.pt(left)
+                if st.phase is Phase.WAITING and left == st.request.prompt_tokens and st.chunk_limit_tokens is None:
+                    best = self.best_decode(view, left, extra)
+                    if best is not None and self.qualifies(best[0], ahead + own + self.transfer_s(left)):
+                        out.append(Deflect(rid, best[1], best[2]))
+                        extra[best[1]] = extra.get(best[1], 0) + left
+                        if len(out) >= self.max_replans:
+                            return out
+                        continue
+                ahead += own
+        return out
+
+
+STAGES = {"kairos": Kairos}

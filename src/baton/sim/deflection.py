@@ -1,0 +1,42 @@
+"""Executing ``Deflect``: a request whose prefill is still queued moves to a decode-capable
+instance, which prefills it in limited chunks between its decode iterations and decodes it
+there (no KV transfer)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from baton.core.decisions import Deflect
+from baton.core.request import Phase
+from baton.sim.engine import PrefillItem
+
+if TYPE_CHECKING:
+    from baton.sim.simulator import Simulator
+
+
+def deflect(sim: "Simulator", decision: Deflect) -> bool:
+    """Move the queued prefill; False (nothing done) once it has started, or if the target
+    is unusable. A request bound early elsewhere is re-bound to the target."""
+    st = sim.states.get(decision.req_id)
+    if st is None or st.phase is not Phase.WAITING or st.prefill_instance is None:
+        return False
+    src, dst = st.prefill_instance, decision.instance
+    eng = sim.engines[src]
+    item = eng.prefills.get(decision.req_id)
+    target = sim.instances.get(dst)
+    if item is None or item.admitted or item.done_tokens or item.kind != "fresh" or dst == src \
+            or target is None or not target.healthy or decision.chunk_limit_tokens <= 0:
+        return False
+    del eng.prefills[decision.req_id]
+    eng.state.drop_prefill(decision.req_id)
+    eng.count_requests()
+    if st.bound_early and st.decode_instance is not None and st.decode_instance != src:
+        sim.instances[st.decode_instance].drop_shadow(st.req_id)
+    st.prefill_instance, st.chunk_limit_tokens = dst, decision.chunk_limit_tokens
+    st.decode_instance, st.bound_early = dst, True
+    sim.engines[dst].add_prefill(PrefillItem(st.req_id, item.total_tokens, "fresh", item.stop_at, 0,
+                                             decision.chunk_limit_tokens))
+    sim.counters.deflections += 1
+    sim.retry_receives(src)
+    sim.kick(dst)
+    return True
