@@ -11,7 +11,8 @@ from tests.sim.helpers import KVGuard, assert_all_ended, assert_drained, tiny_pe
 requests_strategy = st.lists(
     st.tuples(st.floats(0, 5), st.integers(1, 900), st.integers(1, 600)), min_size=1, max_size=25)
 policies = st.sampled_from(["round-robin", "least-loaded", "least-kv", "least-requests",
-                            "power-of-two", "colocated", "static-xpyd", "arrow"])
+                            "power-of-two", "colocated", "static-xpyd", "arrow", "kairos",
+                            "deflect-short", "deflect-queue"])
 
 
 def build(rows):

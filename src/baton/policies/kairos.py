@@ -27,7 +27,10 @@ The summary gives no formulas beyond the deflection condition; Baton's choices:
   prefill instances are re-planned with the same rule in queue order (their TTFT_pf is
   what is left of their wait: the work ahead of them plus their own prefill and transfer,
   minus nothing already waited) and moved with a ``Deflect`` decision, at most
-  ``max_replans`` per tick; a request whose prefill started is never moved.
+  ``max_replans`` per tick; a request whose prefill started is never moved. The same tick
+  re-fits X* of work already deflected to the batch it now shares (decodes joined or
+  left since): a ``Deflect`` to the instance it is on changes only its chunk limit (the
+  simulator applies it; vLLM has no per-request limit, so the gateway ignores it).
 - The TBT SLO is ``tbt_slo_s``, else the run's TPOT SLO.
 """
 
@@ -122,8 +125,9 @@ class Kairos(Stage):
         return min(ids, key=lambda i: (view.token_load(i), i)) if ids else None
 
     def tick(self, view: ClusterView) -> list[Decision]:
-        """Re-plan prefills still waiting on prefill instances (queue order)."""
-        out: list[Decision] = []
+        """Re-fit the chunk of work already deflected to the batch it now shares, then
+        re-plan prefills still waiting on prefill instances (queue order)."""
+        out: list[Decision] = self._retune(view)
         extra: dict[int, int] = {}
         for p in view.prefill_ids:
             ahead = 0.0
@@ -139,6 +143,19 @@ class Kairos(Stage):
                             return out
                         continue
                 ahead += own
+        return out
+
+    def _retune(self, view: ClusterView) -> list[Decision]:
+        """Decodes joined or left since a prefill was deflected: its chunk limit follows
+        (at least ``min_chunk_tokens``, so deflected work always progresses)."""
+        out: list[Decision] = []
+        for n in view.decode_ids:
+            queue = view.instance(n).prefill_queue
+            if not queue:
+                continue
+            x = max(self.chunk_for(view, n)[0], self.min_chunk)
+            out += [Deflect(rid, n, x) for rid in queue
+                    if view.request(rid).chunk_limit_tokens not in (None, x)]
         return out
 
 

@@ -16,8 +16,12 @@ if TYPE_CHECKING:
 
 def deflect(sim: "Simulator", decision: Deflect) -> bool:
     """Move the queued prefill; False (nothing done) once it has started, or if the target
-    is unusable. A request bound early elsewhere is re-bound to the target."""
+    is unusable. A request bound early elsewhere is re-bound to the target. A ``Deflect``
+    naming the instance a deflected prefill already runs on changes its chunk limit
+    (the batch it shares changed), started or not."""
     st = sim.states.get(decision.req_id)
+    if st is not None and st.prefill_instance == decision.instance and st.chunk_limit_tokens is not None:
+        return _retune(sim, decision)
     if st is None or st.phase is not Phase.WAITING or st.prefill_instance is None:
         return False
     src, dst = st.prefill_instance, decision.instance
@@ -39,4 +43,13 @@ def deflect(sim: "Simulator", decision: Deflect) -> bool:
     sim.counters.deflections += 1
     sim.retry_receives(src)
     sim.kick(dst)
+    return True
+
+
+def _retune(sim: "Simulator", decision: Deflect) -> bool:
+    item = sim.engines[decision.instance].prefills.get(decision.req_id)
+    if item is None or decision.chunk_limit_tokens <= 0:
+        return False
+    item.chunk_limit = decision.chunk_limit_tokens
+    sim.states[decision.req_id].chunk_limit_tokens = decision.chunk_limit_tokens
     return True
