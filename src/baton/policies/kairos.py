@@ -68,6 +68,8 @@ class Kairos(Stage):
         self.predictor = PrefillPredictor(context.perf)
         self.tick_interval_s = replan_interval_s if proactive else None
         self.max_replans = max_replans
+        self._cache_at: float | None = None
+        self._cache: dict[int, tuple[int, float]] = {}
 
     # --- the two paths -------------------------------------------------------------------
     def transfer_s(self, prompt_tokens: int) -> float:
@@ -75,21 +77,39 @@ class Kairos(Stage):
         return perf.transfer_time_s(perf.kv_bytes(prompt_tokens), self.link_bytes_per_s)
 
     def chunk_for(self, view: ClusterView, n: int) -> tuple[int, float]:
-        """(X*, the iteration time with it) on decode instance ``n``; (0, inf) if none fits."""
+        """(X*, the iteration time with it) on decode instance ``n``; (0, inf) if none fits.
+        Kept for the rest of the moment (a tick re-plans many requests against one batch)."""
+        if self._cache_at != view.now_s:
+            self._cache_at, self._cache = view.now_s, {}
+        if n not in self._cache:
+            self._cache[n] = self._search_chunk(view, n)
+        return self._cache[n]
+
+    def _search_chunk(self, view: ClusterView, n: int) -> tuple[int, float]:
         perf, inst = self.context.perf, view.instance(n)
         decodes, ctx = inst.decodes.n + len(inst.incoming), int(view.running_tokens(n))
 
         def iteration(x: int) -> float:
             return perf.iteration_time_s(BatchShape(x, x * (x + 1) / 2.0, decodes, ctx))
-        if iteration(self.min_chunk) > self.tbt_slo_s:
-            return 0, math.inf
         lo, hi = self.min_chunk, self.max_chunk
-        if iteration(hi) <= self.tbt_slo_s:
-            return hi, iteration(hi)
+        t_lo, t_hi = iteration(lo), iteration(hi)
+        if t_lo > self.tbt_slo_s:
+            return 0, math.inf
+        if t_hi <= self.tbt_slo_s:
+            return hi, t_hi
+        # iteration time is nearly affine in the chunk: interpolate, then keep the bracket
+        # (lo fits, hi does not) with the probe; a few evaluations instead of ~11
         while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if iteration(mid) <= self.tbt_slo_s else (lo, mid)
-        return lo, iteration(lo)
+            guess = lo + (self.tbt_slo_s - t_lo) / (t_hi - t_lo) * (hi - lo)
+            mid = min(hi - 1, max(lo + 1, int(guess)))
+            t_mid = iteration(mid)
+            if t_mid <= self.tbt_slo_s:
+                lo, t_lo = mid, t_mid
+                if hi - lo > 1 and iteration(lo + 1) > self.tbt_slo_s:
+                    break
+            else:
+                hi, t_hi = mid, t_mid
+        return lo, t_lo
 
     def best_decode(self, view: ClusterView, prompt_tokens: int,
                     extra: dict[int, int] | None = None) -> tuple[float, int, int] | None:
