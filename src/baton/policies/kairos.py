@@ -32,6 +32,11 @@ The summary gives no formulas beyond the deflection condition; Baton's choices:
   left since): a ``Deflect`` to the instance it is on changes only its chunk limit (the
   simulator applies it; vLLM has no per-request limit, so the gateway ignores it).
 - The TBT SLO is ``tbt_slo_s``, else the run's TPOT SLO.
+- **Live** (``fixed_chunk: true``): vLLM has no per-request chunk limit; a decode
+  instance prefills a deflected prompt in chunks of its own ``--max-num-batched-tokens``
+  (or ``--long-prefill-token-threshold``). The gateway is told that budget as
+  ``max_chunk_tokens``, and an instance is a candidate only if an iteration with that
+  whole chunk keeps the TBT SLO (X* is the budget or nothing).
 """
 
 from __future__ import annotations
@@ -57,7 +62,7 @@ class Kairos(Stage):
     def __init__(self, context: PolicyContext, alpha: float = 1.0, tbt_slo_s: float | None = None,
                  ttft_slo_s: float | None = None, max_chunk_tokens: int = 2048, min_chunk_tokens: int = 32,
                  link_gbps: float = 100.0, replan_interval_s: float = 0.1, max_replans: int = 8,
-                 proactive: bool = True) -> None:
+                 proactive: bool = True, fixed_chunk: bool = False) -> None:
         super().__init__(context)
         if alpha < 1 or max_chunk_tokens < min_chunk_tokens or min_chunk_tokens < 1 or link_gbps <= 0:
             raise ValueError("need alpha >= 1, 1 <= min_chunk_tokens <= max_chunk_tokens, link_gbps > 0")
@@ -68,6 +73,7 @@ class Kairos(Stage):
         self.predictor = PrefillPredictor(context.perf)
         self.tick_interval_s = replan_interval_s if proactive else None
         self.max_replans = max_replans
+        self.fixed_chunk = fixed_chunk
         self._cache_at: float | None = None
         self._cache: dict[int, tuple[int, float]] = {}
 
@@ -93,7 +99,7 @@ class Kairos(Stage):
             return perf.iteration_time_s(BatchShape(x, x * (x + 1) / 2.0, decodes, ctx))
         lo, hi = self.min_chunk, self.max_chunk
         t_lo, t_hi = iteration(lo), iteration(hi)
-        if t_lo > self.tbt_slo_s:
+        if t_lo > self.tbt_slo_s or (self.fixed_chunk and t_hi > self.tbt_slo_s):
             return 0, math.inf
         if t_hi <= self.tbt_slo_s:
             return hi, t_hi
