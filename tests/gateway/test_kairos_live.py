@@ -68,3 +68,41 @@ def test_a_burst_is_deflected_to_decode_instances_within_the_tbt_slo(tmp_path):
         assert gaps[int(0.99 * len(gaps))] <= TBT_SLO_S * 1.2, gaps[-10:]  # client-side, relay jitter included
         assert wait_until(lambda: all(v == 0 for v in get(gw.url + "/admin/instances", headers=AUTH)[1]
                                       ["in_flight"].values()))
+
+
+def test_a_held_prefill_is_replanned_when_the_decode_instance_frees_up(tmp_path):
+    """1P1D, a burst of 16 prompts of 3,000 tokens (about 0.5 s each on either path at time
+    scale 2). Both paths fill up: once the decode path's TTFT passes the 1.2 s SLO, arrivals
+    go PD and queue on the prefill instance, where the gateway holds what the engine cannot
+    start yet (it reports waiting requests). As the decode instance works through what it
+    took, Kairos's tick re-plans held prefills onto it: they leave the PD queue as
+    colocated legs, and every request completes."""
+    p = start_emulator(tmp_path, "--time-scale", "2", "--kv-tokens", "300000")
+    d = start_emulator(tmp_path, "--time-scale", "2", "--kv-tokens", "300000", "--max-num-batched-tokens", "512")
+    policy = {"name": "kairos", "stages": [{"stage": "kairos", "fixed_chunk": True, "max_chunk_tokens": 512,
+                                            "replan_interval_s": 0.05}]}
+    gw = start_gateway(tmp_path, {"engines": [{"name": "p0", "url": p.url, "role": "prefill"},
+                                              {"name": "d0", "url": d.url, "role": "decode"}],
+                                  "policy": policy, "admin_token": "t", "scrape_interval_s": 0.05,
+                                  "ttft_slo_s": 1.2, "tpot_slo_s": 0.1})
+    with servers(p, d, gw):
+        results: list = []
+
+        def one(k):
+            body = {"prompt": [1000 + (7 * k + j) % 5000 for j in range(3000)], "max_tokens": 4, "ignore_eos": True}
+            results.append(post(gw.url + "/v1/completions", body, timeout=120))
+        burst = [threading.Thread(target=one, args=(k,)) for k in range(16)]
+        for t in burst:
+            t.start()
+            time.sleep(0.01)
+        for t in burst:
+            t.join(120)
+        assert len(results) == 16 and all(status == 200 and body["usage"]["completion_tokens"] == 4
+                                          for status, body in results), results
+        log = [tuple(x) for x in get(gw.url + "/admin/decisions", headers=AUTH)[1]["decisions"]]
+        replanned = {rid for kind, rid, _ in log if kind == "deflect"}
+        assert replanned, log  # re-planned after arrival ...
+        assert all(("prefill", rid, 0) in log for rid in replanned)  # ... out of the PD queue
+        assert metric(gw.url, 'baton_requests_total{outcome="ok",path="deflected"}') >= len(replanned)
+        assert wait_until(lambda: all(v == 0 for v in get(gw.url + "/admin/instances", headers=AUTH)[1]
+                                      ["in_flight"].values()))

@@ -84,6 +84,7 @@ class GatewayConfig:
     decisions_log_size: int = 10_000
     block_size: int = 16
     seed: int = 0
+    prefill_inflight_limit: int = 2     # held-prefill mode (policies that re-plan queued prefills)
     ttft_slo_s: float | None = None     # latency SLOs for SLO-aware policies (Arrow)
     tpot_slo_s: float | None = None
     log_level: str = "INFO"             # DEBUG adds one line per finished request
@@ -148,7 +149,8 @@ _SCALARS = {"host": str, "port": int, "model": str, "preset": str, "pd_protocol"
             "token_timeout_factor": (int, float), "token_timeout_min_s": (int, float),
             "header_timeout_s": (int, float), "body_timeout_s": (int, float), "max_prompt_tokens": int,
             "default_max_tokens": int, "decisions_log_size": int, "block_size": int, "seed": int,
-            "log_level": str, "access_log": bool, "ttft_slo_s": (int, float), "tpot_slo_s": (int, float)}
+            "log_level": str, "access_log": bool, "ttft_slo_s": (int, float), "tpot_slo_s": (int, float),
+            "prefill_inflight_limit": int}
 
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -177,7 +179,7 @@ def parse_config(raw: Any, source: str = "config") -> GatewayConfig:
                 "connect_timeout_s", "block_size", "unhealthy_after_failures", "max_engine_deaths",
                 "default_max_tokens", "decisions_log_size", "first_token_timeout_factor",
                 "first_token_timeout_base_s", "token_timeout_factor", "token_timeout_min_s",
-                "header_timeout_s", "body_timeout_s", "max_prompt_tokens"):
+                "header_timeout_s", "body_timeout_s", "max_prompt_tokens", "prefill_inflight_limit"):
         _require(getattr(cfg, key) > 0, key, "must be positive")
     for key in ("ttft_slo_s", "tpot_slo_s"):
         _require(getattr(cfg, key) is None or getattr(cfg, key) > 0, key, "must be positive")

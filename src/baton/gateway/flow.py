@@ -12,6 +12,7 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from baton.core.decisions import Deflect
 from baton.core.events import Completed, PrefillDone
 from baton.core.instance import Role
 from baton.core.request import Phase, RequestState
@@ -174,13 +175,31 @@ class Flow:
         await self._open_decode(iid, handoff.colocated_body(self.parsed, self.gw.wants_ids(iid)), self.parsed.kind)
 
     async def _nixl(self, p: int, d: int | None) -> None:
-        p, params = await self._prefill_leg(p)
+        replan = await self.gw.hold.admit(p, self.state.req_id)
+        if replan is not None:
+            return await self._deflected(replan)
+        self.state.phase = Phase.PREFILL  # sent: no longer movable
+        try:
+            p, params = await self._prefill_leg(p)
+        finally:
+            self.gw.hold.sent_done(self.state.prefill_instance if self.state.prefill_instance is not None else p)
         self.cluster.prefill_done(self.state)
         self.gw.observe(PrefillDone(self.state.req_id, p, self.cluster.now()))
         target = d if d is not None and self.cluster.instances[d].healthy else self.gw.choose_decode(self.state)
         self.cluster.expect_decode(self.state, target)
         await self._open_decode(target, handoff.decode_body(self.parsed, params, self.gw.wants_ids(target)),
                                 self.parsed.kind)
+
+    async def _deflected(self, replan: Deflect) -> None:
+        """A held prefill re-planned onto a decode instance: one colocated leg there (its
+        engine's own chunk budget applies; vLLM has no per-request limit)."""
+        st = self.state
+        self.cluster.rebind_prefill(st, replan.instance)
+        st.chunk_limit_tokens = replan.chunk_limit_tokens
+        st.decode_instance, st.bound_early = replan.instance, True
+        self.path = "deflected"
+        self.gw.metrics.deflections.inc()
+        await self._colocated(replan.instance)
 
     async def _prefill_leg(self, p: int) -> tuple[int, dict[str, Any] | None]:
         """Run the prefill leg, moving to another prefill instance on engine faults."""

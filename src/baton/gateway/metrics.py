@@ -43,9 +43,10 @@ class GatewayMetrics:
         self.engine_ttft = Histogram("baton_engine_ttft_seconds", "Time to first token by the instance "
                                      "that produced it", ["instance"], buckets=_LATENCY_BUCKETS_S, registry=r)
 
-    def watch(self, cluster) -> None:
-        """Export per-engine gauges read from ``cluster`` (a ``LiveCluster``) at each scrape."""
-        self.registry.register(_EngineGauges(cluster))
+    def watch(self, cluster, hold=None) -> None:
+        """Export per-engine gauges read from ``cluster`` (a ``LiveCluster``) and ``hold``
+        (the held prefills) at each scrape."""
+        self.registry.register(_EngineGauges(cluster, hold))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -54,8 +55,8 @@ class GatewayMetrics:
 class _EngineGauges:
     """Per-engine state as the gateway sees it, computed when /metrics is read."""
 
-    def __init__(self, cluster) -> None:
-        self.cluster = cluster
+    def __init__(self, cluster, hold=None) -> None:
+        self.cluster, self.hold = cluster, hold
 
     def collect(self):
         c = self.cluster
@@ -67,7 +68,8 @@ class _EngineGauges:
             ("scraped_running", "Running requests the engine last reported"),
             ("scraped_waiting", "Waiting requests the engine last reported"),
             ("scrape_age_seconds", "Seconds since the engine's metrics were last read"),
-            ("healthy", "1 if the instance takes new work"))}
+            ("healthy", "1 if the instance takes new work"),
+            ("held_prefills", "PD prefills the gateway holds while the engine reports waiting requests"))}
         for iid, eng in c.engines.items():
             if eng.removed:
                 continue
@@ -76,6 +78,7 @@ class _EngineGauges:
             fams["inflight_requests"].add_metric(labels, inst.num_requests)
             fams["kv_usage"].add_metric(labels, inst.kv_usage_at(now))
             fams["healthy"].add_metric(labels, 1.0 if inst.healthy else 0.0)
+            fams["held_prefills"].add_metric(labels, self.hold.held(iid) if self.hold is not None else 0)
             if s is not None:
                 fams["scrape_age_seconds"].add_metric(labels, max(0.0, c.clock() - s.at_s))
                 for key, value in (("scraped_kv_usage", s.kv_usage), ("scraped_running", s.running),

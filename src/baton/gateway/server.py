@@ -19,7 +19,7 @@ import aiohttp.http_exceptions
 import numpy as np
 from aiohttp import web
 
-from baton.core.decisions import ArrivalPlan, ChangeRole, Decision, Migrate, Watch
+from baton.core.decisions import ArrivalPlan, ChangeRole, Decision, Deflect, Migrate, Watch
 from baton.core.events import Completed, DecodeProgress, Observation
 from baton.core.instance import Role
 from baton.core.request import RequestState
@@ -27,6 +27,7 @@ from baton.gateway import admin
 from baton.gateway.client import ClientOut
 from baton.gateway.config import GatewayConfig
 from baton.gateway.flow import Flow
+from baton.gateway.holding import PrefillHold
 from baton.gateway.live import LiveCluster
 from baton.gateway.metrics import GatewayMetrics
 from baton.gateway.models import ModelNames
@@ -92,7 +93,8 @@ class Gateway:
         self.scheduler = build_scheduler(config.policy, PolicyContext(
             np.random.default_rng(config.seed), perf, ttft_slo_s=config.ttft_slo_s, tpot_slo_s=config.tpot_slo_s))
         self.metrics = GatewayMetrics()
-        self.metrics.watch(self.cluster)
+        self.hold = PrefillHold(self.cluster, self.scheduler.replans_prefills, config.prefill_inflight_limit)
+        self.metrics.watch(self.cluster, self.hold)
         self.flows: dict[int, Flow] = {}
         self.watches: dict[int, tuple[int, int]] = {}
         self.decisions: deque[tuple[str, int, int]] = deque(maxlen=config.decisions_log_size)  # placement log (admin API)
@@ -297,6 +299,8 @@ class Gateway:
             self.change_role(decision.instance_id, decision.role, "policy")
         elif isinstance(decision, Watch):
             self.watches[decision.req_id] = (stage_index, decision.context_tokens)
+        elif isinstance(decision, Deflect) and self.hold.deflect(decision):
+            self.decisions.append(("deflect", decision.req_id, decision.instance))
 
     def change_role(self, iid: int, role: Role, by: str) -> None:
         """Flip an instance's role (a policy's ``ChangeRole`` or the admin API)."""
@@ -409,6 +413,7 @@ class Gateway:
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError):
             self.metrics.scrapes.labels(eng.spec.name, "error").inc()
             self.note_failure(iid)
+            self.hold.scraped(iid)
             return False
         eng.failures = 0
         if iid not in self.names.by_engine:
@@ -416,5 +421,6 @@ class Gateway:
         self.cluster.record_scrape(iid, sample)
         if self.cluster.set_health(iid, True):
             log.info("engine %s is healthy again; it takes new work", eng.spec.name)
+        self.hold.scraped(iid)
         self.metrics.scrapes.labels(eng.spec.name, "ok").inc()
         return True

@@ -48,6 +48,7 @@ class Stage:
     name = "stage"
     tick_interval_s: float | None = None
     needs_bookings = False  # reads per-request state only the router's own bookings have
+    replans_prefills = False  # may return Deflect for queued prefills (the gateway then holds them)
 
     def __init__(self, context: PolicyContext) -> None:
         self.context = context
@@ -125,6 +126,11 @@ class Scheduler:
     def needs_bookings(self) -> bool:
         """Whether a stage reads per-request bookings (impossible for a /metrics-only router)."""
         return any(s.needs_bookings for s in self.stages)
+
+    @property
+    def replans_prefills(self) -> bool:
+        """Whether a stage may re-plan queued prefills (``Deflect``)."""
+        return any(s.replans_prefills and s.tick_interval_s for s in self.stages)
 
     @property
     def observes(self) -> bool:

@@ -58,6 +58,7 @@ class Kairos(Stage):
 
     name = "kairos"
     needs_bookings = True
+    replans_prefills = True
 
     def __init__(self, context: PolicyContext, alpha: float = 1.0, tbt_slo_s: float | None = None,
                  ttft_slo_s: float | None = None, max_chunk_tokens: int = 2048, min_chunk_tokens: int = 32,
