@@ -32,6 +32,22 @@ def stream_gaps(gw, out: list) -> None:
     out.append((tokens, gaps))
 
 
+def burst(gw, n: int, spacing_s: float = 0.0, extra: list[threading.Thread] = ()) -> list:
+    """``n`` concurrent 3,000-token prompts of 4 output tokens; waits for them and ``extra``."""
+    results: list = []
+
+    def one(k):
+        body = {"prompt": [1000 + (7 * k + j) % 5000 for j in range(3000)], "max_tokens": 4, "ignore_eos": True}
+        results.append(post(gw.url + "/v1/completions", body, timeout=120))
+    threads = [threading.Thread(target=one, args=(k,)) for k in range(n)]
+    for t in threads:
+        t.start()
+        time.sleep(spacing_s)
+    for t in [*threads, *extra]:
+        t.join(120)
+    return results
+
+
 def test_a_burst_is_deflected_to_decode_instances_within_the_tbt_slo(tmp_path):
     # time scale 2: a 3,000-token prompt takes about 0.5 s on the prefill instance; a decode
     # iteration with a 512-token chunk about 80 ms, inside the 150 ms TBT SLO
@@ -48,16 +64,7 @@ def test_a_burst_is_deflected_to_decode_instances_within_the_tbt_slo(tmp_path):
         for t in long:
             t.start()
         assert wait_until(lambda: metric(gw.url, "baton_inflight_requests") == 4, timeout_s=10)
-        results: list = []
-
-        def one(k):
-            body = {"prompt": [1000 + (7 * k + j) % 5000 for j in range(3000)], "max_tokens": 4, "ignore_eos": True}
-            results.append(post(gw.url + "/v1/completions", body, timeout=120))
-        burst = [threading.Thread(target=one, args=(k,)) for k in range(10)]
-        for t in burst:
-            t.start()
-        for t in burst + long:
-            t.join(120)
+        results = burst(gw, 10, extra=long)
         assert len(results) == 10 and all(status == 200 and body["usage"]["completion_tokens"] == 4
                                           for status, body in results), results
         assert len(streams) == 4 and all(tokens == 150 for tokens, _ in streams)
@@ -86,17 +93,7 @@ def test_a_held_prefill_is_replanned_when_the_decode_instance_frees_up(tmp_path)
                                   "policy": policy, "admin_token": "t", "scrape_interval_s": 0.05,
                                   "ttft_slo_s": 1.2, "tpot_slo_s": 0.1})
     with servers(p, d, gw):
-        results: list = []
-
-        def one(k):
-            body = {"prompt": [1000 + (7 * k + j) % 5000 for j in range(3000)], "max_tokens": 4, "ignore_eos": True}
-            results.append(post(gw.url + "/v1/completions", body, timeout=120))
-        burst = [threading.Thread(target=one, args=(k,)) for k in range(16)]
-        for t in burst:
-            t.start()
-            time.sleep(0.01)
-        for t in burst:
-            t.join(120)
+        results = burst(gw, 16, spacing_s=0.01)
         assert len(results) == 16 and all(status == 200 and body["usage"]["completion_tokens"] == 4
                                           for status, body in results), results
         log = [tuple(x) for x in get(gw.url + "/admin/decisions", headers=AUTH)[1]["decisions"]]
