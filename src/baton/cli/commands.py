@@ -28,7 +28,7 @@ from baton.sim import ClusterSpec
 from baton.workload import SyntheticSpec, load_trace, workload_stats
 
 DEMO_POLICIES = ("round-robin", "least-loaded", "least-kv", "least-requests", "power-of-two", "colocated",
-                 "ils", "sibyl", "ares")
+                 "ils", "sibyl", "ares", "arrow", "kairos")
 
 
 def demo_experiment() -> Experiment:
