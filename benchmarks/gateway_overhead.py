@@ -1,18 +1,23 @@
-"""Gateway overhead against mock backends on 127.0.0.1, all measured in this run.
+"""Gateway relay cost against mock engines on 127.0.0.1, every figure measured in this run.
 
 Two mock engines (aiohttp, separate processes) answer a streamed completion at once with
-a fixed 8-token SSE stream. The same client (aiohttp, separate process) then measures:
+``max_tokens`` SSE chunks (one token each, written as fast as the mock can). Measured:
 
-- latency at concurrency 1: direct to a mock vs through ``baton serve`` (colocated mode,
-  round-robin over both mocks; one leg per request, like the Rust router); the
-  difference of the p50s and p99s is the gateway's added latency;
-- requests per second at concurrency 32: direct, through the gateway, and through the Rust
-  ``vllm-router`` (PyPI) on the same mocks when its ``vllm-router`` executable is on PATH
-  or in ``$VLLM_ROUTER_BIN``.
+- **added latency at concurrency 1**: direct-to-a-mock and through-``baton serve``
+  requests *interleaved* (alternating, so machine noise lands on both), 8-token streams;
+  the added latency is each gateway request minus its direct neighbour, as percentiles of
+  those paired differences (a negative figure is printed with a warning);
+- **short shape**: 8-token streams at concurrency 32 and 256, requests/s: direct (one mock),
+  the gateway (colocated, round-robin over both mocks), and vllm-router (PyPI
+  ``vllm-router``) on the same mocks when ``--with-router`` (installed into
+  ``~/.cache/baton/vllm-router-venv`` on first use) or ``$VLLM_ROUTER_BIN`` is given;
+- **long shape**: 512-token streams at concurrency 32 through the gateway: relayed tokens/s
+  and the gateway process's CPU seconds (user + sys, from /proc) per million tokens.
 
-Usage: python benchmarks/gateway_overhead.py [--requests 2000] [--seconds 5]
-The last line is one JSON object with p50_overhead_ms, p99_overhead_ms, gateway_rps,
-direct_rps, vllm_router_rps (null when not installed) and gateway_vs_router.
+Usage: python benchmarks/gateway_overhead.py [--requests 1000] [--seconds 4] [--with-router]
+The last line is one JSON object: gateway_rps, direct_rps, vllm_router_rps,
+gateway_vs_router (short shape, concurrency 32), the same at concurrency 256 (``*_256``),
+p50_overhead_ms, p99_overhead_ms (paired, concurrency 1), relayed_tok_s, cpu_s_per_mtok.
 """
 
 from __future__ import annotations
@@ -36,19 +41,23 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from tests.live import Server, free_port, servers  # noqa: E402
 
+CACHE = Path(os.environ.get("BATON_CACHE", Path.home() / ".cache" / "baton"))
 MOCK = r'''
 import json, sys
 from aiohttp import web
-CHUNKS = b"".join(b"data: " + json.dumps({"id": "x", "object": "text_completion", "model": "m",
-    "choices": [{"index": 0, "text": f" {i}", "token_ids": [i], "finish_reason": None}]}).encode() + b"\n\n"
-    for i in range(8))
-TAIL = (b"data: " + json.dumps({"id": "x", "object": "text_completion", "model": "m", "choices": [
-    {"index": 0, "text": "", "finish_reason": "length"}]}).encode() + b"\n\n" + b"data: " +
-    json.dumps({"id": "x", "choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 8,
-    "total_tokens": 12}}).encode() + b"\n\ndata: [DONE]\n\n")
+def chunk(i):
+    return b"data: " + json.dumps({"id": "x", "object": "text_completion", "model": "m", "choices": [
+        {"index": 0, "text": f" w{i % 50}", "token_ids": [i], "finish_reason": None}]}).encode() + b"\n\n"
+CHUNKS = [chunk(i) for i in range(4096)]
+def tail(n):
+    return (b"data: " + json.dumps({"id": "x", "object": "text_completion", "model": "m", "choices": [
+        {"index": 0, "text": "", "finish_reason": "length"}]}).encode() + b"\n\n" + b"data: " +
+        json.dumps({"id": "x", "choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": n,
+        "total_tokens": n + 4}}).encode() + b"\n\ndata: [DONE]\n\n")
 async def completions(request):
-    await request.read()
-    return web.Response(body=CHUNKS + TAIL, content_type="text/event-stream")
+    body = json.loads(await request.read())
+    n = int(body.get("max_tokens") or 8)
+    return web.Response(body=b"".join(CHUNKS[:n]) + tail(n), content_type="text/event-stream")
 async def ok(_):
     return web.Response(text="")
 app = web.Application()
@@ -58,7 +67,9 @@ app.router.add_get("/metrics", ok)
 web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log=None)
 '''
 
-BODY = {"prompt": [1, 2, 3, 4], "max_tokens": 8, "stream": True}
+
+def body(tokens: int) -> dict:
+    return {"prompt": [1, 2, 3, 4], "max_tokens": tokens, "stream": True}
 
 
 class Proc(Server):
@@ -70,23 +81,34 @@ class Proc(Server):
         self.proc = subprocess.Popen(argv, stdout=self._logf, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-async def _one(session: aiohttp.ClientSession, url: str) -> float:
+async def _one(session: aiohttp.ClientSession, url: str, tokens: int = 8) -> float:
     t = time.perf_counter()
-    async with session.post(url, json=BODY) as resp:
+    async with session.post(url, json=body(tokens)) as resp:
         await resp.read()
         if resp.status != 200:
             raise RuntimeError(f"{url}: status {resp.status}")
     return time.perf_counter() - t
 
 
-async def latency(url: str, n: int) -> np.ndarray:
+async def paired_latency(direct: str, gateway: str, n: int) -> np.ndarray:
+    """Gateway minus direct latency of alternating request pairs (s); the order inside a
+    pair alternates too, so neither side always runs first."""
     async with aiohttp.ClientSession() as s:
         for _ in range(50):
-            await _one(s, url)
-        return np.array([await _one(s, url) for _ in range(n)])
+            await _one(s, direct)
+            await _one(s, gateway)
+        diffs = []
+        for i in range(n):
+            if i % 2:
+                d, g = await _one(s, direct), await _one(s, gateway)
+            else:
+                g, d = await _one(s, gateway), await _one(s, direct)
+            diffs.append(g - d)
+        return np.array(diffs)
 
 
-async def throughput(url: str, seconds: float, concurrency: int = 32) -> float:
+async def throughput(url: str, seconds: float, concurrency: int, tokens: int = 8) -> float:
+    """Requests/s with ``concurrency`` clients in a loop for ``seconds``."""
     done = 0
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as s:
         end = time.perf_counter() + seconds
@@ -94,58 +116,98 @@ async def throughput(url: str, seconds: float, concurrency: int = 32) -> float:
         async def worker() -> None:
             nonlocal done
             while time.perf_counter() < end:
-                await _one(s, url)
+                await _one(s, url, tokens)
                 done += 1
         t0 = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         return done / (time.perf_counter() - t0)
 
 
-def router_binary() -> str | None:
-    return os.environ.get("VLLM_ROUTER_BIN") or shutil.which("vllm-router")
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--requests", type=int, default=2000, help="requests per latency measurement")
-    ap.add_argument("--seconds", type=float, default=5.0, help="duration of each throughput measurement")
-    args = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="baton-overhead-"))
+def router_binary(install: bool) -> str | None:
+    """vllm-router from $VLLM_ROUTER_BIN or PATH, or (``install``) from its own venv."""
+    found = os.environ.get("VLLM_ROUTER_BIN") or shutil.which("vllm-router")
+    if found or not install:
+        return found
+    venv = CACHE / "vllm-router-venv"
+    binary = venv / "bin" / "vllm-router"
+    if not binary.exists():
+        print(f"installing vllm-router into {venv}", file=sys.stderr, flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", "vllm-router"], check=True)
+    return str(binary)
+
+
+def start(tmp: Path, binary: str | None) -> tuple[list, Server, Proc | None]:
     mock_py = tmp / "mock.py"
     mock_py.write_text(MOCK)
     mocks = [Proc([sys.executable, str(mock_py), str(p)], p, tmp / f"mock-{p}.log") for p in (free_port(), free_port())]
     gw_port = free_port()
-    cfg = {"port": gw_port, "policy": "colocated", "scrape_interval_s": 5.0,
+    cfg = {"port": gw_port, "policy": "colocated", "scrape_interval_s": 5.0, "max_inflight": 4096,
            "engines": [{"name": f"m{i}", "url": m.url, "role": "mixed"} for i, m in enumerate(mocks)]}
     (tmp / "gw.yaml").write_text(yaml.safe_dump(cfg))
     gw = Server(["serve", "--config", str(tmp / "gw.yaml")], gw_port, tmp / "gw.log")
-    procs = [*mocks, gw]
-    binary = router_binary()
+    router = None
     if binary:
         rport = free_port()
         router = Proc([binary, "--host", "127.0.0.1", "--port", str(rport), "--policy", "round_robin",
                        "--worker-urls", *[m.url for m in mocks]], rport, tmp / "router.log")
-        procs.append(router)
-    with servers(*procs):
-        direct_url, gw_url = mocks[0].url + "/v1/completions", gw.url + "/v1/completions"
-        d_lat = asyncio.run(latency(direct_url, args.requests))
-        g_lat = asyncio.run(latency(gw_url, args.requests))
-        direct_rps = asyncio.run(throughput(direct_url, args.seconds))
-        gateway_rps = asyncio.run(throughput(gw_url, args.seconds))
-        router_rps = asyncio.run(throughput(router.url + "/v1/completions", args.seconds)) if binary else None
-    d50, d99 = np.percentile(d_lat, [50, 99]) * 1e3
-    g50, g99 = np.percentile(g_lat, [50, 99]) * 1e3
-    print(f"latency at concurrency 1 ({args.requests} requests): direct p50 {d50:.3f} ms p99 {d99:.3f} ms; "
-          f"gateway p50 {g50:.3f} ms p99 {g99:.3f} ms")
-    print(f"added: p50 {g50 - d50:.3f} ms, p99 {g99 - d99:.3f} ms (target p99 <= 1 ms)")
-    print(f"throughput at concurrency 32: direct {direct_rps:.0f} req/s, gateway {gateway_rps:.0f} req/s "
-          f"({gateway_rps / direct_rps:.2f}x direct)" +
-          (f", vllm-router {router_rps:.0f} req/s (gateway {gateway_rps / router_rps:.2f}x router)"
-           if router_rps else ", vllm-router not installed"))
-    print(json.dumps({"p50_overhead_ms": round(g50 - d50, 3), "p99_overhead_ms": round(g99 - d99, 3),
-                      "gateway_rps": round(gateway_rps, 1), "direct_rps": round(direct_rps, 1),
-                      "vllm_router_rps": None if router_rps is None else round(router_rps, 1),
-                      "gateway_vs_router": None if router_rps is None else round(gateway_rps / router_rps, 3)}))
+    return mocks, gw, router
+
+
+def measure(args, mocks, gw, router) -> dict:
+    direct, gateway = mocks[0].url + "/v1/completions", gw.url + "/v1/completions"
+    out: dict = {}
+    diffs = asyncio.run(paired_latency(direct, gateway, args.requests)) * 1e3
+    out["p50_overhead_ms"], out["p99_overhead_ms"] = (round(float(x), 3) for x in np.percentile(diffs, [50, 99]))
+    for conc, suffix in ((32, ""), (256, "_256")):
+        out[f"direct_rps{suffix}"] = round(asyncio.run(throughput(direct, args.seconds, conc)), 1)
+        out[f"gateway_rps{suffix}"] = round(asyncio.run(throughput(gateway, args.seconds, conc)), 1)
+        rps = asyncio.run(throughput(router.url + "/v1/completions", args.seconds, conc)) if router else None
+        out[f"vllm_router_rps{suffix}"] = None if rps is None else round(rps, 1)
+        out[f"gateway_vs_router{suffix}"] = None if rps is None else round(out[f"gateway_rps{suffix}"] / rps, 3)
+    cpu0, t0 = cpu_s(gw.proc.pid), time.perf_counter()
+    rps = asyncio.run(throughput(gateway, args.seconds, 32, tokens=512))
+    wall, cpu = time.perf_counter() - t0, cpu_s(gw.proc.pid) - cpu0
+    tokens = rps * wall * 512
+    out["relayed_tok_s"] = round(rps * 512, 1)
+    out["cpu_s_per_mtok"] = round(cpu / tokens * 1e6, 2)
+    return out
+
+
+def report(r: dict) -> None:
+    if r["p50_overhead_ms"] < 0 or r["p99_overhead_ms"] < 0:
+        print("warning: a negative added latency: machine noise exceeds the gateway's cost here; rerun on a "
+              "quieter machine", file=sys.stderr)
+    print(f"added latency at concurrency 1 (paired, interleaved): p50 {r['p50_overhead_ms']:.3f} ms, "
+          f"p99 {r['p99_overhead_ms']:.3f} ms (target: 0-1 ms)")
+    for conc, sfx in ((32, ""), (256, "_256")):
+        router = r[f"vllm_router_rps{sfx}"]
+        print(f"8-token streams at concurrency {conc}: direct {r['direct_rps' + sfx]:.0f} req/s, gateway "
+              f"{r['gateway_rps' + sfx]:.0f} req/s" + (f", vllm-router {router:.0f} req/s (gateway "
+                                                      f"{r['gateway_vs_router' + sfx]:.2f}x router)" if router else
+                                                      ", vllm-router not measured (--with-router)"))
+    print(f"512-token streams at concurrency 32 through the gateway: {r['relayed_tok_s']:.0f} tokens/s relayed, "
+          f"{r['cpu_s_per_mtok']:.1f} gateway CPU-seconds per million tokens")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--requests", type=int, default=1000, help="request pairs for the paired latency")
+    ap.add_argument("--seconds", type=float, default=4.0, help="duration of each throughput measurement")
+    ap.add_argument("--with-router", action="store_true", help="install and measure vllm-router")
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="baton-overhead-"))
+    mocks, gw, router = start(tmp, router_binary(args.with_router))
+    with servers(*mocks, gw, *([router] if router else [])):
+        results = measure(args, mocks, gw, router)
+    report(results)
+    print(json.dumps(results))
 
 
 if __name__ == "__main__":

@@ -69,6 +69,7 @@ def add_routes(app: web.Application, gw: Gateway) -> None:
     async def remove_instance(request: web.Request) -> web.Response:
         iid = _instance(gw, request)
         gw.cluster.remove_engine(iid)
+        gw.hold.scraped(iid)  # prefills held there go elsewhere
         return web.json_response({"removed": gw.cluster.engines[iid].spec.name,
                                   "draining_requests": gw.cluster.instances[iid].num_requests})
 

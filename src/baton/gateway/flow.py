@@ -178,11 +178,15 @@ class Flow:
         replan = await self.gw.hold.admit(p, self.state.req_id)
         if replan is not None:
             return await self._deflected(replan)
+        admitted = p  # the hold counted this leg here; a fallback below does not change that
+        inst = self.cluster.instances[p]
+        if self.gw.hold.enabled and (not inst.healthy or not inst.role.prefills):
+            p = self.gw.fallback_prefill(self.state)  # held on an instance that left the prefill side
         self.state.phase = Phase.PREFILL  # sent: no longer movable
         try:
             p, params = await self._prefill_leg(p)
         finally:
-            self.gw.hold.sent_done(self.state.prefill_instance if self.state.prefill_instance is not None else p)
+            self.gw.hold.sent_done(admitted)
         self.cluster.prefill_done(self.state)
         self.gw.observe(PrefillDone(self.state.req_id, p, self.cluster.now()))
         target = d if d is not None and self.cluster.instances[d].healthy else self.gw.choose_decode(self.state)

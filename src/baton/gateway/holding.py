@@ -30,13 +30,16 @@ class PrefillHold:
         self.cluster, self.enabled, self.limit = cluster, enabled, limit
         self.waiting: dict[int, dict[int, asyncio.Future]] = {}
         self.in_flight: dict[int, int] = {}
+        self.last_done_s: dict[int, float] = {}  # gateway clock: a leg there ended
 
     def busy(self, instance_id: int) -> bool:
         """Whether new prefills for the instance wait at the gateway now."""
         eng, inst = self.cluster.engines[instance_id], self.cluster.instances[instance_id]
         if not self.enabled or not inst.healthy or eng.removed:
             return False
-        queued = eng.sample is not None and (eng.sample.waiting or 0) > 0
+        # a scrape older than a leg that ended since is stale: its queue has moved
+        fresh = eng.sample is not None and eng.sample.at_s >= self.last_done_s.get(instance_id, float("-inf"))
+        queued = fresh and (eng.sample.waiting or 0) > 0
         return queued or self.in_flight.get(instance_id, 0) >= self.limit
 
     async def admit(self, instance_id: int, req_id: int) -> Deflect | None:
@@ -51,6 +54,7 @@ class PrefillHold:
         """A prefill leg let through by ``admit`` ended (either way): the next may go."""
         if self.enabled and self.in_flight.get(instance_id, 0) > 0:
             self.in_flight[instance_id] -= 1
+            self.last_done_s[instance_id] = self.cluster.clock()
             self.scraped(instance_id)
 
     async def _wait(self, instance_id: int, req_id: int) -> Deflect | None:

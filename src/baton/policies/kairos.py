@@ -154,7 +154,8 @@ class Kairos(Stage):
     def tick(self, view: ClusterView) -> list[Decision]:
         """Re-fit the chunk of work already deflected to the batch it now shares, then
         re-plan prefills still waiting on prefill instances (queue order)."""
-        out: list[Decision] = self._retune(view)
+        retunes = self._retune(view)
+        out: list[Decision] = []
         extra: dict[int, int] = {}
         for p in view.prefill_ids:
             ahead = 0.0
@@ -167,10 +168,10 @@ class Kairos(Stage):
                         out.append(Deflect(rid, best[1], best[2]))
                         extra[best[1]] = extra.get(best[1], 0) + left
                         if len(out) >= self.max_replans:
-                            return out
+                            return retunes + out
                         continue
                 ahead += own
-        return out
+        return retunes + out
 
     def _retune(self, view: ClusterView) -> list[Decision]:
         """Decodes joined or left since a prefill was deflected: its chunk limit follows

@@ -205,7 +205,8 @@ async def measure_decode(probe: EngineProbe, batch: int, context: int, grid: Pro
         row = _decode_row(streams, context, start)
         if row is not None:
             rows.append(row)
-        for prompt in inject if facts.engine_timing else ():
+        # a mixed row is one iteration only if the prompt fits beside the decodes in the budget
+        for prompt in (p for p in inject if p + batch <= grid.max_num_batched_tokens) if facts.engine_timing else ():
             mixed = await _mixed_row(probe, streams, context, prompt)
             if mixed is not None:
                 rows.append(mixed)
@@ -238,8 +239,15 @@ def _raise_stream_errors(streams: list[_Stream]) -> None:
 async def profile_engine(url: str, model: str | None, grid: ProfileGrid, seed: int = 0,
                          progress: Progress | None = None) -> tuple[EngineFacts, list[ProfileRow]]:
     """Every row of ``grid`` on the engine at ``url`` (which should be otherwise idle)."""
-    say = progress or (lambda _msg: None)
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=600)
+    try:
+        return await _profile(url, model, grid, seed, progress or (lambda _msg: None))
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        raise BatonError(f"profile: {url} stopped answering ({type(exc).__name__}: {exc})") from None
+
+
+async def _profile(url: str, model: str | None, grid: ProfileGrid, seed: int,
+                   say: Progress) -> tuple[EngineFacts, list[ProfileRow]]:
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=120)
     async with aiohttp.ClientSession(timeout=timeout) as session:
         facts = await engine_facts(session, url, model)
         probe = EngineProbe(session, url, facts.model, seed)
@@ -255,10 +263,13 @@ async def profile_engine(url: str, model: str | None, grid: ProfileGrid, seed: i
             say(f"[{done}/{steps}] prefill {prompt} tokens: {_ms(rows[-1])}")
         for batch, context in points:
             inject = grid.mixed_prompt_tokens if batch in grid.mixed_batches else ()
+            new: list[ProfileRow] = []
             for _ in range(grid.repeats):
-                rows += await measure_decode(probe, batch, context, grid, facts, inject)
+                new += await measure_decode(probe, batch, context, grid, facts, inject)
+            rows += new
             done += 1
-            say(f"[{done}/{steps}] decode batch {batch} at {context} tokens: {_ms(rows[-1])}")
+            measured = ", ".join(_ms(r) for r in new) or "nothing measured (the streams ended first)"
+            say(f"[{done}/{steps}] decode batch {batch} at {context} tokens: {measured}")
     return facts, [r for r in rows if math.isfinite(r.iteration_s) and r.iteration_s > 0]
 
 

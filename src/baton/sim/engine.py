@@ -337,8 +337,8 @@ class Engine:
             if item.admitted:
                 continue
             chunk = self._chunk(item, budget, running + chunks)
-            if chunk <= 0:
-                break  # a deflected prefill waits for the next iteration's allowance
+            if chunk <= 0 and item.chunk_limit is not None:
+                continue  # a deflected prefill waits for the next allowance; others may go
             upto = item.total_tokens if self.cfg.reserve_full_sequence else item.done_tokens + chunk
             blocks = max(0, _ceil_div(upto, self.cfg.block_size) - item.blocks)
             if budget <= 0 or seqs >= self.cfg.max_num_seqs or blocks > st.kv_blocks_total - st.kv_blocks_used:
