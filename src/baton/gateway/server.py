@@ -348,7 +348,7 @@ class Gateway:
                 self.metrics.engine_ttft.labels(self.cluster.engines[flow.leg.instance_id].spec.name).observe(
                     now - flow.state.request.arrival_s)
         elif flow.last_token_s is not None:
-            self.metrics.tbt.labels(flow.path).observe(now - flow.last_token_s)
+            self.metrics.tbt_for(flow.path).observe(now - flow.last_token_s)
         flow.last_token_s = now
 
     def flow_ended(self, flow: Flow, outcome: str) -> None:

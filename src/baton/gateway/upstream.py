@@ -5,11 +5,11 @@ normalised pieces for decode legs. Closing a leg closes its connection, which ma
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+import orjson
 
 from baton.gateway.config import public_url
 from baton.protocol.chunks import chunk_text
@@ -66,8 +66,10 @@ def piece_of(kind: str, payload: Any) -> Piece:
         raise _malformed(f"a chunk is a {type(payload).__name__}, not an object")
     usage = payload.get("usage") or {}
     choices = payload.get("choices") or []
+    # every choice is checked; the common one-choice case without a generator (per token)
     if not isinstance(usage, dict) or not isinstance(choices, list) or \
-            not all(isinstance(c, dict) for c in choices):
+            (choices and not isinstance(choices[0], dict)) or \
+            (len(choices) > 1 and not all(isinstance(c, dict) for c in choices)):
         raise _malformed("'usage' or 'choices' has the wrong type")
     piece = Piece(prompt_tokens=usage.get("prompt_tokens"), prompt_token_ids=payload.get("prompt_token_ids"))
     if choices:
@@ -167,7 +169,7 @@ class StreamLeg:
         if data == b"[DONE]":
             self.done = True
             return
-        payload = json.loads(data)
+        payload = orjson.loads(data)  # ValueError on bad JSON, as json.loads
         if isinstance(payload, dict) and "error" in payload and not payload.get("choices"):
             err = payload["error"] if isinstance(payload["error"], dict) else {"message": str(payload["error"])}
             raise UpstreamError(f"engine error event: {err.get('message')}", status=500, body={"error": err})
