@@ -270,15 +270,18 @@ class Flow:
             except UpstreamError as err:
                 await self._recover(self.leg.instance_id, err)
                 continue
-            for piece in pieces:
-                self._on_piece(piece)
+            tokens = sum(self._on_piece(piece) for piece in pieces)
+            if tokens:  # the accounting once per read: one gap, not a burst of zero gaps
+                self.cluster.token(self.state, tokens)
+                self.gw.check_watch(self.state)
             await self.out.flush()
             if self.leg.done:
                 return await self.out.finish(self.reason)
             if self.migrate_to is not None and self.reason is None:
                 await self._migrate()
 
-    def _on_piece(self, piece: Piece) -> None:
+    def _on_piece(self, piece: Piece) -> int:
+        """Relay one chunk to the client; returns its tokens (accounted per read)."""
         if piece.prompt_token_ids and self.prompt_ids is None:
             self.prompt_ids = list(piece.prompt_token_ids)
             self.cluster.set_prompt_tokens(self.state, len(self.prompt_ids))
@@ -288,17 +291,16 @@ class Flow:
             self.reason = piece.finish_reason
         n = piece.tokens
         if n == 0:
-            return
+            return 0
         if self.state.phase is not Phase.DECODE:
             self._joined()
         self.gw.token_timing(self, n)
-        self.cluster.token(self.state, n)
         if piece.token_ids is not None:
             self.generated_ids.extend(piece.token_ids)
         else:
             self.ids_complete = False
         self.out.add(piece.text, piece.token_ids, n)
-        self.gw.check_watch(self.state)
+        return n
 
     def _joined(self) -> None:
         """First token from the current decode leg."""
