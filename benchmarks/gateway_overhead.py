@@ -16,7 +16,8 @@ Two mock engines (aiohttp, separate processes) answer a streamed completion at o
 
 Usage: python benchmarks/gateway_overhead.py [--requests 1000] [--seconds 4] [--with-router]
 The last line is one JSON object: gateway_rps, direct_rps, vllm_router_rps,
-gateway_vs_router (short shape, concurrency 32), the same at concurrency 256 (``*_256``),
+gateway_vs_router (short shape, concurrency 32), gateway_cpu_ms_per_request, the same at
+concurrency 256 (``*_256``),
 p50_overhead_ms, p99_overhead_ms (paired, concurrency 1), relayed_tok_s, cpu_s_per_mtok.
 """
 
@@ -167,7 +168,10 @@ def measure(args, mocks, gw, router) -> dict:
     out["p50_overhead_ms"], out["p99_overhead_ms"] = (round(float(x), 3) for x in np.percentile(diffs, [50, 99]))
     for conc, suffix in ((32, ""), (256, "_256")):
         out[f"direct_rps{suffix}"] = round(asyncio.run(throughput(direct, args.seconds, conc)), 1)
+        cpu0, t0 = cpu_s(gw.proc.pid), time.perf_counter()
         out[f"gateway_rps{suffix}"] = round(asyncio.run(throughput(gateway, args.seconds, conc)), 1)
+        served = out[f"gateway_rps{suffix}"] * (time.perf_counter() - t0)
+        out[f"gateway_cpu_ms_per_request{suffix}"] = round((cpu_s(gw.proc.pid) - cpu0) / served * 1e3, 3)
         rps = asyncio.run(throughput(router.url + "/v1/completions", args.seconds, conc)) if router else None
         out[f"vllm_router_rps{suffix}"] = None if rps is None else round(rps, 1)
         out[f"gateway_vs_router{suffix}"] = None if rps is None else round(out[f"gateway_rps{suffix}"] / rps, 3)
@@ -189,7 +193,7 @@ def report(r: dict) -> None:
     for conc, sfx in ((32, ""), (256, "_256")):
         router = r[f"vllm_router_rps{sfx}"]
         print(f"8-token streams at concurrency {conc}: direct {r['direct_rps' + sfx]:.0f} req/s, gateway "
-              f"{r['gateway_rps' + sfx]:.0f} req/s" + (f", vllm-router {router:.0f} req/s (gateway "
+              f"{r['gateway_rps' + sfx]:.0f} req/s ({r['gateway_cpu_ms_per_request' + sfx]:.3f} CPU-ms each)" + (f", vllm-router {router:.0f} req/s (gateway "
                                                       f"{r['gateway_vs_router' + sfx]:.2f}x router)" if router else
                                                       ", vllm-router not measured (--with-router)"))
     print(f"512-token streams at concurrency 32 through the gateway: {r['relayed_tok_s']:.0f} tokens/s relayed, "

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from baton.core.decisions import Deflect
@@ -66,7 +65,7 @@ class Flow:
         """Headers for one leg: a fresh internal request id (engines key KV handoffs and
         aborts by it, so two clients' ids must never meet there), and the engine's own
         credential from the config, never the client's."""
-        out = {"X-Request-Id": f"baton-{uuid.uuid4().hex}"}
+        out = {"X-Request-Id": f"baton-{self.gw.ids.next()}"}
         key = self.cluster.engines[iid].spec.api_key
         if key:
             out["Authorization"] = f"Bearer {key}"

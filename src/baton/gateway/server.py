@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections import deque
 from typing import Any
 
@@ -28,6 +27,7 @@ from baton.gateway.client import ClientOut
 from baton.gateway.config import GatewayConfig
 from baton.gateway.flow import Flow
 from baton.gateway.holding import PrefillHold
+from baton.gateway.ids import IdSource
 from baton.gateway.live import LiveCluster
 from baton.gateway.metrics import GatewayMetrics
 from baton.gateway.models import ModelNames
@@ -93,6 +93,7 @@ class Gateway:
         self.scheduler = build_scheduler(config.policy, PolicyContext(
             np.random.default_rng(config.seed), perf, ttft_slo_s=config.ttft_slo_s, tpot_slo_s=config.tpot_slo_s))
         self.metrics = GatewayMetrics()
+        self.ids = IdSource()
         self.hold = PrefillHold(self.cluster, self.scheduler.replans_prefills, config.prefill_inflight_limit)
         self.metrics.watch(self.cluster, self.hold)
         self.flows: dict[int, Flow] = {}
@@ -191,7 +192,7 @@ class Gateway:
         return parsed
 
     async def _serve(self, request: web.Request, kind: str) -> web.StreamResponse:
-        xid = request.headers.get("X-Request-Id") or uuid.uuid4().hex
+        xid = request.headers.get("X-Request-Id") or self.ids.next()
         try:
             parsed = await self._read(request, kind)
             if len(self.flows) >= self.config.max_inflight:
@@ -210,7 +211,7 @@ class Gateway:
                     request.transport.close()
             return resp
         state = self.cluster.new_request(tokens, parsed.max_tokens or 0)
-        oid = uuid.uuid4().hex  # our own id: the client's X-Request-Id never reaches an engine
+        oid = self.ids.next()  # our own id: the client's X-Request-Id never reaches an engine
         model = parsed.body.get("model") or self.names.default()
         out = ClientOut(request, parsed, model, f"cmpl-{oid}" if kind == COMPLETIONS else f"chatcmpl-{oid}")
         out.headers["X-Request-Id"] = xid

@@ -192,6 +192,12 @@ async def within(seconds: float, what: str, call):
     """Await ``call`` for at most ``seconds``; past that the engine counts as hung
     (UpstreamError with ``timed_out``, an engine fault that goes to recovery)."""
     try:
-        return await asyncio.wait_for(call, seconds)
+        if _TIMEOUT is None:  # Python 3.10
+            return await asyncio.wait_for(call, seconds)
+        async with _TIMEOUT(seconds):  # no extra task per call, unlike wait_for (per read)
+            return await call
     except asyncio.TimeoutError:
         raise UpstreamError(f"{what}: no answer within {seconds:.1f} s", timed_out=True) from None
+
+
+_TIMEOUT = getattr(asyncio, "timeout", None)
