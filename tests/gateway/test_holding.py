@@ -50,3 +50,4 @@ def test_limit_order_staleness_removal_and_deflect():
         assert fourth.done() and fourth.result() is None  # released (the flow then falls back)
         assert PrefillHold(c, enabled=False).busy(0) is False
     asyncio.run(run())
+

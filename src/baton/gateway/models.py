@@ -54,10 +54,12 @@ class ModelNames:
             async with session.get(url + "/v1/models", headers=headers, timeout=timeout) as resp:
                 if resp.status != 200:
                     return None
-                data = (await resp.json(content_type=None)).get("data") or []
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, AttributeError, OSError):
+                answer = await resp.json(content_type=None)
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError):
             return None
-        name = data[0].get("id") if data and isinstance(data[0], dict) else None
+        data = answer.get("data") if isinstance(answer, dict) else None
+        first = data[0] if isinstance(data, list) and data else None
+        name = first.get("id") if isinstance(first, dict) else None
         if isinstance(name, str) and name:
             self.by_engine[iid] = name
             return name
