@@ -19,6 +19,9 @@ class ArrivalPlan:
     - ``reject_reason``: set to reject the request; the runtime records the reason.
     - ``role_changes``: instances to flip before the request is placed (Arrow moves an
       instance between pools while dispatching); the runtime applies them first.
+    - ``watch_context_tokens``: a ``Watch`` at this context length, reported to the stage
+      that set it (``watch_stage``, filled in by the scheduler) through ``on_threshold``
+      (CascadeInfer's stage boundary).
     """
 
     prefill_instance: int | None = None
@@ -26,6 +29,8 @@ class ArrivalPlan:
     prefill_chunk_limit_tokens: int | None = None
     reject_reason: str | None = None
     role_changes: tuple["ChangeRole", ...] = ()
+    watch_context_tokens: int | None = None
+    watch_stage: int | None = None
 
     @property
     def rejected(self) -> bool:

@@ -90,8 +90,12 @@ class Gateway:
         for spec in config.engines:
             self.add_engine(spec)
         self.rng = np.random.default_rng(config.seed)
-        self.scheduler = build_scheduler(config.policy, PolicyContext(
-            np.random.default_rng(config.seed), perf, ttft_slo_s=config.ttft_slo_s, tpot_slo_s=config.tpot_slo_s))
+        context = PolicyContext(np.random.default_rng(config.seed), perf, ttft_slo_s=config.ttft_slo_s,
+                                tpot_slo_s=config.tpot_slo_s)
+        self.scheduler = build_scheduler(config.policy, context)
+        if self.scheduler.needs_qoe:  # CascadeInfer's cost model for this preset
+            from baton.profiling.qoe import qoe_for_preset
+            context.extras["qoe"] = qoe_for_preset(config.preset)
         self.metrics = GatewayMetrics()
         self.ids = IdSource()
         self.hold = PrefillHold(self.cluster, self.scheduler.replans_prefills, config.prefill_inflight_limit)
@@ -251,6 +255,8 @@ class Gateway:
             self.metrics.rejected.labels("no_instance").inc()
             raise ApiError(503, "no healthy instance can take the request", err_type="server_error")
         self.decisions.append(("prefill", state.req_id, plan.prefill_instance))
+        if plan.watch_context_tokens is not None and plan.watch_stage is not None:
+            self.watches[state.req_id] = (plan.watch_stage, plan.watch_context_tokens)
         if plan.decode_instance is not None:
             self.decisions.append(("decode", state.req_id, plan.decode_instance))
         return plan

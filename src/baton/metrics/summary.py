@@ -161,7 +161,7 @@ def latency_metrics(done: list[RequestRecord]) -> dict[str, float]:
     mean = lambda a: float(a.mean()) if a.size else float("nan")  # noqa: E731
     return {"mean_ttft_s": mean(ttft), "p50_ttft_s": _pct(ttft, 50), "p95_ttft_s": _pct(ttft, 95),
             "p99_ttft_s": _pct(ttft, 99), "mean_tpot_s": mean(tpot), "p50_tpot_s": _pct(tpot, 50),
-            "p99_tpot_s": _pct(tpot, 99), "p99_9_tpot_s": _pct(tpot, 99.9),
+            "p95_tpot_s": _pct(tpot, 95), "p99_tpot_s": _pct(tpot, 99), "p99_9_tpot_s": _pct(tpot, 99.9),
             "mean_e2e_s": mean(e2e), "p99_e2e_s": _pct(e2e, 99),
             "ttft_samples": int(ttft.size), "tpot_samples": int(tpot.size),
             "p50_queue_s": _pct(queue[~np.isnan(queue)], 50), "p50_decode_wait_s": _pct(wait[~np.isnan(wait)], 50)}

@@ -137,6 +137,10 @@ PRESETS: dict[str, Preset] = {
     # are (not refitted to this model); expert reads from the touched-experts model
     # (MoESpec.touched). Kairos's regime.
     "deepseek-v2-lite@a100-80g": Preset("deepseek-v2-lite", "a100-80g", 1, A100_VIDUR),
+    # the same without the heterogeneity term: what CascadeInfer earns beyond the paper's own
+    # Figure 2 (an ablation preset; everything else as llama-3.2-3b@h100)
+    "llama-3.2-3b-nohet@h100": Preset("llama-3.2-3b", "h100", 1, Efficiency(
+        memory=0.8, attn_memory=0.75, attn_launch_s=12e-6, iteration_overhead_s=0.0, heterogeneity=0.0)),
     "deepseek-r1-distill-qwen-7b-w8a8@rtx4090d": Preset(
         "deepseek-r1-distill-qwen-7b-w8a8", "rtx4090d", 1, Efficiency(memory=0.87, attn_memory=0.87)),
 }

@@ -18,7 +18,7 @@ Hooks, each optional (the defaults do nothing):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -49,6 +49,7 @@ class Stage:
     tick_interval_s: float | None = None
     needs_bookings = False  # reads per-request state only the router's own bookings have
     replans_prefills = False  # may return Deflect for queued prefills (the gateway then holds them)
+    needs_qoe = False  # reads context.extras["qoe"] (a QoEModel the runtime fits for its perf model)
 
     def __init__(self, context: PolicyContext) -> None:
         self.context = context
@@ -92,8 +93,11 @@ class Scheduler:
 
     def plan_arrival(self, view: ClusterView, request: RequestState) -> ArrivalPlan:
         plan = ArrivalPlan()
-        for stage in self.stages:
+        for i, stage in enumerate(self.stages):
+            watch = plan.watch_context_tokens
             plan = stage.plan_arrival(view, request, plan)
+            if plan.watch_context_tokens != watch:
+                plan = replace(plan, watch_stage=i)
             if plan.rejected:
                 break
         return plan
@@ -126,6 +130,10 @@ class Scheduler:
     def needs_bookings(self) -> bool:
         """Whether a stage reads per-request bookings (impossible for a /metrics-only router)."""
         return any(s.needs_bookings for s in self.stages)
+
+    @property
+    def needs_qoe(self) -> bool:
+        return any(s.needs_qoe for s in self.stages)
 
     @property
     def replans_prefills(self) -> bool:

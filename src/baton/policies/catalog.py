@@ -12,12 +12,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from baton.core.errors import ConfigError, did_you_mean
-from baton.policies import ares, arrow, colocated, deflect_rules, kairos, least_loaded, round_robin, sibyl
+from baton.policies import (ares, arrow, cascade, colocated, deflect_rules, kairos, least_loaded, llumnix,
+                             round_robin, sibyl)
 from baton.policies.base import PolicyContext, Scheduler, Stage
 
 STAGE_TYPES: Mapping[str, type[Stage]] = {
     **round_robin.STAGES, **least_loaded.STAGES, **colocated.STAGES, **sibyl.STAGES,
-    **ares.STAGES, **arrow.STAGES, **kairos.STAGES, **deflect_rules.STAGES,
+    **ares.STAGES, **arrow.STAGES, **kairos.STAGES, **deflect_rules.STAGES, **cascade.STAGES,
+    **llumnix.STAGES,
 }
 
 # Stable names users and configs refer to.
@@ -62,6 +64,16 @@ POLICIES: Mapping[str, list[dict[str, Any]]] = {
     "pd": [{"stage": "least-loaded"}],
     "deflect-short": [{"stage": "deflect-short"}],
     "deflect-queue": [{"stage": "deflect-queue"}],
+    # CascadeInfer (a length-aware pipeline of colocated instances), its layout, refinement
+    # and balancing ablations, and Llumnix-style migration balancing (its baseline)
+    "cascade": [{"stage": "cascade"}],
+    "cascade-chain": [{"stage": "cascade", "layout": "chain"}],
+    "cascade-nopipe": [{"stage": "cascade", "layout": "nopipe"}],
+    "cascade-refine-count": [{"stage": "cascade", "refine": "count"}],
+    "cascade-refine-memory": [{"stage": "cascade", "refine": "memory"}],
+    "cascade-rr-handover": [{"stage": "cascade", "balance": "rr"}],
+    "cascade-interstage-only": [{"stage": "cascade", "balance": "inter"}],
+    "llumnix": [{"stage": "llumnix"}],
 }
 
 

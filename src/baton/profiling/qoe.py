@@ -15,6 +15,7 @@ the (bucket, B) cases.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -67,3 +68,9 @@ def profile_qoe(preset: str, min_tokens: int = 128, max_tokens: int = 16384, out
     model = QoEModel.fit(x[~held], y[~held])
     return QoEProfile(x, y, c, model, float(model.relative_errors(x[held], y[held]).mean()),
                       float(model.relative_errors(x[~held], y[~held]).mean()))
+
+
+@lru_cache(maxsize=8)
+def qoe_for_preset(preset: str) -> QoEModel:
+    """The fitted QoE model of a preset, profiled once per process."""
+    return profile_qoe(preset).model

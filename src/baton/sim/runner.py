@@ -33,6 +33,9 @@ def simulate(requests: list[Request], cluster: ClusterSpec, policy: str | Mappin
     context = PolicyContext(rng=np.random.default_rng(seed), perf=perf,
                             ttft_slo_s=slo.ttft_s if slo else None, tpot_slo_s=slo.tpot_s if slo else None)
     scheduler = build_scheduler(policy, context)
+    if scheduler.needs_qoe:  # CascadeInfer's cost model, profiled on this perf model
+        from baton.profiling.qoe import qoe_for_preset
+        context.extras["qoe"] = qoe_for_preset(cluster.preset)
     sim = Simulator(cluster, perf, scheduler, requests, closed_form=closed_form,
                     sample_interval_s=sample_interval_s, progress=progress, info=info)
     return sim.run()

@@ -234,6 +234,8 @@ class Simulator:
             if plan.decode_instance != p:
                 self.instances[plan.decode_instance].add_shadow(req.req_id, req.prompt_tokens)
         self._first_new_work(p, Role.PREFILL)
+        if plan.watch_context_tokens is not None and plan.watch_stage is not None:
+            self._watch(Watch(req.req_id, plan.watch_context_tokens), plan.watch_stage)
         self.engines[p].add_prefill(PrefillItem(req.req_id, req.prompt_tokens, "fresh",
                                                 req.output_tokens, 0, plan.prefill_chunk_limit_tokens))
         self.kick(p)

@@ -1,0 +1,232 @@
+"""CascadeInfer: colocated instances as a pipeline over sequence length (section 4).
+
+Stages take contiguous length ranges; a request enters the earliest stage whose range
+covers its prompt, on that stage's least token-loaded instance, and migrates (live) to
+the next stage when its context crosses the stage's upper bound, so batches stay nearly
+length-homogeneous.
+
+- **Planning** (4.2): every ``plan_interval_s`` the stages are re-planned on the snapshot
+  of sequences in flight with ``cascade_plan`` (exact DP by default, ``exact: false``
+  for the two-phase heuristic), costed by the QoE model the runtime fits for its perf
+  model (``context.extras["qoe"]``). Instances are assigned to stages in id order; work
+  already on an instance stays. Before the first plan there is one stage.
+- **Boundaries** are ``Watch``es set at arrival (``ArrivalPlan.watch_context_tokens``). A
+  migrated request gets its next stage's watch on the first tick after its move lands
+  (the contract has no migration-done event; lengths at least double between cuts, so a
+  tick's delay is small).
+- **Range refinement** (4.3), each tick, per stage bound: the stage's sequences merged with
+  an even share of the next stage's (the average successor), split where
+  Q(left) + Q(right) is least; the bound moves to that length by an EMA (``ema``, 0.5)
+  and is frozen below ``freeze_below`` (5) sequences. ``refine: count`` / ``memory``
+  split into equal counts / equal context tokens instead (the paper's ablations). One
+  bound per stage (the paper lets each instance keep its own).
+- **Bid-ask** (4.4) for handovers: all next-stage instances are asked; the more-loaded
+  half (token load) is dropped, the 3 with the earliest start (least KV already on its
+  way to them) are kept, and the first reply wins: Baton models reply order by that same
+  start time (then load, then id). A receiver with ``max_moves`` (3) transfers arriving,
+  or without free KV for the request, does not bid; with no bidder the request retries
+  ``retry_tokens`` later. Within a stage, an instance ``outlier`` (25%) above the stage's
+  mean token load gives its longest request to a peer by the same auction.
+  ``balance: rr`` hands over round-robin; ``balance: inter`` skips the intra-stage part.
+- ``layout: chain`` fixes one instance per stage on the length tiers; ``nopipe`` keeps
+  one stage (the layout ablations).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from baton.core.decisions import ArrivalPlan, Decision, Migrate, MigrationMode, Watch
+from baton.core.errors import ConfigError
+from baton.core.request import Phase, RequestState
+from baton.core.view import ClusterView
+from baton.policies.base import PolicyContext, Stage
+from baton.policies.cascade_plan import PlanCost, exact_plan, heuristic_plan
+
+
+class Cascade(Stage):
+    """The CascadeInfer pipeline (see the module docstring)."""
+
+    name = "cascade"
+    needs_bookings = True
+    needs_qoe = True
+
+    def __init__(self, context: PolicyContext, layout: str = "plan", exact: bool = True, refine: str = "qoe",
+                 balance: str = "bidask", tick_interval_s: float = 1.0, plan_interval_s: float = 10.0,
+                 ema: float = 0.5, freeze_below: int = 5, outlier: float = 0.25, max_moves: int = 3,
+                 retry_tokens: int = 64, first_cut: int = 256, max_context: int = 131072,
+                 link_gbps: float = 50.0, mean_output_tokens: float = 256.0) -> None:
+        super().__init__(context)
+        if layout not in ("plan", "chain", "nopipe") or refine not in ("qoe", "count", "memory", "off") \
+                or balance not in ("bidask", "rr", "inter"):
+            raise ValueError("layout: plan|chain|nopipe, refine: qoe|count|memory|off, balance: bidask|rr|inter")
+        self.layout, self.exact, self.refine, self.balance = layout, exact, refine, balance
+        self.tick_interval_s, self.plan_interval_s = tick_interval_s, plan_interval_s
+        self.ema, self.freeze_below, self.outlier, self.max_moves = ema, freeze_below, outlier, max_moves
+        self.retry_tokens, self.first_cut, self.max_context = retry_tokens, first_cut, max_context
+        self.link_bytes_per_s, self.mean_output = link_gbps * 1e9 / 8, mean_output_tokens
+        self.members: list[list[int]] = []
+        self.bounds: list[float] = []
+        self.moving: dict[int, int] = {}  # request -> target of its handover, until it lands
+        self.next_plan_s = 0.0  # the first tick with enough sequences plans
+        self._rr = itertools.count()
+
+    @property
+    def qoe(self):
+        return self.context.extras["qoe"]
+
+    # --- layout --------------------------------------------------------------------------
+    def start(self, view: ClusterView) -> list[Decision]:
+        if "qoe" not in self.context.extras and (self.layout == "plan" or self.refine == "qoe"):
+            raise ConfigError("cascade needs a QoE model in context.extras['qoe'] (simulate() and "
+                              "baton serve fit one for their preset)")
+        ids = sorted(view.decode_ids)
+        if self.layout == "chain":
+            self.members = [[i] for i in ids]
+            self.bounds = [float(self.first_cut * 2 ** k) for k in range(len(ids) - 1)] + [math.inf]
+        else:
+            self.members, self.bounds = [ids], [math.inf]
+        return []
+
+    def stage_of(self, instance_id: int) -> int:
+        return next((s for s, m in enumerate(self.members) if instance_id in m), len(self.members) - 1)
+
+    def _replan(self, view: ClusterView) -> None:
+        prompt, ctx = self._snapshot(view, sorted(view.decode_ids))
+        if len(ctx) < self.freeze_below:
+            return
+        perf = self.context.perf
+        cost = PlanCost(prompt, ctx, self.qoe, perf.kv_bytes_per_token, self.link_bytes_per_s, self.mean_output,
+                        self.first_cut, self.max_context)
+        ids = sorted(view.decode_ids)
+        plan = (exact_plan if self.exact else heuristic_plan)(cost, len(ids))
+        it = iter(ids)
+        self.members = [[next(it) for _ in range(k)] for k in plan.instances]
+        self.bounds = list(plan.bounds)
+
+    @staticmethod
+    def _snapshot(view: ClusterView, instances: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        prompts, ctxs = [], []
+        for i in instances:
+            rids, ctx, _ = view.decode_snapshot(i)
+            ctxs.append(ctx)
+            prompts.append(np.array([view.request(int(r)).request.prompt_tokens for r in rids], dtype=float))
+        return (np.concatenate(prompts) if prompts else np.zeros(0),
+                np.concatenate(ctxs).astype(float) if ctxs else np.zeros(0))
+
+    # --- routing -------------------------------------------------------------------------
+    def plan_arrival(self, view: ClusterView, request: RequestState, plan: ArrivalPlan) -> ArrivalPlan:
+        tokens = request.request.prompt_tokens
+        s = next(k for k, b in enumerate(self.bounds) if tokens < b)
+        live = [i for i in self.members[s] if view.instance(i).healthy] or view.decode_ids
+        inst = min(live, key=lambda i: (view.token_load(i), i))
+        bound = self.bounds[s]
+        return ArrivalPlan(inst, inst, None, plan.reject_reason, plan.role_changes,
+                           None if math.isinf(bound) else int(bound))
+
+    def on_threshold(self, view: ClusterView, req_id: int, context_tokens: int) -> list[Decision]:
+        st = view.request(req_id)
+        if st.done or st.decode_instance is None or st.migrating:
+            return []
+        s = self.stage_of(st.decode_instance)
+        if s + 1 >= len(self.members) or context_tokens < self.bounds[s]:
+            return [] if s + 1 >= len(self.members) else [Watch(req_id, int(self.bounds[s]))]
+        target = self.choose_receiver(view, self.members[s + 1], context_tokens)
+        if target is None:
+            return [Watch(req_id, context_tokens + self.retry_tokens)]
+        self.moving[req_id] = target
+        return [Migrate(req_id, target, MigrationMode.LIVE)]
+
+    def choose_receiver(self, view: ClusterView, candidates: list[int], context_tokens: int) -> int | None:
+        """The bid-ask auction (or round-robin with ``balance: rr``) over ``candidates``."""
+        bidders = [i for i in candidates if view.instance(i).healthy
+                   and len(view.instance(i).incoming) < self.max_moves
+                   and view.instance(i).kv_blocks_free_at(view.now_s) * view.instance(i).block_size_tokens
+                   > context_tokens]
+        if not bidders:
+            return None
+        if self.balance == "rr":
+            return bidders[next(self._rr) % len(bidders)]
+        by_load = sorted(bidders, key=lambda i: (view.token_load(i), i))[: (len(bidders) + 1) // 2]
+        early = sorted(by_load, key=lambda i: (view.incoming_tokens(i), view.token_load(i), i))[:3]
+        return early[0]
+
+    # --- ticks ---------------------------------------------------------------------------
+    def tick(self, view: ClusterView) -> list[Decision]:
+        out = self._landed(view)
+        if self.layout == "plan" and view.now_s >= self.next_plan_s:
+            self.next_plan_s = view.now_s + self.plan_interval_s
+            self._replan(view)
+        elif self.refine != "off" and self.layout != "nopipe":
+            self._refine(view)
+        if self.balance == "bidask":
+            out += self._intra_stage(view)
+        return out
+
+    def _landed(self, view: ClusterView) -> list[Decision]:
+        out = []
+        for rid, target in list(self.moving.items()):
+            st = view.request(rid)
+            if st.done:
+                del self.moving[rid]
+            elif st.decode_instance == target and not st.migrating and st.phase is Phase.DECODE:
+                del self.moving[rid]
+                s = self.stage_of(target)
+                if not math.isinf(self.bounds[s]):
+                    out.append(Watch(rid, int(self.bounds[s])))
+        return out
+
+    @staticmethod
+    def _contexts(view: ClusterView, instances: list[int]) -> np.ndarray:
+        parts = [view.decode_snapshot(i)[1] for i in instances]
+        return np.concatenate(parts).astype(float) if parts else np.zeros(0)
+
+    def _refine(self, view: ClusterView) -> None:
+        for s in range(len(self.members) - 1):
+            own, nxt = self._contexts(view, self.members[s]), self._contexts(view, self.members[s + 1])
+            m = len(self.members[s + 1])
+            merged = np.sort(np.concatenate([own, np.sort(nxt)[min(m // 2, max(len(nxt) - 1, 0))::m]]))
+            if len(merged) < self.freeze_below:
+                continue
+            raw = self._split(merged)
+            self.bounds[s] = (1 - self.ema) * self.bounds[s] + self.ema * raw
+            if s > 0:
+                self.bounds[s] = max(self.bounds[s], self.bounds[s - 1] + 1)
+
+    def _split(self, ctx: np.ndarray) -> float:
+        """The length where the merged set splits best (refine: qoe, count or memory)."""
+        if self.refine == "count":
+            return float(ctx[len(ctx) // 2])
+        if self.refine == "memory":
+            return float(ctx[int(np.searchsorted(np.cumsum(ctx), ctx.sum() / 2))])
+        zero = np.zeros(len(ctx))
+        costs = [self.qoe.batch_qoe_s(zero[:i], ctx[:i]) + self.qoe.batch_qoe_s(zero[i:], ctx[i:])
+                 for i in range(1, len(ctx))]
+        return float(ctx[1 + int(np.argmin(costs))])
+
+    def _intra_stage(self, view: ClusterView) -> list[Decision]:
+        out: list[Decision] = []
+        for members in self.members:
+            if len(members) < 2:
+                continue
+            loads = {i: view.token_load(i) for i in members}
+            mean = sum(loads.values()) / len(loads)
+            for i in members:
+                if mean <= 0 or loads[i] <= (1 + self.outlier) * mean:
+                    continue
+                rids, ctx, _ = view.decode_snapshot(i)
+                free = [(int(c), int(r)) for r, c in zip(rids, ctx) if int(r) not in self.moving]
+                if not free:
+                    continue
+                c, rid = max(free)
+                target = self.choose_receiver(view, [j for j in members if j != i], c)
+                if target is not None and loads[target] + c < loads[i] - c:
+                    self.moving[rid] = target
+                    out.append(Migrate(rid, target, MigrationMode.LIVE))
+        return out
+
+
+STAGES = {"cascade": Cascade}

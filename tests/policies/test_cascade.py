@@ -1,0 +1,91 @@
+"""CascadeInfer's stage: routing to the earliest covering stage, the bid-ask auction, the
+refinement freeze, and in the simulator: requests cross stage bounds by live migration
+exactly when a Watch fires, and every request ends with its memory released."""
+
+import math
+
+import numpy as np
+
+from baton.core import ClusterView, InstanceState, Request, RequestState, Role
+from baton.core.decisions import ArrivalPlan, Migrate, Watch
+from baton.perf.qoe import QoEModel
+from baton.policies import PolicyContext, build_scheduler
+from baton.policies.cascade import Cascade
+from baton.sim import ClusterSpec, EngineConfig, Simulator
+from tests.sim.helpers import KVGuard, assert_all_ended, assert_drained, req, tiny_perf
+
+M = Role.MIXED
+QOE = QoEModel((2.8e-3, 0.0, 5e-8, 2.7e-12, 6.6e-8))
+
+
+def view_of(loads, incoming=()):
+    """One mixed instance per entry: (decode contexts); ``incoming``: (instance, tokens)."""
+    instances = {}
+    for i, ctxs in enumerate(loads):
+        inst = InstanceState(i, M, kv_blocks_total=10_000, block_size_tokens=16)
+        for j, c in enumerate(ctxs):
+            inst.decodes.add(1000 * i + j, c, 1, 10_000, j, -(-c // 16))
+        instances[i] = inst
+    for k, (i, tokens) in enumerate(incoming):
+        instances[i].add_incoming(99_000 + k, tokens)
+    return ClusterView(instances, {})
+
+
+def cascade(**kw):
+    ctx = PolicyContext(np.random.default_rng(0), tiny_perf(160_000), extras={"qoe": QOE})
+    return Cascade(ctx, **kw)
+
+
+def test_a_request_enters_the_earliest_stage_covering_its_prompt_with_a_watch_at_its_bound():
+    c = cascade(layout="chain", first_cut=256)
+    view = view_of([[], [], [100], []])
+    c.start(view)
+    assert c.bounds == [256, 512, 1024, math.inf]
+    plan = c.plan_arrival(view, RequestState(Request(1, 0.0, 300, 10)), ArrivalPlan())
+    assert (plan.prefill_instance, plan.decode_instance, plan.watch_context_tokens) == (1, 1, 512)
+    plan = c.plan_arrival(view, RequestState(Request(2, 0.0, 5000, 10)), ArrivalPlan())
+    assert (plan.prefill_instance, plan.watch_context_tokens) == (3, None)  # the last stage is unbounded
+
+
+def test_bid_ask_drops_the_loaded_half_then_takes_the_earliest_start():
+    c = cascade()
+    # loads 100 / 200 / 3000 / 4000: the lower half is {0, 1}; instance 0 has KV arriving
+    view = view_of([[100], [200], [3000], [4000]], incoming=[(0, 500)])
+    assert c.choose_receiver(view, [0, 1, 2, 3], 300) == 1
+    # a receiver with max_moves transfers arriving does not bid
+    view = view_of([[100], [200]], incoming=[(1, 10), (1, 20), (1, 30)])
+    assert c.choose_receiver(view, [1], 300) is None
+    assert cascade(balance="rr").choose_receiver(view_of([[1], [1], [1]]), [0, 1, 2], 10) == 0
+
+
+def test_refinement_is_frozen_below_five_sequences():
+    c = cascade(layout="chain", first_cut=256)
+    view = view_of([[100, 120], [300], [600], []])
+    c.start(view)
+    before = list(c.bounds)
+    c._refine(view)
+    assert c.bounds == before  # stage 0 + an even share of stage 1: 3 sequences < 5
+    view = view_of([[100, 120, 130, 140, 150, 160], [300, 310], [600], []])
+    c._refine(view)
+    assert c.bounds[0] != before[0] and c.bounds[0] < before[1]
+
+
+def test_stage_crossings_migrate_at_the_bound_in_the_simulator():
+    perf = tiny_perf(kv_tokens=200_000)
+    sched = build_scheduler({"name": "c", "stages": [{"stage": "cascade", "layout": "chain", "first_cut": 256,
+                                                      "refine": "off"}]},
+                            PolicyContext(np.random.default_rng(0), perf, extras={"qoe": QOE}))
+    requests = [req(i, i * 0.01, 200, 600) for i in range(12)] + [req(12 + i, 0.05, 700, 50) for i in range(4)]
+    cluster = ClusterSpec(prefill=0, decode=0, mixed=4, engine=EngineConfig(1024, 64, 16), nic_gbps=100)
+    sim = Simulator(cluster, perf, sched, requests, sample_interval_s=0.1)
+    guard = KVGuard(sim)
+    result = sim.run()
+    assert_all_ended(sim, result, len(requests))
+    assert not guard.violations
+    assert_drained(sim)
+    long_runs = [r for r in result.records if r.req_id < 12]
+    # 200 + 600 tokens: start in stage 0 (< 256), cross 256 and 512 into stages 1 and 2
+    assert all(r.path.split("-")[:3] == [r.path.split("-")[0], *r.path.split("-")[1:3]] for r in long_runs)
+    assert all(len(r.path.split("-")) == 3 and r.path.split("-")[0] == "0" for r in long_runs)
+    assert all(r.migrations == 2 for r in long_runs)
+    assert all(r.path == "2" and r.migrations == 0 for r in result.records if r.req_id >= 12)  # 700 + 50 < 1024
