@@ -114,6 +114,11 @@ class Cascade(Stage):
             rids, ctx, _ = view.decode_snapshot(i)
             ctxs.append(ctx)
             prompts.append(np.array([view.request(int(r)).request.prompt_tokens for r in rids], dtype=float))
+            # prefills queued or running count too: arrivals are work the first stages must take
+            queued = np.array([view.request(r).request.prompt_tokens for r in view.instance(i).prefill_queue],
+                              dtype=float)
+            ctxs.append(queued)
+            prompts.append(queued)
         return (np.concatenate(prompts) if prompts else np.zeros(0),
                 np.concatenate(ctxs).astype(float) if ctxs else np.zeros(0))
 
