@@ -37,3 +37,16 @@ def test_profile_of_a_dead_engine_is_a_clean_error(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert "cannot read the served models" in run.stderr
+
+
+def test_profile_kind_qoe_writes_the_fitted_model(tmp_path):
+    import json
+    out = tmp_path / "qoe.json"
+    run = subprocess.run([sys.executable, "-m", "baton.cli.main", "profile", "--kind", "qoe", "--out", str(out)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    figures = json.loads(out.read_text())
+    assert set(figures["coefficients"]) == {"const", "batch", "sum_prompt", "sum_prompt_sq", "sum_context"}
+    assert figures["held_out_mape"] < 0.05 and "held-out" in run.stdout
+    run = subprocess.run([sys.executable, "-m", "baton.cli.main", "profile"], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "--engine URL is needed" in run.stderr

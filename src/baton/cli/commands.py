@@ -287,6 +287,10 @@ def cmd_profile(args: argparse.Namespace) -> None:
     from baton.profiling.fit import fit_errors
     from baton.profiling.grid import ProfileGrid, write_profile
     from baton.profiling.live import profile_engine
+    if args.kind == "qoe":
+        return _profile_qoe(args)
+    if not args.engine:
+        raise ConfigError("--engine URL is needed (or --kind qoe)")
     for flag in ("max_num_batched_tokens", "max_num_seqs"):
         if getattr(args, flag) <= 0:
             raise ConfigError(f"--{flag.replace('_', '-')}: expected a positive integer")
@@ -305,6 +309,22 @@ def cmd_profile(args: argparse.Namespace) -> None:
         model = FittedModel.from_profile(out)
         for kind, err in fit_errors(rows, model).items():
             print(f"fit on {kind} rows: {err['rows']} rows, MAPE {err['mape']:.1%}, worst {err['max']:.1%}")
+
+
+def _profile_qoe(args: argparse.Namespace) -> None:
+    """CascadeInfer's QoE profile on a preset: coefficients and held-out error, as JSON."""
+    from baton.profiling.qoe import profile_qoe
+    profile = profile_qoe(args.preset, seed=args.seed)
+    out = Path(args.out if args.out != "baton-out/profile.csv" else "baton-out/qoe.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figures = {"preset": args.preset, "coefficients": dict(zip(("const", "batch", "sum_prompt", "sum_prompt_sq",
+                                                                "sum_context"), profile.model.d)),
+               "rows": int(len(profile.latency_s)), "cases": int(len(set(profile.cases.tolist()))),
+               "held_out_mape": profile.held_out_mape, "train_mape": profile.train_mape}
+    out.write_text(json.dumps(figures, indent=2) + "\n")
+    print(f"QoE model of {args.preset}: {figures['rows']} requests in {figures['cases']} (bucket, batch) cases; "
+          f"mean relative error {profile.held_out_mape:.1%} on the held-out 30% ({profile.train_mape:.1%} fitted); "
+          f"wrote {out}")
 
 
 def cmd_serve(args: argparse.Namespace) -> None:

@@ -89,7 +89,11 @@ def parser() -> argparse.ArgumentParser:
     srv.add_argument("--policy", help="policy name (overrides the config)")
     prof = sub.add_parser("profile", help="measure a running engine's iterations into a profile CSV "
                                           "(use the CSV as --preset)")
-    prof.add_argument("--engine", required=True, metavar="URL", help="engine base URL, e.g. http://127.0.0.1:8000")
+    prof.add_argument("--kind", choices=["engine", "qoe"], default="engine",
+                      help="engine: measure a live engine's iterations; qoe: CascadeInfer's QoE model, "
+                           "profiled on the simulator's perf model (--preset)")
+    prof.add_argument("--engine", metavar="URL", help="engine base URL, e.g. http://127.0.0.1:8000 (--kind engine)")
+    prof.add_argument("--preset", default="llama-3.2-3b@h100", help="perf preset or profile CSV (--kind qoe)")
     prof.add_argument("--model", help="served model name (default: the engine's first)")
     prof.add_argument("--out", default="baton-out/profile.csv", help="profile CSV (a .json beside it "
                                                                    "holds the engine's KV facts)")
