@@ -7,12 +7,12 @@ import math
 import numpy as np
 
 from baton.core import ClusterView, InstanceState, Request, RequestState, Role
-from baton.core.decisions import ArrivalPlan, Migrate, Watch
+from baton.core.decisions import ArrivalPlan
 from baton.perf.qoe import QoEModel
 from baton.policies import PolicyContext, build_scheduler
 from baton.policies.cascade import Cascade
-from baton.sim import ClusterSpec, EngineConfig, Simulator
-from tests.sim.helpers import KVGuard, assert_all_ended, assert_drained, req, tiny_perf
+from baton.sim import ClusterSpec, EngineConfig
+from tests.sim.helpers import req, run_checked, tiny_perf
 
 M = Role.MIXED
 QOE = QoEModel((2.8e-3, 0.0, 5e-8, 2.7e-12, 6.6e-8))
@@ -77,12 +77,7 @@ def test_stage_crossings_migrate_at_the_bound_in_the_simulator():
                             PolicyContext(np.random.default_rng(0), perf, extras={"qoe": QOE}))
     requests = [req(i, i * 0.01, 200, 600) for i in range(12)] + [req(12 + i, 0.05, 700, 50) for i in range(4)]
     cluster = ClusterSpec(prefill=0, decode=0, mixed=4, engine=EngineConfig(1024, 64, 16), nic_gbps=100)
-    sim = Simulator(cluster, perf, sched, requests, sample_interval_s=0.1)
-    guard = KVGuard(sim)
-    result = sim.run()
-    assert_all_ended(sim, result, len(requests))
-    assert not guard.violations
-    assert_drained(sim)
+    _, result = run_checked(cluster, perf, sched, requests)
     long_runs = [r for r in result.records if r.req_id < 12]
     # 200 + 600 tokens: start in stage 0 (< 256), cross 256 and 512 into stages 1 and 2
     assert all(r.path.split("-")[:3] == [r.path.split("-")[0], *r.path.split("-")[1:3]] for r in long_runs)

@@ -73,3 +73,15 @@ def assert_drained(sim) -> None:
         assert inst.prefill_queue_tokens == 0 and inst.incoming_tokens == 0 and inst.shadow_tokens == 0
         eng = sim.engines[i]
         assert not eng.held_blocks and not eng.prefills and not eng.joins
+
+
+def run_checked(cluster, perf, scheduler, requests, sample_interval_s: float = 0.1):
+    """Simulate and check the invariants: every request ends, KV stays within bounds at
+    every segment boundary, and everything is released at the end. Returns (sim, result)."""
+    sim = Simulator(cluster, perf, scheduler, requests, sample_interval_s=sample_interval_s)
+    guard = KVGuard(sim)
+    result = sim.run()
+    assert_all_ended(sim, result, len(requests))
+    assert not guard.violations
+    assert_drained(sim)
+    return sim, result

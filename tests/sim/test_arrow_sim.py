@@ -10,7 +10,7 @@ from baton.core.instance import Role
 from baton.metrics import SLO
 from baton.policies import PolicyContext, build_scheduler
 from baton.sim import ClusterSpec, EngineConfig, Simulator
-from tests.sim.helpers import KVGuard, assert_all_ended, assert_drained, req, tiny_perf
+from tests.sim.helpers import assert_all_ended, assert_drained, req, run_checked, tiny_perf
 
 
 def run_arrow(requests, policy="arrow", prefill=1, decode=2):
@@ -20,13 +20,7 @@ def run_arrow(requests, policy="arrow", prefill=1, decode=2):
                                                          "monitor_interval_s": 0.05, "monitor_window_s": 0.2}]},
                             ctx)
     cluster = ClusterSpec(prefill=prefill, decode=decode, engine=EngineConfig(1024, 64, 16), nic_gbps=100)
-    sim = Simulator(cluster, perf, sched, requests, sample_interval_s=0.1)
-    guard = KVGuard(sim)
-    result = sim.run()
-    assert_all_ended(sim, result, len(requests))
-    assert not guard.violations
-    assert_drained(sim)
-    return sim, result
+    return run_checked(cluster, perf, sched, requests)
 
 
 def burst_then_long_outputs():
