@@ -54,7 +54,7 @@ def test_reproduce_errors_are_one_line(tmp_path):
 
 def test_the_shipped_reproductions_load():
     from baton.experiments.reproduce import claims_of
-    for paper in ("sibyl", "ares", "arrow"):
+    for paper in ("sibyl", "ares", "arrow", "kairos"):
         claims = claims_of(paper, full=True)
         assert claims and all(c.policy and c.baseline and c.metric for c in claims)
     for claim in claims_of("arrow"):  # trace paths resolve next to the repository
