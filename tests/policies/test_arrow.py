@@ -8,7 +8,8 @@ from baton.core import ClusterView, InstanceState, Request, RequestState, Role
 from baton.core.decisions import ArrivalPlan, ChangeRole, DecodeChoice
 from baton.perf import build
 from baton.policies import PolicyContext, build_scheduler
-from baton.policies.arrow import Arrow, fit_prefill_quadratic, max_running_tokens
+from baton.policies.arrow import Arrow, max_running_tokens
+from baton.policies.prefill_time import fit_prefill_quadratic
 
 P, D = Role.PREFILL, Role.DECODE
 PERF = build("llama-3.1-8b@h100")

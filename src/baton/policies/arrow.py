@@ -68,7 +68,7 @@ from baton.core.request import RequestState
 from baton.core.view import ClusterView
 from baton.perf.model import BatchShape, PerfModel
 from baton.policies.base import PolicyContext, Stage
-from baton.policies.prefill_time import PrefillPredictor, fit_prefill_quadratic  # noqa: F401 (re-export)
+from baton.policies.prefill_time import PrefillPredictor
 
 PAPER_TTFT_SLO_S, PAPER_TPOT_SLO_S = 3.0, 0.1  # Table 1, Azure code
 
@@ -107,21 +107,12 @@ class Arrow(Stage):
         self.tick_interval_s = monitor_interval_s if flips else None
         self.window_s = monitor_window_s
         self.predictor = PrefillPredictor(context.perf)
-        self.coef = self.predictor.coef
         self.mrt = max_running_tokens(context.perf, self.tpot_slo_s, profile_context_tokens,
                                       context.perf.kv_capacity_tokens)
         self.intervals: deque[tuple[float, float]] = deque()
         self.lent: dict[int, bool] = {}  # decode instances Algorithm 3 moved to prefill
 
     # --- predictors --------------------------------------------------------------------
-    def pt(self, tokens: float) -> float:
-        """Predicted prefill time of a prompt alone (s)."""
-        return self.predictor.pt(tokens)
-
-    def prefill_delay(self, view: ClusterView, i: int) -> float:
-        """Predicted time until a new prefill on ``i`` starts (s)."""
-        return self.predictor.delay(view, i)
-
     # --- pools ---------------------------------------------------------------------------
     @staticmethod
     def pools(view: ClusterView) -> dict[str, list[int]]:
@@ -166,17 +157,17 @@ class Arrow(Stage):
         if not self.flips or len(pools["P"]) + len(pools["DP"]) <= 1:
             return None
         pick = candidates or pools["DP"] or pools["P"]
-        moved = min(pick, key=lambda i: (self.prefill_delay(view, i), i not in self.lent, i))
+        moved = min(pick, key=lambda i: (self.predictor.delay(view, i), i not in self.lent, i))
         self.lent.pop(moved, None)
         return moved
 
     # --- Algorithm 1 ---------------------------------------------------------------------
     def plan_arrival(self, view: ClusterView, request: RequestState, plan: ArrivalPlan) -> ArrivalPlan:
         pools = self.pools(view)
-        pt = self.pt(request.request.prompt_tokens)
+        pt = self.predictor.pt(request.request.prompt_tokens)
         best: dict[str, int | None] = {}
         for k in ("P", "DP"):
-            delays = [(self.prefill_delay(view, i), i) for i in pools[k]]
+            delays = [(self.predictor.delay(view, i), i) for i in pools[k]]
             best[k] = min(delays)[1] if delays else None
             if delays and min(delays)[0] + pt <= self.ttft_slo_s:
                 return _prefill_on(plan, min(delays)[1])
@@ -186,7 +177,7 @@ class Arrow(Stage):
                 return _prefill_on(plan, moved, ChangeRole(moved, Role.PREFILL))
         fallback = best["P"] if best["P"] is not None else best["DP"]
         if fallback is None:  # no prefill-side instance at all: any instance can prefill
-            fallback = min(view.decode_ids, key=lambda i: (self.prefill_delay(view, i), i), default=None)
+            fallback = min(view.decode_ids, key=lambda i: (self.predictor.delay(view, i), i), default=None)
         return plan if fallback is None else _prefill_on(plan, fallback)
 
     # --- Algorithm 2 ---------------------------------------------------------------------

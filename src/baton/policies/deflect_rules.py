@@ -20,6 +20,7 @@ from baton.core.decisions import ArrivalPlan
 from baton.core.request import RequestState
 from baton.core.view import ClusterView
 from baton.policies.base import PolicyContext, Stage
+from baton.policies.selection import argmin
 
 
 class _Rule(Stage):
@@ -43,8 +44,7 @@ class _Rule(Stage):
         return ArrivalPlan(p, None, None, plan.reject_reason, plan.role_changes)
 
     def choose_decode(self, view: ClusterView, request: RequestState) -> int | None:
-        ids = view.decode_ids
-        return min(ids, key=lambda i: (view.token_load(i), i)) if ids else None
+        return argmin(view.decode_ids, view.token_load)
 
 
 class DeflectShort(_Rule):

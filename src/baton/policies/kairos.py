@@ -48,6 +48,7 @@ from baton.core.request import Phase, RequestState
 from baton.core.view import ClusterView
 from baton.perf.model import BatchShape
 from baton.policies.base import PolicyContext, Stage
+from baton.policies.selection import argmin
 from baton.policies.prefill_time import PrefillPredictor
 
 DEFAULT_TTFT_SLO_S, DEFAULT_TBT_SLO_S = 2.0, 0.1
@@ -148,8 +149,7 @@ class Kairos(Stage):
         return ArrivalPlan(p, None, None, plan.reject_reason, plan.role_changes)
 
     def choose_decode(self, view: ClusterView, request: RequestState) -> int | None:
-        ids = view.decode_ids
-        return min(ids, key=lambda i: (view.token_load(i), i)) if ids else None
+        return argmin(view.decode_ids, view.token_load)
 
     def tick(self, view: ClusterView) -> list[Decision]:
         """Re-fit the chunk of work already deflected to the batch it now shares, then
