@@ -77,13 +77,15 @@ def start_vllm(work: Path) -> tuple[subprocess.Popen, str]:
     return proc, url
 
 
-def start_gateway(work: Path, engine_url: str, profile: Path) -> tuple[subprocess.Popen, str]:
+def start_gateway(work: Path, engine_url: str, profile: Path | None = None,
+                  policy: str = "colocated-rr") -> tuple[subprocess.Popen, str]:
+    """``baton serve`` in front of one mixed engine (``profile`` as its preset if given)."""
     port = free_port()
     config = work / "gateway.yaml"
     config.write_text(json.dumps({
-        "port": port, "policy": "colocated-rr", "preset": str(profile),
+        "port": port, "policy": policy, **({"preset": str(profile)} if profile else {}),
         "engines": [{"name": "vllm", "url": engine_url, "role": "mixed", "model": "smollm2"}],
-        "upstream_timeout_s": 600, "first_token_timeout_base_s": 120, "token_timeout_min_s": 60}))
+        "upstream_timeout_s": 1800, "first_token_timeout_base_s": 600, "token_timeout_min_s": 300}))
     log = work / "gateway.log"
     proc = subprocess.Popen([sys.executable, "-m", "baton.cli.main", "serve", "--config", str(config)],
                             stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)

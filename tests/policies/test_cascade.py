@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from baton.core import ClusterView, InstanceState, Request, RequestState, Role
+from baton.core.request import Phase
 from baton.core.decisions import ArrivalPlan
 from baton.perf.qoe import QoEModel
 from baton.policies import PolicyContext, build_scheduler
@@ -20,15 +21,18 @@ QOE = QoEModel((2.8e-3, 0.0, 5e-8, 2.7e-12, 6.6e-8))
 
 def view_of(loads, incoming=()):
     """One mixed instance per entry: (decode contexts); ``incoming``: (instance, tokens)."""
-    instances = {}
+    instances, requests = {}, {}
     for i, ctxs in enumerate(loads):
         inst = InstanceState(i, M, kv_blocks_total=10_000, block_size_tokens=16)
         for j, c in enumerate(ctxs):
             inst.decodes.add(1000 * i + j, c, 1, 10_000, j, -(-c // 16))
+            st = RequestState(Request(1000 * i + j, 0.0, c, 10_000))
+            st.phase, st.decode_instance = Phase.DECODE, i
+            requests[1000 * i + j] = st
         instances[i] = inst
     for k, (i, tokens) in enumerate(incoming):
         instances[i].add_incoming(99_000 + k, tokens)
-    return ClusterView(instances, {})
+    return ClusterView(instances, requests)
 
 
 def cascade(**kw):
@@ -84,3 +88,61 @@ def test_stage_crossings_migrate_at_the_bound_in_the_simulator():
     assert all(len(r.path.split("-")) == 3 and r.path.split("-")[0] == "0" for r in long_runs)
     assert all(r.migrations == 2 for r in long_runs)
     assert all(r.path == "2" and r.migrations == 0 for r in result.records if r.req_id >= 12)  # 700 + 50 < 1024
+
+
+def test_an_ask_waits_in_the_stage_queue_when_every_receiver_is_busy_with_transfers():
+    c = cascade(layout="chain", first_cut=256)
+    # instance 1 (stage 1) has max_moves transfers arriving: it would bid but for them
+    view = view_of([[256], [300]], incoming=[(1, 10), (1, 20), (1, 30)])
+    c.start(view)
+    assert c.on_threshold(view, 0, 256) == [] and c.asks == {0: (1, 0.0)}
+    # without room at all (no free KV), it retries later instead of queueing
+    full = view_of([[256], [300]])
+    full.instance(1).kv_blocks_used = full.instance(1).kv_blocks_total
+    c2 = cascade(layout="chain", first_cut=256)
+    c2.start(full)
+    assert [type(d).__name__ for d in c2.on_threshold(full, 0, 256)] == ["Watch"] and not c2.asks
+
+
+def test_receivers_serve_asks_by_sender_load_and_starving_asks_first():
+    c = cascade(layout="chain", first_cut=256, starvation_s=2.0)
+    # senders: instance 0 (load 300) holds request 0; instance 1 (load 900) holds 1000
+    view = view_of([[300], [900], []], incoming=[(2, 10), (2, 20)])  # one free transfer slot
+    c.start(view)
+    c.asks = {0: (2, 0.0), 1000: (2, 0.5)}
+    assert c.ask_order(view) == [1000, 0]  # the more loaded sender first
+    view.now_s = 2.2  # request 0 has waited 2.2 s >= 2 s: it starves, so it goes first
+    assert c.ask_order(view) == [0, 1000]
+    # the one free slot takes the first in that order; the other ask keeps waiting
+    moves = c._serve_asks(view)
+    assert [(d.req_id, d.target_instance) for d in moves] == [(0, 2)] and c.asks == {1000: (2, 0.5)}
+
+
+def test_the_stage_output_cv_is_reported_per_period():
+    from baton.core.events import DecodeProgress
+
+    c = cascade(layout="nopipe", plan_interval_s=10.0)
+    view = view_of([[100, 100], [100, 100]])
+    c.start(view)
+    c.tick(view)  # the first period starts
+    c.observe(view, DecodeProgress(0, 30, 0.01, 1.0))  # 2 running x 30 = 60 tokens
+    c.observe(view, DecodeProgress(1, 10, 0.01, 1.0))  # 20 tokens
+    view.now_s = 10.0
+    c.tick(view)
+    assert c.report()["stage_output_cv"] == np.std([60, 20]) / np.mean([60, 20])
+
+
+def test_a_replan_hands_over_sequences_beyond_their_new_range():
+    c = cascade(exact=True, first_cut=256, plan_window=False, prefill_residence_tokens=0.0)
+    view = view_of([[100] * 8 + [3000] * 8, [100] * 8 + [3000] * 8, [100] * 8, [100] * 8])
+    c.start(view)
+    decisions = c.tick(view)
+    assert len(c.members) >= 2, c.members
+    # every sequence sits in a stage covering it, is moving to one, or watches its bound
+    moving = {d.req_id for d in decisions if type(d).__name__ == "Migrate"}
+    for s, members in enumerate(c.members):
+        for i in members:
+            rids, ctx, _ = view.decode_snapshot(i)
+            for r, x in zip(rids.tolist(), ctx.tolist()):
+                covering = next(k for k, b in enumerate(c.bounds) if x < b)
+                assert covering <= s or r in moving or r in c.asks, (r, x, s, c.bounds)

@@ -84,4 +84,6 @@ def run_checked(cluster, perf, scheduler, requests, sample_interval_s: float = 0
     assert_all_ended(sim, result, len(requests))
     assert not guard.violations
     assert_drained(sim)
+    # bytes are counted as they cross a link: never negative, migrations within the total
+    assert 0 <= result.counters.migration_bytes and 0 <= result.counters.transfer_bytes
     return sim, result

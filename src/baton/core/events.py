@@ -34,4 +34,16 @@ class PrefillDone:
     now_s: float
 
 
-Observation = Completed | DecodeProgress | PrefillDone
+@dataclass(slots=True, frozen=True)
+class HiddenState:
+    """The serving model's last-layer hidden state for ``req_id`` after ``generated_tokens``
+    output tokens (a vector of the model's width), for learned length predictors. Only live
+    runtimes with a hidden-state source report it."""
+
+    req_id: int
+    generated_tokens: int
+    vector: tuple[float, ...]
+    now_s: float
+
+
+Observation = Completed | DecodeProgress | PrefillDone | HiddenState

@@ -283,6 +283,7 @@ class Flow:
         """Relay one chunk to the client; returns its tokens (accounted per read)."""
         if piece.prompt_token_ids and self.prompt_ids is None:
             self.prompt_ids = list(piece.prompt_token_ids)
+            self.out.prompt_token_ids = self.prompt_ids
             self.cluster.set_prompt_tokens(self.state, len(self.prompt_ids))
         if piece.prompt_tokens and not self.out.prompt_tokens:
             self.out.prompt_tokens = piece.prompt_tokens

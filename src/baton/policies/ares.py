@@ -24,7 +24,8 @@ a median request's remaining life on the ARES reasoning workload (outputs with a
 1,500-2,000 tokens). The earlier 8 x 50 tokens (about 8 s) saw almost no request end
 inside the horizon, so the predicted-remaining term had nearly nothing to act on.
 
-Remaining lengths come from any ``LengthEstimator``; predictions are refreshed every
+Remaining lengths come from any ``LengthEstimator`` (``estimator`` by name, its keyword
+parameters in ``estimator_params``); predictions are refreshed every
 ``repredict_tokens`` generated tokens (section 5.3), i.e. a request's prediction is made at
 the last multiple of k tokens and counted down since.
 """
@@ -50,7 +51,7 @@ class Ares(Stage):
                  horizon_tokens: int = 2000, horizon_steps: int = 8, beta: float = 0.8, theta: float = 0.1,
                  max_migrations: int = 1, max_per_instance: int = 1, mode: str = "live",
                  link_gbps: float = 25.0, repredict_tokens: int = 20, memory_headroom: float = 0.95,
-                 max_targets: int = 32, move_preempted: bool = False) -> None:
+                 max_targets: int = 32, move_preempted: bool = False, estimator_params: dict | None = None) -> None:
         super().__init__(context)
         if interval_s <= 0 or horizon_steps < 1 or horizon_tokens < horizon_steps or max_migrations < 1:
             raise ValueError("need interval_s > 0, horizon_steps >= 1, horizon_tokens >= horizon_steps, "
@@ -58,7 +59,7 @@ class Ares(Stage):
         step_tokens = horizon_tokens // horizon_steps
         self.move_preempted = move_preempted
         self.tick_interval_s = interval_s
-        self.estimator = build_estimator(estimator)
+        self.estimator = build_estimator(estimator, rng=context.rng, **(estimator_params or {}))
         # Without a prediction, a request's load is its current context for the whole
         # horizon and the worth-it filter cannot apply ("rescheduling without prediction").
         self.static = isinstance(self.estimator, NoPrediction)

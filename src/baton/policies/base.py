@@ -72,6 +72,10 @@ class Stage:
     def observe(self, view: ClusterView, observation: Observation) -> None:
         return None
 
+    def report(self) -> dict[str, float]:
+        """Figures the stage measured about its own working, for run summaries."""
+        return {}
+
 
 def _overrides(stage: Stage, hook: str) -> bool:
     return getattr(type(stage), hook) is not getattr(Stage, hook)
@@ -125,6 +129,13 @@ class Scheduler:
     def observe(self, view: ClusterView, observation: Observation) -> None:
         for stage in self._observers:
             stage.observe(view, observation)
+
+    def report(self) -> dict[str, float]:
+        """Every stage's ``report``, merged."""
+        out: dict[str, float] = {}
+        for stage in self.stages:
+            out.update(stage.report())
+        return out
 
     @property
     def needs_bookings(self) -> bool:

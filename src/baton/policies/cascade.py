@@ -5,11 +5,19 @@ covers its prompt, on that stage's least token-loaded instance, and migrates (li
 the next stage when its context crosses the stage's upper bound, so batches stay nearly
 length-homogeneous.
 
-- **Planning** (4.2): every ``plan_interval_s`` the stages are re-planned on the snapshot
-  of sequences in flight with ``cascade_plan`` (exact DP by default, ``exact: false``
-  for the two-phase heuristic), costed by the QoE model the runtime fits for its perf
-  model (``context.extras["qoe"]``). Instances are assigned to stages in id order; work
-  already on an instance stays. Before the first plan there is one stage.
+- **Planning** (4.2): every ``plan_interval_s`` the stages are re-planned with
+  ``cascade_plan`` (exact DP by default, ``exact: false`` for the two-phase heuristic),
+  costed by the QoE model the runtime fits for its perf model (``context.extras["qoe"]``),
+  on the period's statistics: the snapshots of sequences in flight (queued prefills
+  included) taken at every tick of the period, pooled and thinned by the number of
+  snapshots to one concurrent population (``plan_window: false`` plans on the snapshot at
+  planning time). Prefills are weighed by their residence in a stage
+  (``prefill_residence_tokens``, the QoE profile's output length; see
+  ``cascade_plan``). Instances go to stages in order of the median context they hold
+  (``assign: stable``; ``id`` for id order), so an instance keeps the lengths it has;
+  after a re-plan, sequences beyond their instance's new range hand over to the stage
+  that covers them and the rest watch their new bound (``rewatch``). Work already on an
+  instance stays. Before the first plan there is one stage.
 - **Boundaries** are ``Watch``es set at arrival (``ArrivalPlan.watch_context_tokens``). A
   migrated request gets its next stage's watch on the first tick after its move lands
   (the contract has no migration-done event; lengths at least double between cuts, so a
@@ -25,7 +33,12 @@ length-homogeneous.
   way to them) are kept, and the first reply wins: Baton models reply order by that same
   start time (then load, then id). A receiver with ``max_moves`` (3) transfers arriving,
   or without free KV for the request, does not bid; with no bidder the request retries
-  ``retry_tokens`` later. Within a stage, an instance ``outlier`` (25%) above the stage's
+  ``retry_tokens`` later, unless every candidate is only full of transfers: then the
+  ask waits in the stage's queue of asks, which receivers serve as transfers land in
+  order of the sender's token load (most loaded first), except that an ask waiting
+  ``starvation_s`` (2 s) or longer goes first (oldest first). Every ask goes to every
+  candidate of its stage and all of them rank asks alike, so one queue per stage, served
+  by whichever receiver frees a slot, stands for the paper's per-receiver queues. Within a stage, an instance ``outlier`` (25%) above the stage's
   mean token load gives its longest request to a peer by the same auction.
   ``balance: rr`` hands over round-robin; ``balance: inter`` skips the intra-stage part.
 - ``layout: chain`` fixes one instance per stage on the length tiers; ``nopipe`` keeps
@@ -41,6 +54,7 @@ import numpy as np
 
 from baton.core.decisions import ArrivalPlan, Decision, Migrate, MigrationMode, Watch
 from baton.core.errors import ConfigError
+from baton.core.events import DecodeProgress, Observation
 from baton.core.request import Phase, RequestState
 from baton.core.view import ClusterView
 from baton.policies.base import PolicyContext, Stage
@@ -58,11 +72,15 @@ class Cascade(Stage):
                  balance: str = "bidask", tick_interval_s: float = 1.0, plan_interval_s: float = 10.0,
                  ema: float = 0.5, freeze_below: int = 5, outlier: float = 0.25, max_moves: int = 3,
                  retry_tokens: int = 64, first_cut: int = 256, max_context: int = 131072,
-                 link_gbps: float = 50.0, mean_output_tokens: float = 256.0) -> None:
+                 link_gbps: float = 50.0, mean_output_tokens: float = 256.0, assign: str = "stable",
+                 rewatch: bool = True, plan_window: bool = True, prefill_residence_tokens: float = 128.0,
+                 starvation_s: float = 2.0) -> None:
         super().__init__(context)
         if layout not in ("plan", "chain", "nopipe") or refine not in ("qoe", "count", "memory", "off") \
                 or balance not in ("bidask", "rr", "inter"):
             raise ValueError("layout: plan|chain|nopipe, refine: qoe|count|memory|off, balance: bidask|rr|inter")
+        if assign not in ("stable", "id"):
+            raise ValueError("assign: stable|id")
         self.layout, self.exact, self.refine, self.balance = layout, exact, refine, balance
         self.tick_interval_s, self.plan_interval_s = tick_interval_s, plan_interval_s
         self.ema, self.freeze_below, self.outlier, self.max_moves = ema, freeze_below, outlier, max_moves
@@ -73,6 +91,13 @@ class Cascade(Stage):
         self.moving: dict[int, int] = {}  # request -> target of its handover, until it lands
         self.next_plan_s = 0.0  # the first tick with enough sequences plans
         self._rr = itertools.count()
+        self.assign, self.rewatch, self.plan_window = assign, rewatch, plan_window
+        self.residence, self.starvation_s = prefill_residence_tokens, starvation_s
+        self.window: list[tuple[np.ndarray, np.ndarray]] = []  # this period's snapshots
+        self.asks: dict[int, tuple[int, float]] = {}  # request -> (target stage, asked at s)
+        self.granted: dict[int, int] = {}  # receiver -> handovers decided in this call
+        self.output_tokens: dict[int, float] = {}  # instance -> tokens decoded this period
+        self.stage_cvs: list[float] = []  # per stage and period: CV of output tokens per instance
 
     @property
     def qoe(self):
@@ -94,18 +119,52 @@ class Cascade(Stage):
     def stage_of(self, instance_id: int) -> int:
         return next((s for s, m in enumerate(self.members) if instance_id in m), len(self.members) - 1)
 
+    def _period(self, view: ClusterView) -> tuple[np.ndarray, np.ndarray]:
+        """The period's population: its snapshots pooled and thinned to one snapshot's worth
+        (Eq. 1's n is a concurrent batch), or the snapshot now without ``plan_window``."""
+        if not (self.plan_window and self.window):
+            return self._snapshot(view, sorted(view.decode_ids))
+        prompt = np.concatenate([w[0] for w in self.window])
+        ctx = np.concatenate([w[1] for w in self.window])
+        keep = self.context.rng.random(len(ctx)) < 1.0 / len(self.window)
+        self.window = []
+        return prompt[keep], ctx[keep]
+
+    def observe(self, view: ClusterView, observation: Observation) -> None:
+        if isinstance(observation, DecodeProgress):
+            running = view.decode_snapshot(observation.instance_id)[0].size
+            i = observation.instance_id
+            self.output_tokens[i] = self.output_tokens.get(i, 0.0) + observation.iterations * running
+
+    def _close_period(self) -> None:
+        """The CV of output tokens per instance within each stage of two or more instances
+        over the period that ends (the paper's Figure 16 metric)."""
+        for members in self.members:
+            tokens = np.array([self.output_tokens.get(i, 0.0) for i in members])
+            if len(members) > 1 and tokens.mean() > 0:
+                self.stage_cvs.append(float(tokens.std() / tokens.mean()))
+        self.output_tokens = {}
+
+    def report(self) -> dict[str, float]:
+        cvs = self.stage_cvs
+        return {"stage_output_cv": float(np.mean(cvs)) if cvs else float("nan"), "stage_periods": float(len(cvs))}
+
     def _replan(self, view: ClusterView) -> None:
-        prompt, ctx = self._snapshot(view, sorted(view.decode_ids))
+        prompt, ctx = self._period(view)
         if len(ctx) < self.freeze_below:
             return
         perf = self.context.perf
         cost = PlanCost(prompt, ctx, self.qoe, perf.kv_bytes_per_token, self.link_bytes_per_s, self.mean_output,
-                        self.first_cut, self.max_context)
+                        self.first_cut, self.max_context, self.residence)
         ids = sorted(view.decode_ids)
         plan = (exact_plan if self.exact else heuristic_plan)(cost, len(ids))
+        if self.assign == "stable":
+            median = {i: float(np.median(c)) if len(c := view.decode_snapshot(i)[1]) else 0.0 for i in ids}
+            ids.sort(key=lambda i: (median[i], i))
         it = iter(ids)
         self.members = [[next(it) for _ in range(k)] for k in plan.instances]
         self.bounds = list(plan.bounds)
+        self.asks = {r: (min(t, len(self.members) - 1), since) for r, (t, since) in self.asks.items()}
 
     @staticmethod
     def _snapshot(view: ClusterView, instances: list[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -133,22 +192,68 @@ class Cascade(Stage):
                            None if math.isinf(bound) else int(bound))
 
     def on_threshold(self, view: ClusterView, req_id: int, context_tokens: int) -> list[Decision]:
+        self.granted = {}
         st = view.request(req_id)
-        if st.done or st.decode_instance is None or st.migrating:
+        if st.done or st.decode_instance is None or st.migrating or req_id in self.asks:
             return []
         s = self.stage_of(st.decode_instance)
         if s + 1 >= len(self.members) or context_tokens < self.bounds[s]:
             return [] if s + 1 >= len(self.members) else [Watch(req_id, int(self.bounds[s]))]
-        target = self.choose_receiver(view, self.members[s + 1], context_tokens)
-        if target is None:
-            return [Watch(req_id, context_tokens + self.retry_tokens)]
+        return self._hand_over(view, req_id, s + 1, context_tokens)
+
+    def _hand_over(self, view: ClusterView, req_id: int, stage: int, context_tokens: int) -> list[Decision]:
+        """Ask stage ``stage`` to take ``req_id``: a migration, a queued ask (every receiver
+        busy with transfers) or a retry after ``retry_tokens`` (no receiver has room)."""
+        target = self.choose_receiver(view, self.members[stage], context_tokens)
+        if target is not None:
+            self.asks.pop(req_id, None)
+            return [self._move(req_id, target)]
+        if self.balance == "bidask" and self._only_busy(view, self.members[stage], context_tokens):
+            self.asks.setdefault(req_id, (stage, view.now_s))
+            return []
+        return [Watch(req_id, context_tokens + self.retry_tokens)]
+
+    def _move(self, req_id: int, target: int) -> Migrate:
+        """A handover, counted against the target's transfer slots until the view shows it."""
         self.moving[req_id] = target
-        return [Migrate(req_id, target, MigrationMode.LIVE)]
+        self.granted[target] = self.granted.get(target, 0) + 1
+        return Migrate(req_id, target, MigrationMode.LIVE)
+
+    def _only_busy(self, view: ClusterView, candidates: list[int], context_tokens: int) -> bool:
+        """Some candidate would bid for the request but for its ``max_moves`` transfers."""
+        return any(view.instance(i).healthy and len(view.instance(i).incoming) + self.granted.get(i, 0) >= self.max_moves
+                   and view.instance(i).kv_blocks_free_at(view.now_s) * view.instance(i).block_size_tokens
+                   > context_tokens for i in candidates)
+
+    def ask_order(self, view: ClusterView) -> list[int]:
+        """Queued asks in the order receivers serve them: starving ones (waited at least
+        ``starvation_s``) first, oldest first; then by the sender's token load, highest first."""
+        def key(rid: int) -> tuple:
+            since = self.asks[rid][1]
+            if view.now_s - since >= self.starvation_s:
+                return (0, since, 0.0, rid)
+            sender = view.request(rid).decode_instance
+            return (1, 0.0, -(view.token_load(sender) if sender is not None else 0.0), rid)
+        return sorted(self.asks, key=key)
+
+    def _serve_asks(self, view: ClusterView) -> list[Decision]:
+        out: list[Decision] = []
+        for rid in self.ask_order(view):
+            st = view.request(rid)
+            if st.done or st.migrating or st.decode_instance is None:
+                del self.asks[rid]
+                continue
+            stage, _ = self.asks[rid]
+            target = self.choose_receiver(view, self.members[stage], view.context_tokens(rid))
+            if target is not None:
+                del self.asks[rid]
+                out.append(self._move(rid, target))
+        return out
 
     def choose_receiver(self, view: ClusterView, candidates: list[int], context_tokens: int) -> int | None:
         """The bid-ask auction (or round-robin with ``balance: rr``) over ``candidates``."""
         bidders = [i for i in candidates if view.instance(i).healthy
-                   and len(view.instance(i).incoming) < self.max_moves
+                   and len(view.instance(i).incoming) + self.granted.get(i, 0) < self.max_moves
                    and view.instance(i).kv_blocks_free_at(view.now_s) * view.instance(i).block_size_tokens
                    > context_tokens]
         if not bidders:
@@ -161,14 +266,40 @@ class Cascade(Stage):
 
     # --- ticks ---------------------------------------------------------------------------
     def tick(self, view: ClusterView) -> list[Decision]:
+        self.granted = {}  # the view shows every transfer decided before this call
         out = self._landed(view)
-        if self.layout == "plan" and view.now_s >= self.next_plan_s:
+        period_ends = view.now_s >= self.next_plan_s
+        if period_ends:
             self.next_plan_s = view.now_s + self.plan_interval_s
+            self._close_period()
+        if period_ends and self.layout == "plan":
             self._replan(view)
+            if self.rewatch:
+                out += self._rewatch(view)
         elif self.refine != "off" and self.layout != "nopipe":
             self._refine(view)
+        if self.layout == "plan" and self.plan_window:
+            self.window.append(self._snapshot(view, sorted(view.decode_ids)))
+        out += self._serve_asks(view)
         if self.balance == "bidask":
             out += self._intra_stage(view)
+        return out
+
+    def _rewatch(self, view: ClusterView) -> list[Decision]:
+        """After a re-plan: a sequence beyond its instance's new range hands over to the
+        stage that covers it; the others watch their stage's new bound."""
+        out: list[Decision] = []
+        for s, members in enumerate(self.members):
+            for i in members:
+                rids, ctx, _ = view.decode_snapshot(i)
+                for r, c in zip(rids.tolist(), ctx.tolist()):
+                    if r in self.moving or r in self.asks or view.request(r).migrating:
+                        continue
+                    t = next(k for k, b in enumerate(self.bounds) if c < b)
+                    if t > s:
+                        out += self._hand_over(view, r, t, int(c))
+                    elif not math.isinf(self.bounds[s]):
+                        out.append(Watch(r, int(self.bounds[s])))
         return out
 
     def _landed(self, view: ClusterView) -> list[Decision]:
@@ -223,14 +354,13 @@ class Cascade(Stage):
                 if mean <= 0 or loads[i] <= (1 + self.outlier) * mean:
                     continue
                 rids, ctx, _ = view.decode_snapshot(i)
-                free = [(int(c), int(r)) for r, c in zip(rids, ctx) if int(r) not in self.moving]
+                free = [(int(c), int(r)) for r, c in zip(rids, ctx) if int(r) not in self.moving and int(r) not in self.asks]
                 if not free:
                     continue
                 c, rid = max(free)
                 target = self.choose_receiver(view, [j for j in members if j != i], c)
                 if target is not None and loads[target] + c < loads[i] - c:
-                    self.moving[rid] = target
-                    out.append(Migrate(rid, target, MigrationMode.LIVE))
+                    out.append(self._move(rid, target))
         return out
 
 

@@ -12,6 +12,12 @@ last stage is unbounded).
 - k instances of a stage each hold an even share: the sequences sorted by context, every
   k-th from the middle of the first k (the paper's even division); the stage costs
   k x Q^B(share).
+- ``prefill_residence_tokens`` R > 0 (Baton's reading of Eq. 1 for a pipeline): the QoE
+  profile spreads each prefill over its R output tokens, but a stage holds a new sequence
+  only until it crosses the stage's bound, so a stage entered with prompt I weighs that
+  prefill's terms (D2 I, D3 I^2) by R / min(bound - I, ``mean_output_tokens``) (at least
+  16 tokens). Without it the first stage, which runs every prefill but keeps each
+  sequence only a few dozen tokens, looks cheap and is starved of instances.
 - A cut at l costs c_l = (sequences in [l/2, l) with prompts below l: the ones about to
   cross) x the KV transfer time of l tokens / ``mean_output_tokens``: the paper adds a
   time to a sum of per-token latencies, so Baton spreads the migration delay over a
@@ -51,8 +57,9 @@ class PlanCost:
 
     def __init__(self, prompt_tokens: np.ndarray, context_tokens: np.ndarray, qoe: QoEModel,
                  kv_bytes_per_token: int, link_bytes_per_s: float, mean_output_tokens: float = 256.0,
-                 first_cut: int = 256, max_context: int = 131072) -> None:
+                 first_cut: int = 256, max_context: int = 131072, prefill_residence_tokens: float = 0.0) -> None:
         order = np.argsort(context_tokens, kind="stable")
+        self.residence = prefill_residence_tokens
         self.prompt = np.asarray(prompt_tokens, float)[order]
         self.ctx = np.asarray(context_tokens, float)[order]
         self.qoe, self.kv_bytes, self.link = qoe, kv_bytes_per_token, link_bytes_per_s
@@ -74,7 +81,16 @@ class PlanCost:
         ctx, prompt = self.ctx[i0:i1], self.prompt[i0:i1]
         prompt = np.where(prompt >= lo, prompt, 0.0)
         share = slice(min(k // 2, len(ctx) - 1), None, k)
-        return k * self.qoe.batch_qoe_s(prompt[share], ctx[share])
+        if not self.residence:
+            return k * self.qoe.batch_qoe_s(prompt[share], ctx[share])
+        p, c = prompt[share], ctx[share]
+        # Eq. 1's prefill terms were profiled with each prefill spread over the profile's
+        # output length; in a stage a prefill is spread over the tokens decoded there
+        stay = np.maximum(np.minimum(hi - p, self.mean_output), 16.0)
+        w = np.where(p > 0, self.residence / stay, 0.0)
+        d, n = self.qoe.d, len(c)
+        return k * n * (d[0] + d[1] * n + d[2] * float((w * p).sum()) + d[3] * float((w * p * p).sum())
+                        + d[4] * float(c.sum()))
 
     def cut(self, j: int) -> float:
         """Migration cost of a cut at edge j (0 for the pipeline's entry)."""

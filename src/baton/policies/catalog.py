@@ -52,6 +52,8 @@ POLICIES: Mapping[str, list[dict[str, Any]]] = {
     "ares-none": [{"stage": "least-kv"}, {"stage": "ares", "estimator": "none"}],
     "ares": [{"stage": "least-kv"}, {"stage": "ares", "estimator": "survival"}],
     "ares-oracle": [{"stage": "least-kv"}, {"stage": "ares", "estimator": "oracle"}],
+    # the oracle perturbed by the learned predictor's measured error (benchmarks/length_predictor.py)
+    "ares-learned-error": [{"stage": "least-kv"}, {"stage": "ares", "estimator": "learned-error"}],
     # Arrow (elastic pools, SLO-aware dispatch, instance flips) and its "Minimal Load"
     # ablation: the same dispatch with the starting roles fixed.
     "arrow": [{"stage": "arrow"}],

@@ -200,7 +200,10 @@ class Migrator:
         sim = self.sim
         sim.engines[move.dst].release(move.reserved_blocks)
         if move.flow_id is not None and move.flow_id in sim.net.flows:
+            moved = sim.net.bytes_moved
             for t, other in sim.net.finish(sim.now, move.flow_id):
                 sim.push(t, FLOW_DONE, (other.flow_id, other.version))
+            # the bytes never sent leave both totals (transfer_bytes is their difference)
+            sim.counters.migration_bytes -= moved - sim.net.bytes_moved
         sim.states[req_id].migrating = False
         sim.retry_receives(move.dst)

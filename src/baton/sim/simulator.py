@@ -64,6 +64,7 @@ class SimResult:
     output_tokens: int
     role_log: list[tuple[float, int, str]] = field(default_factory=list)  # (time s, instance, new role)
     tbt_deflected: GapHistogram | None = None
+    policy_report: dict[str, float] = field(default_factory=dict)  # the policy's own figures
 
     def summary(self, slo: SLO, warmup_s: float | None = None) -> dict[str, float]:
         out = summarize(self.records, self.tbt, self.counters, self.load, slo, self.makespan_s,
@@ -73,6 +74,7 @@ class SimResult:
         hist = self.tbt_deflected
         out["deflected_tbt_p95_s"] = hist.percentile_s(95) if hist is not None and hist.total else float("nan")
         out["deflected_tbt_p99_s"] = hist.percentile_s(99) if hist is not None and hist.total else float("nan")
+        out.update(self.policy_report)
         return out
 
 
@@ -168,7 +170,7 @@ class Simulator:
         out_tokens = sum(r.output_tokens for r in self.records if r.finished)
         return SimResult(sorted(self.records, key=lambda r: r.req_id), self.tbt, self.counters,
                          self.load, self.now, time.perf_counter() - wall0, decode_cols, out_tokens,
-                         self.role_log, self.tbt_deflected)
+                         self.role_log, self.tbt_deflected, self.scheduler.report())
 
     def kick(self, instance_id: int) -> None:
         """Make an engine notice new work: plan if idle, else cut its segment."""
