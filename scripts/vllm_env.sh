@@ -23,5 +23,12 @@ if [ ! -f "$VENV/.installed" ]; then
   "$VENV/bin/pip" uninstall --yes --quiet torchvision torchaudio torchcodec || true
   touch "$VENV/.installed"
 fi
+# Baton's vLLM plugin that publishes hidden states (plugins/vllm_hidden_states), reinstalled
+# when it changes; inactive unless BATON_HIDDEN_STATES_ADDR is set
+PLUGIN=plugins/vllm_hidden_states
+SUM=$(cat "$PLUGIN/pyproject.toml" "$PLUGIN/baton_hidden_states/__init__.py" | sha256sum | cut -c1-16)
+if [ "$(cat "$VENV/.hidden-states-plugin" 2>/dev/null)" != "$SUM" ]; then
+  "$VENV/bin/pip" install --quiet --no-deps --force-reinstall "./$PLUGIN" && echo "$SUM" > "$VENV/.hidden-states-plugin"
+fi
 "$VENV/bin/python" scripts/prepare_smollm2.py "$MODEL" 2>&1 | grep -v "it/s]" || true
 test -f "$MODEL/model.safetensors" || { echo "$STEP: could not prepare SmolLM2 in $MODEL (see above)"; exit 2; }

@@ -375,3 +375,18 @@ def test_the_engines_model_names_are_served_and_an_alias_is_rewritten(tmp_path):
         assert status == 404 and out["error"]["code"] == "model_not_found"
         status, out = post(gw.url + "/v1/completions", {"prompt": PROMPT, "model": "other"})
         assert status == 404 and out["error"]["code"] == "model_not_found"
+
+
+@pytest.mark.parametrize("gw_name", ["pd", "colocated"])
+def test_token_ids_are_returned_to_clients_that_ask(cluster, gw_name):
+    """prompt and output ids as the engine reports them (what a client needs to rebuild the
+    exact model input, e.g. to train a length predictor on hidden states)."""
+    status, direct = post(cluster["d0"].url + "/v1/completions",
+                          {"prompt": PROMPT, "max_tokens": 6, "return_token_ids": True})
+    assert status == 200
+    assert len(direct["choices"][0]["prompt_token_ids"]) == 4
+    status, body = complete(cluster[gw_name], 6, return_token_ids=True)
+    assert status == 200, body
+    choice = body["choices"][0]
+    assert choice["token_ids"] == direct["choices"][0]["token_ids"]
+    assert choice["prompt_token_ids"] == direct["choices"][0]["prompt_token_ids"]

@@ -32,6 +32,10 @@ def add_emulate_args(p: argparse.ArgumentParser) -> None:
                    help="role for SGLang bootstrap requests")
     p.add_argument("--kv-hold-timeout-s", type=float, default=30.0,
                    help="free a remote-decode prefill's KV if nobody pulls it in this time")
+    p.add_argument("--hidden-states", metavar="ZMQ_ADDRESS",
+                   help="publish synthetic hidden states of tagged requests here, as Baton's vLLM plugin does "
+                        "(needs pyzmq)")
+    p.add_argument("--hidden-states-every", type=int, default=16, help="tokens between hidden states")
 
 
 def build_emulator(args: argparse.Namespace) -> Emulator:
@@ -49,8 +53,11 @@ def build_emulator(args: argparse.Namespace) -> Emulator:
         raise ConfigError("--kv-blocks: expected a positive integer")
     batcher = BatcherConfig(kv_blocks, args.block_size, args.max_num_batched_tokens, args.max_num_seqs,
                             args.time_scale)
+    if args.hidden_states_every <= 0:
+        raise ConfigError("--hidden-states-every: expected a positive integer")
     config = EmulatorConfig(args.model, args.host, args.port, args.max_model_len, args.nic_gbps,
-                            args.disaggregation_mode, args.kv_hold_timeout_s)
+                            args.disaggregation_mode, args.kv_hold_timeout_s,
+                            hidden_states=args.hidden_states, hidden_every_tokens=args.hidden_states_every)
     return Emulator(config, batcher, perf)
 
 

@@ -17,6 +17,7 @@ from baton.emulator.batcher import Batcher, BatcherConfig, Sequence, SeqState, b
 from baton.emulator.timings import RequestTimings
 from baton.emulator.tokens import prompt_ids, token_text
 from baton.perf.model import PerfModel
+from baton.emulator.hidden import HiddenPublisher
 from baton.protocol.chunks import DONE, full_response, sse, stream_chunk, usage_chunk
 from baton.protocol.errors import ApiError
 from baton.protocol.requests import CHAT, COMPLETIONS, ParsedRequest, parse_json, parse_request
@@ -38,6 +39,8 @@ class EmulatorConfig:
     disaggregation_mode: str = "null"
     kv_hold_timeout_s: float = 30.0
     engine_id: str = ""
+    hidden_states: str | None = None  # ZMQ address: publish synthetic hidden states (emulator.hidden)
+    hidden_every_tokens: int = 16
 
 
 class _EngineMetrics:
@@ -93,6 +96,7 @@ class Emulator:
         self._rooms: dict[int, asyncio.Future] = {}
         self._session: ClientSession | None = None
         self._tasks: list[asyncio.Task] = []
+        self.hidden = HiddenPublisher(config.hidden_states, config.hidden_every_tokens) if config.hidden_states else None
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -266,10 +270,16 @@ class Emulator:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
         with_ids, created, first = bool(parsed.body.get("return_token_ids")), int(time.time()), True
+        # a prefill-only leg does not know the answer's length: no synthetic state for it
+        tag = (parsed.body.get("vllm_xargs") or {}).get("baton_tag") if self.hidden and not seq.prefill_only else None
+        n_gen = 0
         while True:
             kind, value = await seq.events.get()
             if kind == "done":
                 break
+            n_gen += 1
+            if tag is not None and self.hidden.due(n_gen):
+                self.hidden.publish(str(tag), n_gen, seq.max_new)
             chunk = stream_chunk(parsed.kind, seq.rid, self.config.model, created, token_text(value),
                                  None, [value] if with_ids else None, first)
             if first and with_ids:

@@ -43,6 +43,7 @@ class EngineSpec:
     bootstrap_port: int | None = None
     metric_names: dict[str, str | None] = field(default_factory=dict)
     api_key: str | None = None  # sent to this engine as a bearer token (never the client's)
+    hidden_states: str | None = None  # ZMQ address of the engine's hidden-state plugin (gateway.hidden)
 
     @property
     def host(self) -> str:
@@ -110,7 +111,7 @@ def parse_engine(raw: Any, where: str) -> EngineSpec:
     """One ``engines[i]`` entry (also the body of the admin API's add-instance call)."""
     _require(isinstance(raw, Mapping), where, "expected a mapping with url and role")
     unknown = sorted(set(raw) - {"url", "role", "name", "type", "model", "kv_blocks", "bootstrap_port",
-                                 "metric_names", "api_key", "api_key_env"})
+                                 "metric_names", "api_key", "api_key_env", "hidden_states"})
     _require(not unknown, f"{where}.{unknown[0] if unknown else ''}", "unknown key")
     url = raw.get("url")
     _require(isinstance(url, str) and urlparse(url).scheme in ("http", "https") and bool(urlparse(url).netloc),
@@ -137,8 +138,11 @@ def parse_engine(raw: Any, where: str) -> EngineSpec:
         key = os.environ.get(str(raw["api_key_env"]))
         _require(key is not None, f"{where}.api_key_env", f"environment variable {raw['api_key_env']} is not set")
     _require(key is None or isinstance(key, str), f"{where}.api_key", "expected a string")
+    hidden = raw.get("hidden_states")
+    _require(hidden is None or (isinstance(hidden, str) and hidden.startswith(("tcp://", "ipc://"))),
+             f"{where}.hidden_states", f"expected a ZMQ address such as tcp://127.0.0.1:5599, got {hidden!r}")
     return EngineSpec(url.rstrip("/"), role, name, etype,
-                      raw.get("model"), raw.get("kv_blocks"), raw.get("bootstrap_port"), names, key)
+                      raw.get("model"), raw.get("kv_blocks"), raw.get("bootstrap_port"), names, key, hidden)
 
 
 _SCALARS = {"host": str, "port": int, "model": str, "preset": str, "pd_protocol": str,

@@ -17,6 +17,7 @@ from baton.core.instance import Role
 from baton.core.request import Phase, RequestState
 from baton.gateway import handoff
 from baton.gateway.client import ClientOut
+from baton.gateway.hidden import tag_body
 from baton.gateway.upstream import Piece, StreamLeg, UpstreamError, endpoint, post_json, within
 from baton.protocol.errors import ApiError
 from baton.protocol.requests import COMPLETIONS, ParsedRequest
@@ -73,7 +74,10 @@ class Flow:
 
     def _body(self, iid: int, body: dict[str, Any]) -> dict[str, Any]:
         """A leg's body carries the engine's own model name (see ``gateway.models``)."""
-        return self.gw.names.for_engine(iid, body)
+        body = self.gw.names.for_engine(iid, body)
+        if self.cluster.engines[iid].spec.hidden_states:
+            return tag_body(body, self.state.req_id, self.out.tokens)
+        return body
 
     def _name(self, iid: int) -> str:
         return self.cluster.engines[iid].spec.name

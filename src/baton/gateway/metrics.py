@@ -26,6 +26,8 @@ class GatewayMetrics:
         self.migrations = Counter("baton_migrations", "Continuation migrations by result", ["result"],
                                   registry=r)
         self.flips = Counter("baton_role_flips", "Instance role changes", ["role"], registry=r)
+        self.hidden_states = Counter("baton_hidden_states", "Engine hidden states handed to the policy "
+                                     "(learned length prediction)", registry=r)
         self.deflections = Counter("baton_deflections", "Prefills deflected onto decode-capable instances",
                                    registry=r)
         self.backend_errors = Counter("baton_backend_errors", "Failed legs by instance and kind",

@@ -19,13 +19,14 @@ import numpy as np
 from aiohttp import web
 
 from baton.core.decisions import ArrivalPlan, ChangeRole, Decision, Deflect, Migrate, Watch
-from baton.core.events import Completed, DecodeProgress, Observation
+from baton.core.events import Completed, DecodeProgress, HiddenState, Observation
 from baton.core.instance import Role
 from baton.core.request import RequestState
 from baton.gateway import admin
 from baton.gateway.client import ClientOut
 from baton.gateway.config import GatewayConfig
 from baton.gateway.flow import Flow
+from baton.gateway.hidden import HiddenStateFeed
 from baton.gateway.holding import PrefillHold
 from baton.gateway.ids import IdSource
 from baton.gateway.live import LiveCluster
@@ -109,6 +110,7 @@ class Gateway:
         self._tasks: list[asyncio.Task] = []
         self._scrapers: dict[int, asyncio.Task] = {}
         self.reading = 0  # connections whose request body is still being read
+        self.hidden: HiddenStateFeed | None = None
 
     # --- app -----------------------------------------------------------------------------
     def app(self) -> web.Application:
@@ -133,6 +135,10 @@ class Gateway:
             self.start_scraping(iid)
         for stage_index, interval in self.scheduler.tickers:
             self._tasks.append(asyncio.create_task(self._tick_loop(stage_index, interval)))
+        addresses = [e.spec.hidden_states for e in self.cluster.engines.values() if e.spec.hidden_states]
+        if addresses:
+            self.hidden = HiddenStateFeed(addresses, self._hidden_state, self.cluster.now)
+            self._tasks.append(asyncio.create_task(self.hidden.run()))
 
     async def _stop(self, _app: web.Application) -> None:
         tasks = [*self._tasks, *self._scrapers.values()]
@@ -141,6 +147,16 @@ class Gateway:
         await asyncio.gather(*tasks, return_exceptions=True)
         if self.session is not None:
             await self.session.close()
+        if self.hidden is not None:
+            self.hidden.close()
+
+    def _hidden_state(self, state: HiddenState) -> bool:
+        """A hidden state from an engine: to the policy if the request is still served here."""
+        if state.req_id not in self.flows:
+            return False
+        self.observe(state)
+        self.metrics.hidden_states.inc()
+        return True
 
     # --- endpoints -----------------------------------------------------------------------
     async def health(self, _request: web.Request) -> web.Response:

@@ -1,0 +1,95 @@
+"""Hidden states from the engines, for learned length predictors (ARES section 4).
+
+An engine with ``hidden_states: tcp://host:port`` in the config runs Baton's vLLM plugin
+(``plugins/vllm_hidden_states``), which publishes the last-layer hidden state of each
+tagged request every k generated tokens on that ZMQ address. The gateway tags every leg
+it sends such an engine (``vllm_xargs.baton_tag`` = the gateway's request id), subscribes
+to each address at start, and hands each state to the policy as a ``HiddenState``
+observation (``generated_tokens`` = the plugin's N - 1: the state that produced token N
+has seen N - 1 generated tokens).
+
+This is the in-engine route: vLLM computes the states anyway, and the plugin only copies
+the rows it already sampled from. Needs ``pyzmq`` (the ``learned`` extra).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from baton.core.errors import ConfigError
+from baton.core.events import HiddenState
+
+log = logging.getLogger("baton.gateway")
+TAG_KEY = "baton_tag"
+
+
+def tag_body(body: dict[str, Any], req_id: int, base_tokens: int) -> dict[str, Any]:
+    """The leg's body tagged ``"<request id>:<tokens generated before this leg>"`` in
+    ``vllm_xargs`` (an engine counts a continuation's tokens from its own start; clients
+    cannot send ``vllm_xargs``: the gateway drops it with the other engine-only fields)."""
+    return {**body, "vllm_xargs": {TAG_KEY: f"{req_id}:{base_tokens}"}}
+
+
+def parse(frames: list[bytes]) -> tuple[int, int, np.ndarray] | None:
+    """(request id, tokens generated so far, vector) of one message; None if malformed."""
+    try:
+        head = json.loads(frames[0])
+        vec = np.frombuffer(frames[1], dtype=np.float32)
+        req, base = str(head["tag"]).split(":")
+        req_id, generated = int(req), int(base) + int(head["n_gen"]) - 1
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return None
+    if len(frames) != 2 or vec.size != int(head.get("d", -1)) or int(head["n_gen"]) < 1:
+        return None
+    return req_id, generated, vec
+
+
+class HiddenStateFeed:
+    """One SUB socket per address; every message becomes a ``HiddenState`` for ``deliver``
+    (which drops those of requests the gateway no longer serves)."""
+
+    def __init__(self, addresses: list[str], deliver: Callable[[HiddenState], bool],
+                 clock: Callable[[], float]) -> None:
+        try:
+            import zmq
+            import zmq.asyncio
+        except ImportError as e:
+            raise ConfigError("engines[].hidden_states needs pyzmq: pip install 'baton[learned]'") from e
+        self.zmq, self.deliver, self.clock = zmq, deliver, clock
+        self.context = zmq.asyncio.Context()
+        self.sockets = []
+        for address in addresses:
+            sock = self.context.socket(zmq.SUB)
+            sock.setsockopt(zmq.SUBSCRIBE, b"")
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.connect(address)
+            self.sockets.append(sock)
+        self.received = self.delivered = self.malformed = 0
+
+    async def run(self) -> None:
+        """Receive until cancelled."""
+        await asyncio.gather(*(self._read(s) for s in self.sockets))
+
+    async def _read(self, sock) -> None:
+        while True:
+            frames = await sock.recv_multipart()
+            self.received += 1
+            parsed = parse(frames)
+            if parsed is None:
+                self.malformed += 1
+                continue
+            req_id, generated, vec = parsed
+            if self.deliver(HiddenState(req_id, generated, tuple(vec.tolist()), self.clock())):
+                self.delivered += 1
+                log.debug("hidden state: request %d after %d generated tokens", req_id, generated)
+
+    def close(self) -> None:
+        for sock in self.sockets:
+            sock.close(0)
+        self.context.term()
