@@ -4,76 +4,10 @@ and the gateway reads the engines' scraped metrics."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import time
-from pathlib import Path
+from tests.live import Stream, chunk_texts, get, metric, post, request, wait_until
+from tests_real.conftest import AUTH, GREEDY, NEEDS_VLLM, PROMPTS
 
-import pytest
-
-from tests.live import (Server, Stream, chunk_texts, free_port, get, metric, post, request, start_gateway,
-                        wait_until)
-
-PY = os.environ.get("BATON_VLLM_PYTHON")
-MODEL = os.environ.get("BATON_VLLM_MODEL")
-pytestmark = pytest.mark.skipif(not (PY and MODEL), reason="BATON_VLLM_PYTHON and BATON_VLLM_MODEL not set")
-START_TIMEOUT_S = 600
-AUTH = {"Authorization": "Bearer real"}
-PROMPTS = ["The capital of France is", "Write one sentence about the sea:"]
-# never send `seed`: with chunked prompts it crashes the CPU server
-GREEDY = {"max_tokens": 24, "temperature": 0.0}
-
-
-class VLLM(Server):
-    def __init__(self, port: int, kv_dir: Path, log: Path) -> None:  # noqa: D107
-        self.port, self.log = port, log
-        self._logf = open(log, "wb")
-        config = ('{"kv_connector":"ExampleConnector","kv_role":"kv_both",'
-                  f'"kv_connector_extra_config":{{"shared_storage_path":"{kv_dir}"}}}}')
-        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-        self.proc = subprocess.Popen(
-            [PY, "-m", "vllm.entrypoints.openai.api_server", "--model", MODEL, "--served-model-name", "smollm2",
-             "--max-model-len", "2048", "--dtype", "bfloat16", "--host", "127.0.0.1", "--port", str(port),
-             "--enforce-eager", "--kv-transfer-config", config], stdout=self._logf, stderr=subprocess.STDOUT, env=env,
-            start_new_session=True)
-
-    def wait_started(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"vLLM exited: {self.log.read_text()[-3000:]}")
-            try:
-                if get(self.url + "/health", timeout=2)[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(1)
-        raise RuntimeError(f"vLLM not ready after {START_TIMEOUT_S}s: {self.log.read_text()[-3000:]}")
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("vllm")
-    t0 = time.monotonic()
-    prefill, decode = (VLLM(free_port(), tmp / "kv", tmp / f"vllm-{i}.log") for i in range(2))
-    procs = [prefill, decode]
-    try:
-        prefill.wait_started()
-        decode.wait_started()
-        print(f"\nboth vLLM instances ready after {time.monotonic() - t0:.0f} s")
-        engines = [{"name": "prefill", "url": prefill.url, "role": "prefill", "model": "smollm2"},
-                   {"name": "decode", "url": decode.url, "role": "decode", "model": "smollm2"}]
-        gw = start_gateway(tmp, {"engines": engines, "policy": "least-loaded", "admin_token": "real",
-                                 "scrape_interval_s": 0.5, "upstream_timeout_s": 300,
-                                 # vLLM on 2 CPU cores is orders slower than the A100 preset
-                                 # the read deadlines are computed from: give it room
-                                 "first_token_timeout_base_s": 120, "token_timeout_min_s": 60})
-        procs.append(gw)
-        gw.wait_ready()
-        yield {"prefill": prefill, "decode": decode, "gw": gw}
-    finally:
-        for p in procs:
-            p.stop()
+pytestmark = NEEDS_VLLM
 
 
 def reference(url: str, prompt: str) -> str:

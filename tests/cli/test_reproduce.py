@@ -1,6 +1,7 @@
 """`baton reproduce` end to end on a tiny figure, and its errors."""
 
 import json
+from pathlib import Path
 
 from tests.cli.test_cli import baton
 
@@ -54,13 +55,15 @@ def test_reproduce_errors_are_one_line(tmp_path):
 
 def test_the_shipped_reproductions_load():
     from baton.experiments.reproduce import claims_of
-    for paper in ("sibyl", "ares", "arrow", "kairos"):
+    for paper in ("sibyl", "ares", "arrow", "kairos", "cascade"):
         claims = claims_of(paper, full=True)
         assert claims and all(c.policy and c.baseline and c.metric for c in claims)
     for claim in claims_of("arrow"):  # trace paths resolve next to the repository
         assert claim.rates and claim.experiment.workload.trace.endswith(
             ("shared/traces/azure_code_2023.csv", "shared/traces/azure_conv_2023.csv"))
     assert {c.name for c in claims_of("sibyl")} < {c.name for c in claims_of("sibyl", full=True)}
+    for claim in claims_of("cascade"):  # a ~ path points at the cache outside the repository
+        assert claim.experiment.workload.trace == str(Path.home() / ".cache/baton/sharegpt/sharegpt_v3_smollm2.json")
 
 
 def test_a_reproduction_file_works_as_an_experiment_config():

@@ -126,6 +126,8 @@ def load_experiment(path: str | Path) -> Experiment:
         data = data["experiment"]  # a reproduction file: its regime works as an experiment
     exp = experiment_from_dict(data)
     trace = exp.workload.trace
+    if trace and trace.startswith("~"):  # a cache outside the repository, e.g. ~/.cache/baton/...
+        exp.workload.trace = trace = str(Path(trace).expanduser())
     if trace and not Path(trace).is_absolute():
         # a trace path in a YAML is relative to the YAML's folder, not to where baton runs
         exp.workload.trace = str((Path(path).parent / trace).resolve())

@@ -65,6 +65,8 @@ def load_claim(path: Path) -> Claim:
         exp = experiment_from_dict(data["experiment"])
     except ConfigError as err:
         raise ConfigError(f"{path}: experiment.{err}") from None
+    if exp.workload.trace and exp.workload.trace.startswith("~"):  # a cache outside the repository
+        exp.workload.trace = str(Path(exp.workload.trace).expanduser())
     if exp.workload.trace and not Path(exp.workload.trace).is_absolute():  # relative to the YAML
         exp.workload.trace = str((path.parent / exp.workload.trace).resolve())
     rates = data.get("rates", [])

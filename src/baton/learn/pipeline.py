@@ -1,6 +1,6 @@
 """The torch half of the length-predictor build: hidden states, training, evaluation.
 
-Run as ``python -m baton.learn.pipeline {hidden,fit} --data DIR ...`` in an environment with
+Run as ``python -m baton.learn.pipeline {hidden,fit,train} --data DIR ...`` in an environment with
 torch and transformers (``benchmarks/length_predictor.py`` runs it in the real-engine
 virtual environment). ``fit`` writes, under ``--data``: ``models/mlp_last.npz`` and
 ``models/mlp_first.npz`` (numpy-servable, see ``baton.predict.learned``),
@@ -85,9 +85,21 @@ def cmd_fit(args: argparse.Namespace) -> None:
     print(f"results in {args.data / 'results.json'}", file=sys.stderr)
 
 
+def cmd_train(args: argparse.Namespace) -> None:
+    """Only the last-layer MLP, on every sample (85/15 by request for early stopping): for
+    small smoke runs where a test split would be a handful of requests."""
+    data = hidden.ShardIndex(args.data / "hidden").load()
+    val = train.split_requests(data["request"], seed=args.seed, shares=(0.85, 0.15))["val"]
+    x, y = data["last"].astype(np.float32), data["remaining"].astype(np.float64)
+    result = train.train(x[~val], y[~val], x[val], y[val], seed=args.seed, max_epochs=100)
+    train.save(result, args.data / "models" / "mlp_last.npz")
+    print(f"mlp_last: {len(y)} samples, {result.epochs} epochs, validation MAE {result.val_mae_tokens:.1f} tokens",
+          file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m baton.learn.pipeline")
-    p.add_argument("step", choices=["hidden", "fit"])
+    p.add_argument("step", choices=["hidden", "fit", "train"])
     p.add_argument("--data", type=Path, required=True, help="the dataset folder (generations.jsonl, hidden/)")
     p.add_argument("--model", type=Path, help="the serving model's transformers folder (for hidden)")
     p.add_argument("--every", type=int, default=16, help="sample every this many generated tokens")
@@ -95,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.step == "hidden" and not args.model:
         p.error("hidden needs --model")
-    {"hidden": cmd_hidden, "fit": cmd_fit}[args.step](args)
+    {"hidden": cmd_hidden, "fit": cmd_fit, "train": cmd_train}[args.step](args)
     return 0
 
 
