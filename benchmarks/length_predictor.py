@@ -120,6 +120,10 @@ def report(results: dict) -> None:
         by.add_row(row["generated"], str(row["samples"]), f"{row['true_mean']:.0f}",
                    *[f"{row[f'{n}_mae']:.0f} ({row[f'{n}_mean']:.0f})" for n in names])
     console.print(by)
+    shrink = results["within_request"]["mlp_last"]
+    console.print(f"mlp_last within requests ({shrink['requests']} test requests with 3+ samples): prediction "
+                  f"slope against generated tokens {shrink['median_slope']:.2f} (truth -1), shrinking in "
+                  f"{shrink['shrinking_share']:.0%} of requests")
 
 
 def main() -> None:
@@ -150,7 +154,8 @@ def main() -> None:
     timing = {"generation_s": round(t_gen - t0), "hidden_s": round(t_hidden - t_gen),
               "fit_s": round(time.monotonic() - t_hidden), "total_s": round(time.monotonic() - t0)}
     console.print(f"timing: {timing}; dataset in {data}; error distribution in {CACHE / 'predictor'}")
-    keys = ("mae_tokens", "mae_ci95", "latency_ms_batch1", "latency_ms_batch10", "params", "samples")
+    keys = ("mae_tokens", "mae_ci95", "latency_ms_batch1", "latency_ms_batch10", "params", "samples",
+            "within_request")
     print(json.dumps({**{k: results[k] for k in keys}, "requests": results["requests"],
                       "output_tokens": results["output_tokens"], "timing_s": timing}))
 

@@ -59,3 +59,13 @@ def test_buckets_and_the_error_file_follow_generated_tokens():
     assert first["lo"] == 0 and first["abs_quantiles"][50] == 100.0
     assert first["log_ratio_quantiles"][50] == pytest.approx(np.log(201 / 101), abs=1e-4)
     assert all(len(b["abs_quantiles"]) == 101 for b in errors["buckets"])
+
+
+def test_within_request_slopes_tell_shrinking_predictions_from_flat_ones():
+    requests = np.repeat(["a", "b"], 4)
+    generated = np.tile([0, 16, 32, 48], 2)
+    truth = np.array([100, 84, 68, 52, 60, 44, 28, 12], dtype=float)
+    out = evaluate.within_request(truth.copy(), truth, generated, requests)
+    assert out["median_slope"] == pytest.approx(-1.0) and out["shrinking_share"] == 1.0
+    flat = evaluate.within_request(np.full(8, 70.0), truth, generated, requests)
+    assert flat["median_slope"] == pytest.approx(0.0, abs=1e-9) and flat["shrinking_share"] == 0.0

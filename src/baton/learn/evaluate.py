@@ -55,6 +55,23 @@ def by_bucket(preds: dict[str, np.ndarray], truth: np.ndarray, generated: np.nda
     return rows
 
 
+def within_request(pred: np.ndarray, truth: np.ndarray, generated: np.ndarray, requests: np.ndarray,
+                   min_points: int = 3) -> dict:
+    """How predictions move as each request progresses: the median over requests (with at
+    least ``min_points`` samples) of the slope of prediction against tokens generated (the
+    truth's is -1), and the share of requests whose slope is negative."""
+    slopes, true_slopes = [], []
+    for r in np.unique(requests):
+        m = requests == r
+        if m.sum() >= min_points:
+            slopes.append(np.polyfit(generated[m].astype(float), pred[m], 1)[0])
+            true_slopes.append(np.polyfit(generated[m].astype(float), truth[m], 1)[0])
+    if not slopes:
+        return {"requests": 0, "median_slope": float("nan"), "shrinking_share": float("nan")}
+    return {"requests": len(slopes), "median_slope": float(np.median(slopes)),
+            "shrinking_share": float(np.mean(np.array(slopes) < -1e-6)), "true_median_slope": float(np.median(true_slopes))}
+
+
 def error_file(pred: np.ndarray, truth: np.ndarray, generated: np.ndarray, meta: dict) -> dict:
     """Quantiles of the prediction error per generated-so-far bucket (``learned-error``'s
     input). A bucket with fewer than 20 samples borrows the previous bucket's quantiles."""
