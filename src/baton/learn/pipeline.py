@@ -79,7 +79,7 @@ def cmd_fit(args: argparse.Namespace) -> None:
         "by_generated": evaluate.by_bucket(preds, truth, gen),
         "within_request": {k: evaluate.within_request(p, truth, gen, reqs) for k, p in preds.items()},
     }
-    meta = {"every_tokens": args.every, "model": str(index.meta.get("model")), "predictor": "mlp_last",
+    meta = {"every_tokens": args.every, "model": Path(str(index.meta.get("model"))).name, "predictor": "mlp_last",
             "split": "test", "test_requests": results["requests"]["test"]}
     (args.data / "error_by_bucket.json").write_text(json.dumps(evaluate.error_file(preds["mlp_last"], truth, gen, meta)))
     (args.data / "results.json").write_text(json.dumps(results, indent=1))
