@@ -24,7 +24,7 @@ ALPACA = ROOT.parent / "shared" / "prompts" / "alpaca_5000.json"
 FALLBACK = [("own:0", "Name three colours."), ("own:1", "Explain photosynthesis."), ("own:2", "Write a haiku."),
             ("own:3", "What is 2 + 2?"), ("own:4", "Describe a cat in detail."), ("own:5", "Say hi.")] * 3
 EVERY = 16
-GREEDY = {"max_tokens": 40, "temperature": 0.0}
+GREEDY = {"max_tokens": 40, "temperature": 0.0, "ignore_eos": True}
 
 
 def pipeline(step: str, data: Path, *extra: str) -> None:
