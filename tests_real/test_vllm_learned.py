@@ -15,7 +15,7 @@ from pathlib import Path
 
 from baton.learn import generate, prompts
 from baton.predict.learned import MLP
-from tests.live import post, start_gateway
+from tests.live import metric, post, start_gateway, wait_until
 from tests_real.conftest import MODEL, NEEDS_VLLM, PY
 
 pytestmark = NEEDS_VLLM
@@ -57,6 +57,7 @@ def test_ares_learned_gets_hidden_states_every_k_tokens_and_outputs_are_unchange
                                   "token_timeout_min_s": 60})
     try:
         gw.wait_ready()
+        assert wait_until(lambda: metric(gw.url, "baton_hidden_state_sources_connected") == 2, timeout_s=10)
         for prompt in ("The capital of France is", "Once upon a time,"):
             status, want = post(stack["decode"].url + "/v1/completions",
                                 {"model": "smollm2", "prompt": prompt, **GREEDY}, timeout=300)

@@ -12,7 +12,8 @@ import pytest
 from tests.gateway.test_e2e import expected
 from concurrent.futures import ThreadPoolExecutor
 
-from tests.live import Stream, chunk_texts, free_port, get, metric, post, servers, start_emulator, start_gateway
+from tests.live import (Stream, chunk_texts, free_port, get, metric, post, servers, start_emulator, start_gateway,
+                        wait_until)
 
 pytest.importorskip("zmq")
 
@@ -42,6 +43,8 @@ def test_hidden_states_reach_the_policy_every_k_tokens_and_outputs_are_unchanged
                                               for i, (e, a) in enumerate(zip(engines, addresses))],
                                   "policy": policy, "log_level": "debug", "scrape_interval_s": 0.2})
     with servers(*engines, gw):
+        # an engine's PUB socket drops what it sends before the gateway is subscribed
+        assert wait_until(lambda: metric(gw.url, "baton_hidden_state_sources_connected") == 2, timeout_s=10)
         body = {"prompt": PROMPT, "max_tokens": OUTPUT_TOKENS, "stream": True}
         with ThreadPoolExecutor(4) as pool:
             texts = list(pool.map(lambda _: chunk_texts(list(Stream(gw.url + "/v1/completions", body).events())),

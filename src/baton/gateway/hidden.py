@@ -52,29 +52,44 @@ def parse(frames: list[bytes]) -> tuple[int, int, np.ndarray] | None:
 
 class HiddenStateFeed:
     """One SUB socket per address; every message becomes a ``HiddenState`` for ``deliver``
-    (which drops those of requests the gateway no longer serves)."""
+    (which drops those of requests the gateway no longer serves). ``on_connected`` gets
+    the number of engine sockets connected whenever it changes."""
 
     def __init__(self, addresses: list[str], deliver: Callable[[HiddenState], bool],
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], on_connected: Callable[[int], None] | None = None) -> None:
         try:
             import zmq
             import zmq.asyncio
         except ImportError as e:
             raise ConfigError("engines[].hidden_states needs pyzmq: pip install 'baton[learned]'") from e
-        self.zmq, self.deliver, self.clock = zmq, deliver, clock
+        self.zmq, self.deliver, self.clock, self.on_connected = zmq, deliver, clock, on_connected
         self.context = zmq.asyncio.Context()
-        self.sockets = []
+        self.sockets, self.monitors = [], []
         for address in addresses:
             sock = self.context.socket(zmq.SUB)
             sock.setsockopt(zmq.SUBSCRIBE, b"")
             sock.setsockopt(zmq.LINGER, 0)
+            # a PUB socket drops what it sends before a subscriber is connected: the
+            # monitor tells when each engine's socket is (``connected``, a gauge)
+            self.monitors.append(sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED))
             sock.connect(address)
             self.sockets.append(sock)
+        self.connected: dict[int, bool] = {i: False for i in range(len(addresses))}
         self.received = self.delivered = self.malformed = 0
 
     async def run(self) -> None:
         """Receive until cancelled."""
-        await asyncio.gather(*(self._read(s) for s in self.sockets))
+        await asyncio.gather(*(self._read(s) for s in self.sockets),
+                             *(self._watch(i, m) for i, m in enumerate(self.monitors)))
+
+    async def _watch(self, index: int, monitor) -> None:
+        from zmq.utils.monitor import parse_monitor_message
+
+        while True:
+            event = parse_monitor_message(await monitor.recv_multipart())["event"]
+            self.connected[index] = event == self.zmq.EVENT_HANDSHAKE_SUCCEEDED
+            if self.on_connected:
+                self.on_connected(sum(self.connected.values()))
 
     async def _read(self, sock) -> None:
         while True:
@@ -91,5 +106,8 @@ class HiddenStateFeed:
 
     def close(self) -> None:
         for sock in self.sockets:
+            sock.disable_monitor()
             sock.close(0)
+        for mon in self.monitors:
+            mon.close(0)
         self.context.term()

@@ -28,6 +28,8 @@ class GatewayMetrics:
         self.flips = Counter("baton_role_flips", "Instance role changes", ["role"], registry=r)
         self.hidden_states = Counter("baton_hidden_states", "Engine hidden states handed to the policy "
                                      "(learned length prediction)", registry=r)
+        self.hidden_sources = Gauge("baton_hidden_state_sources_connected",
+                                    "Engine hidden-state sockets the gateway is subscribed to", registry=r)
         self.deflections = Counter("baton_deflections", "Prefills deflected onto decode-capable instances",
                                    registry=r)
         self.backend_errors = Counter("baton_backend_errors", "Failed legs by instance and kind",

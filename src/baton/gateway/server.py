@@ -137,7 +137,8 @@ class Gateway:
             self._tasks.append(asyncio.create_task(self._tick_loop(stage_index, interval)))
         addresses = [e.spec.hidden_states for e in self.cluster.engines.values() if e.spec.hidden_states]
         if addresses:
-            self.hidden = HiddenStateFeed(addresses, self._hidden_state, self.cluster.now)
+            self.hidden = HiddenStateFeed(addresses, self._hidden_state, self.cluster.now,
+                                          self.metrics.hidden_sources.set)
             self._tasks.append(asyncio.create_task(self.hidden.run()))
 
     async def _stop(self, _app: web.Application) -> None:
