@@ -67,12 +67,15 @@ def test_ares_learned_gets_hidden_states_every_k_tokens_and_outputs_are_unchange
             assert got["choices"][0]["text"] == want["choices"][0]["text"]
             assert got["usage"]["completion_tokens"] == want["usage"]["completion_tokens"]
         log = gw.log.read_text()
+        predictions = metric(gw.url, 'baton_policy_report{key="length_predictions"}')
+        states = metric(gw.url, "baton_hidden_states_total")
     finally:
         gw.stop()
     seen: dict[int, set[int]] = {}
     for req_id, generated in re.findall(r"hidden state: request (\d+) after (\d+) generated tokens", log):
         seen.setdefault(int(req_id), set()).add(int(generated))
     assert len(seen) == 2, log[-3000:]
+    assert predictions == states >= 6  # one prediction per state: 1st, 16th, 32nd token of each
     for req_id, gens in seen.items():
         # the states after the 1st, 16th and 32nd token (the 40th comes with the end)
         assert {0, EVERY - 1, 2 * EVERY - 1} <= gens, (req_id, sorted(gens))

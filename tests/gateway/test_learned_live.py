@@ -51,6 +51,7 @@ def test_hidden_states_reach_the_policy_every_k_tokens_and_outputs_are_unchanged
                                   range(4)))
         status, direct = post(engines[0].url + "/v1/completions", {"prompt": PROMPT, "max_tokens": OUTPUT_TOKENS})
         count = metric(gw.url, "baton_hidden_states_total")
+        predictions = metric(gw.url, 'baton_policy_report{key="length_predictions"}')
         migrations = sum(float(line.rsplit(" ", 1)[1]) for line in str(get(gw.url + "/metrics")[1]).splitlines()
                          if line.startswith('baton_migrations_total{result="done"}'))
     assert status == 200 and direct["choices"][0]["text"] == expected(4, OUTPUT_TOKENS)
@@ -60,6 +61,7 @@ def test_hidden_states_reach_the_policy_every_k_tokens_and_outputs_are_unchanged
                                         gw.log.read_text()):
         seen.setdefault(int(req_id), []).append(int(generated))
     assert len(seen) == 4 and count == sum(len(v) for v in seen.values())
+    assert predictions == count  # the learned estimator predicted on every state it got
     # after the 1st token and every 16th: the states that have seen 0, 15, 31, 47 and 63
     # tokens; the last comes with the final token, often after the request left the gateway
     every_k = [0, *range(EVERY - 1, OUTPUT_TOKENS, EVERY)]

@@ -60,6 +60,10 @@ class GatewayMetrics:
         (the held prefills) at each scrape."""
         self.registry.register(_EngineGauges(cluster, hold))
 
+    def watch_policy(self, scheduler) -> None:
+        """Export the policy's own figures (``Scheduler.report``) at each scrape."""
+        self.registry.register(_PolicyReport(scheduler))
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
@@ -98,3 +102,16 @@ class _EngineGauges:
                     if value is not None:
                         fams[key].add_metric(labels, value)
         yield from fams.values()
+
+
+class _PolicyReport:
+    """``baton_policy_report{key}``: what the policy's stages report about their own working."""
+
+    def __init__(self, scheduler) -> None:
+        self.scheduler = scheduler
+
+    def collect(self):
+        fam = GaugeMetricFamily("baton_policy_report", "Figures the policy reports about itself", labels=["key"])
+        for key, value in sorted(self.scheduler.report().items()):
+            fam.add_metric([key], value)
+        yield fam

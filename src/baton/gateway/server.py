@@ -101,6 +101,7 @@ class Gateway:
         self.ids = IdSource()
         self.hold = PrefillHold(self.cluster, self.scheduler.replans_prefills, config.prefill_inflight_limit)
         self.metrics.watch(self.cluster, self.hold)
+        self.metrics.watch_policy(self.scheduler)
         self.flows: dict[int, Flow] = {}
         self.watches: dict[int, tuple[int, int]] = {}
         self.decisions: deque[tuple[str, int, int]] = deque(maxlen=config.decisions_log_size)  # placement log (admin API)

@@ -78,6 +78,11 @@ class Ares(Stage):
     def observe(self, view: ClusterView, observation: Observation) -> None:
         self.estimator.observe(view, observation)
 
+    def report(self) -> dict[str, float]:
+        """The learned estimator's prediction count (live: one per hidden state received)."""
+        count = getattr(self.estimator, "predictions", None)
+        return {} if count is None else {"length_predictions": float(count)}
+
     # --- the load model ----------------------------------------------------------------
     def snapshot(self, view: ClusterView, ids: np.ndarray):
         """Every instance's requests: running decodes, then those preempted there and
