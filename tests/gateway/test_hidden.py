@@ -29,6 +29,9 @@ def test_a_leg_is_tagged_with_the_request_and_the_tokens_before_it():
     frames("7:0", 0, [1.0]),  # n_gen counts from 1
     [json.dumps({"tag": "7:0", "n_gen": 1, "d": 3}).encode(), np.zeros(2, np.float32).tobytes()],  # short vector
     [json.dumps({"tag": "7:0", "n_gen": 1, "d": 1}).encode()],  # one frame
+    [json.dumps({"tag": "7:0", "n_gen": 1, "d": "x"}).encode(), np.zeros(1, np.float32).tobytes()],
+    [json.dumps({"tag": "7:0", "n_gen": 1, "d": None}).encode(), np.zeros(1, np.float32).tobytes()],
+    frames("7:0", 1, [float("nan")]),
 ])
 def test_malformed_messages_are_dropped(bad):
     assert parse(bad) is None

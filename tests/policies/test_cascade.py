@@ -146,3 +146,16 @@ def test_a_replan_hands_over_sequences_beyond_their_new_range():
             for r, x in zip(rids.tolist(), ctx.tolist()):
                 covering = next(k for k, b in enumerate(c.bounds) if x < b)
                 assert covering <= s or r in moving or r in c.asks, (r, x, s, c.bounds)
+
+
+def test_a_refused_handover_is_retried_and_ended_requests_are_forgotten():
+    c = cascade(layout="chain", first_cut=256)
+    view = view_of([[300], [10]])
+    c.start(view)
+    c.moving = {0: 1}  # handed to instance 1, but it stayed on 0 and is not migrating: refused
+    decisions = c._landed(view)
+    assert [(type(d).__name__, d.req_id) for d in decisions] == [("Watch", 0)] and not c.moving
+    c.asks, c.moving = {1000: (1, 0.0)}, {1000: 0}
+    view.request(1000).phase = Phase.FINISHED  # ended: the live view would drop it
+    c._forget_ended(view)
+    assert not c.asks and not c.moving

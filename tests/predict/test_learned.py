@@ -56,6 +56,10 @@ def test_learned_length_predicts_on_each_hidden_state_and_counts_down(tmp_path):
     # 10 tokens after the prediction point: counted down from it; never below zero
     assert est.remaining_batch(view, ids, np.array([26, 0]))[0] == pytest.approx(max(predicted - 10, 0))
     assert est.remaining_batch(view, ids, np.array([10_000, 0]))[0] == 0.0
+    # ARES asks at the last multiple of its own k (here 20, before the prediction at 16+4)
+    # and subtracts the tokens since: the countdown must start at the prediction point
+    est.observe(view, HiddenState(1, 20, vec, 0.5))
+    assert est.remaining_batch(view, ids, np.array([20 - 4, 0]))[0] == pytest.approx(predicted + 4)
     est.observe(view, Completed(1, 40, 1.0))
     assert est.remaining_batch(view, ids, np.array([26, 0]))[0] == 7.0
 

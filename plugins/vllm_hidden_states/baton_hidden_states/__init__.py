@@ -5,9 +5,9 @@ of its last token. vLLM 0.32 has no API for it (its hidden-states connector writ
 when a request ends, and needs CUDA), so this plugin wraps the model runner's
 ``sample_tokens``: the runner keeps the hidden states of the rows it samples from (after
 the final norm: what the LM head reads) in ``execute_model_state.sample_hidden_states``.
-After sampling, a request that now has N generated tokens with N == 1 (the end of its
-prefill) or N % k == 0 publishes the row that produced token N, i.e. the state after
-N - 1 generated tokens.
+After sampling, a request that now has N generated tokens with (N - 1) % k == 0 publishes
+the row that produced token N, i.e. the state after N - 1 = 0, k, 2k, ... generated tokens
+(the positions a predictor is trained on; N = 1 is the end of the prefill).
 
 Enabled by ``BATON_HIDDEN_STATES_ADDR`` (a ZMQ address the worker binds a PUB socket to,
 e.g. ``tcp://127.0.0.1:5599``); ``BATON_HIDDEN_STATES_EVERY`` is k (16). A message has two
@@ -56,7 +56,7 @@ def _due(runner, req_ids: list[str], output, every: int) -> list[tuple[int, str,
             continue  # a prefill chunk that sampled nothing, or a pooling request
         tag = (state.sampling_params.extra_args or {}).get("baton_tag")
         n_gen = len(state.output_token_ids)
-        if tag is not None and (n_gen == 1 or n_gen % every == 0):
+        if tag is not None and (n_gen - 1) % every == 0:
             due.append((row, str(tag), n_gen))
     return due
 

@@ -151,6 +151,12 @@ class ClusterView:
     def request(self, req_id: int) -> RequestState:
         return self._requests[req_id]
 
+    def has_request(self, req_id: int) -> bool:
+        """Whether the runtime still tracks ``req_id`` and it has not ended (the live gateway
+        forgets requests that end; the simulator keeps them, marked done)."""
+        st = self._requests.get(req_id)
+        return st is not None and not st.done
+
     def active_request_ids(self) -> list[int]:
         return [r for r, s in self._requests.items() if not s.done]
 

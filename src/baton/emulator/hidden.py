@@ -1,7 +1,7 @@
 """The emulator's stand-in for Baton's vLLM hidden-state plugin (plugins/vllm_hidden_states).
 
 Same wire format and timing: for a request tagged ``vllm_xargs.baton_tag``, after its
-first generated token and every k-th, a two-frame ZMQ message (JSON header ``{"tag",
+generated token N whenever (N - 1) % k == 0, a two-frame ZMQ message (JSON header ``{"tag",
 "n_gen", "d"}``, then ``d`` float32 values) on a PUB socket. An emulator has no model, so
 the vector is synthetic: component 0 is the true remaining length after ``n_gen - 1``
 generated tokens divided by 100 (what a perfect predictor would read), the others a
@@ -29,7 +29,7 @@ class HiddenPublisher:
         self.socket.bind(address)
 
     def due(self, n_gen: int) -> bool:
-        return n_gen == 1 or n_gen % self.every == 0
+        return (n_gen - 1) % self.every == 0
 
     def publish(self, tag: str, n_gen: int, output_tokens: int) -> None:
         """The state that produced token ``n_gen`` of an ``output_tokens``-token answer."""

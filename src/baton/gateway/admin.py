@@ -59,6 +59,8 @@ def add_routes(app: web.Application, gw: Gateway) -> None:
 
     async def add_instance(request: web.Request) -> web.Response:
         spec = parse_engine(parse_json(await request.read()), "instance")
+        if spec.hidden_states:  # the feed subscribes at start only
+            raise ConfigError("instance.hidden_states: only engines in the config file can have a hidden-state feed")
         if gw.cluster.find(spec.name) is not None:
             raise ApiError(409, f"an instance named {spec.name!r} exists", err_type="conflict_error")
         iid = gw.add_engine(spec)

@@ -333,7 +333,12 @@ class Flow:
         """Make before break: open the continuation on the target while the source keeps
         its place; only a target that answers 200 replaces the source."""
         target, self.migrate_to = self.migrate_to, None
-        self.state.migrating = False
+        try:  # the request counts as migrating until it moved or stayed put
+            await self._migrate_to(target)
+        finally:
+            self.state.migrating = False
+
+    async def _migrate_to(self, target: int | None) -> None:
         source = self.leg.instance_id if self.leg else None
         if target is None or target == source or not self.can_continue or not self.cluster.instances[target].healthy:
             self.gw.metrics.migrations.labels("refused").inc()

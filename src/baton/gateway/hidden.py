@@ -6,7 +6,8 @@ tagged request every k generated tokens on that ZMQ address. The gateway tags ev
 it sends such an engine (``vllm_xargs.baton_tag`` = the gateway's request id), subscribes
 to each address at start, and hands each state to the policy as a ``HiddenState``
 observation (``generated_tokens`` = the plugin's N - 1: the state that produced token N
-has seen N - 1 generated tokens).
+has seen N - 1 generated tokens; the plugin publishes at N - 1 = 0, k, 2k, ..., the
+positions the predictor was trained on).
 
 This is the in-engine route: vLLM computes the states anyway, and the plugin only copies
 the rows it already sampled from. Needs ``pyzmq`` (the ``learned`` extra).
@@ -39,15 +40,17 @@ def tag_body(body: dict[str, Any], req_id: int, base_tokens: int) -> dict[str, A
 def parse(frames: list[bytes]) -> tuple[int, int, np.ndarray] | None:
     """(request id, tokens generated so far, vector) of one message; None if malformed."""
     try:
+        if len(frames) != 2:
+            return None
         head = json.loads(frames[0])
         vec = np.frombuffer(frames[1], dtype=np.float32)
         req, base = str(head["tag"]).split(":")
-        req_id, generated = int(req), int(base) + int(head["n_gen"]) - 1
+        req_id, n_gen, dim = int(req), int(head["n_gen"]), head.get("d")
     except (ValueError, KeyError, TypeError, IndexError, AttributeError):
         return None
-    if len(frames) != 2 or vec.size != int(head.get("d", -1)) or int(head["n_gen"]) < 1:
+    if type(dim) is not int or vec.size != dim or n_gen < 1 or not np.isfinite(vec).all():
         return None
-    return req_id, generated, vec
+    return req_id, int(base) + n_gen - 1, vec
 
 
 class HiddenStateFeed:
@@ -55,13 +58,20 @@ class HiddenStateFeed:
     (which drops those of requests the gateway no longer serves). ``on_connected`` gets
     the number of engine sockets connected whenever it changes."""
 
-    def __init__(self, addresses: list[str], deliver: Callable[[HiddenState], bool],
-                 clock: Callable[[], float], on_connected: Callable[[int], None] | None = None) -> None:
+    @staticmethod
+    def check_available() -> None:
+        """ConfigError unless pyzmq can be imported."""
         try:
-            import zmq
-            import zmq.asyncio
+            import zmq.asyncio  # noqa: F401
         except ImportError as e:
             raise ConfigError("engines[].hidden_states needs pyzmq: pip install 'baton[learned]'") from e
+
+    def __init__(self, addresses: list[str], deliver: Callable[[HiddenState], bool],
+                 clock: Callable[[], float], on_connected: Callable[[int], None] | None = None) -> None:
+        self.check_available()
+        import zmq
+        import zmq.asyncio
+
         self.zmq, self.deliver, self.clock, self.on_connected = zmq, deliver, clock, on_connected
         self.context = zmq.asyncio.Context()
         self.sockets, self.monitors = [], []
@@ -75,7 +85,7 @@ class HiddenStateFeed:
             sock.connect(address)
             self.sockets.append(sock)
         self.connected: dict[int, bool] = {i: False for i in range(len(addresses))}
-        self.received = self.delivered = self.malformed = 0
+        self.received = self.delivered = self.malformed = self.rejected = 0
 
     async def run(self) -> None:
         """Receive until cancelled."""
@@ -100,7 +110,14 @@ class HiddenStateFeed:
                 self.malformed += 1
                 continue
             req_id, generated, vec = parsed
-            if self.deliver(HiddenState(req_id, generated, tuple(vec.tolist()), self.clock())):
+            try:
+                delivered = self.deliver(HiddenState(req_id, generated, tuple(vec.tolist()), self.clock()))
+            except Exception:  # e.g. a vector the predictor cannot read: drop it, keep the feed
+                self.rejected += 1
+                if self.rejected == 1:
+                    log.exception("hidden state of request %d rejected by the policy", req_id)
+                continue
+            if delivered:
                 self.delivered += 1
                 log.debug("hidden state: request %d after %d generated tokens", req_id, generated)
 

@@ -83,6 +83,8 @@ class Gateway:
 
     def __init__(self, config: GatewayConfig) -> None:
         self.config = config
+        if any(e.hidden_states for e in config.engines):
+            HiddenStateFeed.check_available()  # a missing pyzmq is a config error, not a start-up crash
         self.perf = perf = presets.build(config.preset)
         t0 = time.monotonic()
         self.cluster = LiveCluster(lambda: time.monotonic() - t0, perf.kv_capacity_tokens // config.block_size,
@@ -350,7 +352,12 @@ class Gateway:
             await asyncio.sleep(interval_s)
             self._report_progress()
             self.cluster.now()
-            for d in self.scheduler.tick(stage_index, self.cluster.view):
+            try:
+                decisions = self.scheduler.tick(stage_index, self.cluster.view)
+            except Exception:  # a policy bug must not stop its ticks for good
+                log.exception("policy %s: tick of stage %d failed", self.scheduler.name, stage_index)
+                continue
+            for d in decisions:
                 self.execute(d, stage_index)
 
     def _report_progress(self) -> None:

@@ -69,7 +69,7 @@ def cmd_fit(args: argparse.Namespace) -> None:
         "mae_ci95": {k: evaluate.bootstrap_ci(p, truth, reqs) for k, p in preds.items()},
         "latency_ms_batch1": evaluate.latency_ms(last.predict, d, 1),
         "latency_ms_batch10": evaluate.latency_ms(last.predict, d, 10),
-        "params": last.params, "samples": int(te.size), "widths": [d, *train.widths_for(d), 1],
+        "params": last.params, "samples": int(data["remaining"].size), "widths": [d, *train.widths_for(d), 1],
         "requests": {k: int(np.unique(data["request"][m]).size) for k, m in masks.items()},
         "samples_by_split": {k: int(m.sum()) for k, m in masks.items()},
         "epochs": {k: r.epochs for k, r in nets.items()},

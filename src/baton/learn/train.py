@@ -72,6 +72,9 @@ def train(x_train: np.ndarray, y_train: np.ndarray, x_val: np.ndarray, y_val: np
     """Fit the MLP on (hidden state, remaining tokens) pairs; see the module docstring."""
     import torch
 
+    if len(y_train) == 0 or len(y_val) == 0:
+        raise ValueError(f"need training and validation samples, got {len(y_train)} and {len(y_val)}")
+
     torch.manual_seed(seed)
     mean = x_train.mean(axis=0).astype(np.float32)
     std = (x_train.std(axis=0) + 1e-3).astype(np.float32)

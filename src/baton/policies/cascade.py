@@ -54,7 +54,7 @@ import numpy as np
 
 from baton.core.decisions import ArrivalPlan, Decision, Migrate, MigrationMode, Watch
 from baton.core.errors import ConfigError
-from baton.core.events import DecodeProgress, Observation
+from baton.core.events import Completed, DecodeProgress, Observation
 from baton.core.request import Phase, RequestState
 from baton.core.view import ClusterView
 from baton.policies.base import PolicyContext, Stage
@@ -130,7 +130,16 @@ class Cascade(Stage):
         self.window = []
         return prompt[keep], ctx[keep]
 
+    def _forget_ended(self, view: ClusterView) -> None:
+        """Drop asks and handovers of requests that ended (the live view forgets them)."""
+        for book in (self.asks, self.moving):
+            for rid in [r for r in book if not view.has_request(r)]:
+                del book[rid]
+
     def observe(self, view: ClusterView, observation: Observation) -> None:
+        if isinstance(observation, Completed):
+            self.asks.pop(observation.req_id, None)
+            self.moving.pop(observation.req_id, None)
         if isinstance(observation, DecodeProgress):
             running = view.decode_snapshot(observation.instance_id)[0].size
             i = observation.instance_id
@@ -164,7 +173,7 @@ class Cascade(Stage):
         it = iter(ids)
         self.members = [[next(it) for _ in range(k)] for k in plan.instances]
         self.bounds = list(plan.bounds)
-        self.asks = {r: (min(t, len(self.members) - 1), since) for r, (t, since) in self.asks.items()}
+        self.asks = {}  # re-asked by the re-watch against the new stages
 
     @staticmethod
     def _snapshot(view: ClusterView, instances: list[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -192,7 +201,7 @@ class Cascade(Stage):
                            None if math.isinf(bound) else int(bound))
 
     def on_threshold(self, view: ClusterView, req_id: int, context_tokens: int) -> list[Decision]:
-        self.granted = {}
+        self.granted = self._unseen(view)
         st = view.request(req_id)
         if st.done or st.decode_instance is None or st.migrating or req_id in self.asks:
             return []
@@ -240,9 +249,8 @@ class Cascade(Stage):
         out: list[Decision] = []
         for rid in self.ask_order(view):
             st = view.request(rid)
-            if st.done or st.migrating or st.decode_instance is None:
-                del self.asks[rid]
-                continue
+            if st.migrating or st.decode_instance is None:
+                continue  # moving or recovering: asked again once it is back on an instance
             stage, _ = self.asks[rid]
             target = self.choose_receiver(view, self.members[stage], view.context_tokens(rid))
             if target is not None:
@@ -265,8 +273,19 @@ class Cascade(Stage):
         return early[0]
 
     # --- ticks ---------------------------------------------------------------------------
+    def _unseen(self, view: ClusterView) -> dict[int, int]:
+        """Per receiver, the handovers decided but not yet in its ``incoming`` (the gateway
+        registers a move only once the continuation answers)."""
+        out: dict[int, int] = {}
+        for rid, target in self.moving.items():
+            if rid not in view.instance(target).incoming and view.has_request(rid) \
+                    and view.request(rid).decode_instance != target:
+                out[target] = out.get(target, 0) + 1
+        return out
+
     def tick(self, view: ClusterView) -> list[Decision]:
-        self.granted = {}  # the view shows every transfer decided before this call
+        self._forget_ended(view)
+        self.granted = self._unseen(view)
         out = self._landed(view)
         period_ends = view.now_s >= self.next_plan_s
         if period_ends:
@@ -306,13 +325,15 @@ class Cascade(Stage):
         out = []
         for rid, target in list(self.moving.items()):
             st = view.request(rid)
-            if st.done:
-                del self.moving[rid]
-            elif st.decode_instance == target and not st.migrating and st.phase is Phase.DECODE:
+            if st.decode_instance == target and not st.migrating and st.phase is Phase.DECODE:
                 del self.moving[rid]
                 s = self.stage_of(target)
                 if not math.isinf(self.bounds[s]):
                     out.append(Watch(rid, int(self.bounds[s])))
+            elif not st.migrating and st.decode_instance != target and rid not in view.instance(target).incoming:
+                # refused or failed: it stayed put; its watch fires again a little later
+                del self.moving[rid]
+                out.append(Watch(rid, view.context_tokens(rid) + self.retry_tokens))
         return out
 
     @staticmethod

@@ -90,6 +90,8 @@ class LearnedLength(LengthEstimator):
             value = float(self.mlp.predict(observation.vector)[0])
             self.latest[observation.req_id] = (value, observation.generated_tokens)
             self.predictions += 1
+            if self.predictions % 1024 == 0:  # requests that ended without a Completed (failed, cancelled)
+                self.latest = {r: v for r, v in self.latest.items() if view.has_request(r)}
         elif isinstance(observation, Completed):
             self.latest.pop(observation.req_id, None)
 
@@ -101,5 +103,7 @@ class LearnedLength(LengthEstimator):
         for i, (r, g) in enumerate(zip(req_ids, generated)):
             hit = self.latest.get(int(r))
             if hit is not None:
-                out[i] = max(hit[0] - max(float(g) - hit[1], 0.0), 0.0)
+                # counted from the prediction point, which may lie past g: ARES asks at the
+                # last multiple of its own k and subtracts the tokens since itself
+                out[i] = max(hit[0] - (float(g) - hit[1]), 0.0)
         return out
