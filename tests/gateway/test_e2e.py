@@ -390,3 +390,13 @@ def test_token_ids_are_returned_to_clients_that_ask(cluster, gw_name):
     choice = body["choices"][0]
     assert choice["token_ids"] == direct["choices"][0]["token_ids"]
     assert choice["prompt_token_ids"] == direct["choices"][0]["prompt_token_ids"]
+
+
+def test_streamed_token_ids_include_the_prompt_ids_in_the_first_chunk(cluster):
+    body = {"prompt": PROMPT, "max_tokens": 5, "stream": True, "return_token_ids": True, "ignore_eos": True}
+    direct = list(Stream(cluster["d0"].url + "/v1/completions", body).events())
+    relayed = list(Stream(cluster["pd"].url + "/v1/completions", body).events())
+    first = [e["choices"][0] for e in relayed if e.get("choices")][0]
+    assert first["prompt_token_ids"] == [e["choices"][0] for e in direct if e.get("choices")][0]["prompt_token_ids"]
+    ids = [t for e in relayed if e.get("choices") for t in e["choices"][0].get("token_ids") or []]
+    assert ids == [t for e in direct if e.get("choices") for t in e["choices"][0].get("token_ids") or []]

@@ -281,10 +281,7 @@ class Emulator:
             if tag is not None and self.hidden.due(n_gen):
                 self.hidden.publish(str(tag), n_gen, seq.max_new)
             chunk = stream_chunk(parsed.kind, seq.rid, self.config.model, created, token_text(value),
-                                 None, [value] if with_ids else None, first)
-            if first and with_ids:
-                target = chunk if parsed.kind == CHAT else chunk["choices"][0]
-                target["prompt_token_ids"] = ids
+                                 None, [value] if with_ids else None, first, ids if first and with_ids else None)
             first = False
             await resp.write(sse(chunk))
         await resp.write(sse(stream_chunk(parsed.kind, seq.rid, self.config.model, created, "", value)))

@@ -49,8 +49,9 @@ class ClientOut:
         if token_ids:
             self.token_ids.extend(token_ids)
         if self.parsed.stream:
+            prompt_ids = self.prompt_token_ids if first and self.with_ids else None
             self._pending.append(sse(stream_chunk(self.parsed.kind, self.rid, self.model, self.created, text,
-                                                  None, token_ids if self.with_ids else None, first)))
+                                                  None, token_ids if self.with_ids else None, first, prompt_ids)))
 
     async def flush(self) -> None:
         """Write what ``add`` queued, in one write."""

@@ -23,8 +23,9 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
 
 def stream_chunk(kind: str, rid: str, model: str, created: int, text: str,
                  finish_reason: str | None, token_ids: list[int] | None = None,
-                 first: bool = False) -> dict[str, Any]:
-    """One streamed chunk with ``text`` (possibly empty) and an optional finish reason."""
+                 first: bool = False, prompt_token_ids: list[int] | None = None) -> dict[str, Any]:
+    """One streamed chunk with ``text`` (possibly empty) and an optional finish reason;
+    ``prompt_token_ids`` where vLLM puts them (chat: the chunk, completions: the choice)."""
     if kind == CHAT:
         delta: dict[str, Any] = {"role": "assistant", "content": text} if first else {"content": text}
         choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None,
@@ -35,7 +36,10 @@ def stream_chunk(kind: str, rid: str, model: str, created: int, text: str,
         obj = "text_completion"
     if token_ids is not None:
         choice["token_ids"] = token_ids
-    return {"id": rid, "object": obj, "created": created, "model": model, "choices": [choice]}
+    out = {"id": rid, "object": obj, "created": created, "model": model, "choices": [choice]}
+    if prompt_token_ids is not None:
+        (out if kind == CHAT else choice)["prompt_token_ids"] = prompt_token_ids
+    return out
 
 
 def usage_chunk(kind: str, rid: str, model: str, created: int, prompt_tokens: int,
