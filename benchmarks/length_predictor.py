@@ -17,8 +17,9 @@ resumes after an interruption:
 4. the MLP on last-layer states, the MLP on embeddings, and the baselines, trained on a
    70/15/15 split by request, evaluated on the test split.
 
-Writes ``error_by_bucket.json`` (the simulator's ``learned-error`` input) to
-``~/.cache/baton/predictor/``. The last line is one JSON object.
+A full build writes ``error_by_bucket.json`` (the simulator's ``learned-error`` input) to
+``~/.cache/baton/predictor/`` (``--quick`` keeps its own in ``quick/``). The last line is
+one JSON object.
 """
 
 from __future__ import annotations
@@ -149,7 +150,8 @@ def main() -> None:
     t_hidden = time.monotonic()
     pipeline(python, "fit", data)
     results = json.loads((data / "results.json").read_text())
-    shutil.copy(data / "error_by_bucket.json", CACHE / "predictor" / "error_by_bucket.json")
+    if not args.quick:  # the simulator's learned-error reads this one: only a full build replaces it
+        shutil.copy(data / "error_by_bucket.json", CACHE / "predictor" / "error_by_bucket.json")
     report(results)
     timing = {"generation_s": round(t_gen - t0), "hidden_s": round(t_hidden - t_gen),
               "fit_s": round(time.monotonic() - t_hidden), "total_s": round(time.monotonic() - t0)}
