@@ -127,6 +127,28 @@ def report(results: dict) -> None:
                   f"{shrink['shrinking_share']:.0%} of requests")
 
 
+def plot(results: dict, path: Path) -> None:
+    """MAE and mean prediction by tokens generated so far, one line per predictor (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows, names = results["by_generated"], list(results["mae_tokens"])
+    labels = [r["generated"] for r in rows]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for name in names:
+        left.plot(labels, [r[f"{name}_mae"] for r in rows], marker="o", label=name)
+        right.plot(labels, [r[f"{name}_mean"] for r in rows], marker="o", label=name)
+    right.plot(labels, [r["true_mean"] for r in rows], "k--", label="truth")
+    left.set(title="MAE by tokens generated so far", xlabel="generated tokens", ylabel="MAE (tokens)")
+    right.set(title="mean prediction vs truth", xlabel="generated tokens", ylabel="remaining tokens")
+    left.legend(fontsize=8), right.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[1])
     p.add_argument("--quick", action="store_true", help="200 Alpaca prompts, max_tokens 512")
@@ -153,9 +175,11 @@ def main() -> None:
     if not args.quick:  # the simulator's learned-error reads this one: only a full build replaces it
         shutil.copy(data / "error_by_bucket.json", CACHE / "predictor" / "error_by_bucket.json")
     report(results)
+    plot(results, data / "mae_by_generated.png")
     timing = {"generation_s": round(t_gen - t0), "hidden_s": round(t_hidden - t_gen),
               "fit_s": round(time.monotonic() - t_hidden), "total_s": round(time.monotonic() - t0)}
-    console.print(f"timing: {timing}; dataset in {data}; error distribution in {CACHE / 'predictor'}")
+    console.print(f"timing: {timing}; dataset and mae_by_generated.png in {data}; error distribution in "
+                  f"{CACHE / 'predictor'}")
     keys = ("mae_tokens", "mae_ci95", "latency_ms_batch1", "latency_ms_batch10", "params", "samples",
             "within_request")
     print(json.dumps({**{k: results[k] for k in keys}, "requests": results["requests"],
