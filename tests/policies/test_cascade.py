@@ -159,3 +159,17 @@ def test_a_refused_handover_is_retried_and_ended_requests_are_forgotten():
     view.request(1000).phase = Phase.FINISHED  # ended: the live view would drop it
     c._forget_ended(view)
     assert not c.asks and not c.moving
+
+
+def test_a_sender_already_sending_three_queues_its_next_handover():
+    c = cascade(layout="chain", first_cut=256)
+    view = view_of([[256, 300, 310, 320], [10], [10]])
+    c.start(view)
+    c.moving = {1: 2, 2: 2, 3: 2}  # three of instance 0's requests are on their way to 2
+    decisions = c.on_threshold(view, 0, 256)
+    # instance 1 (stage 1) has room, but the sender is at its limit: the ask waits
+    assert decisions == [] and c.asks == {0: (1, 0.0)}
+    assert c._serve_asks(view) == []  # still three under way
+    del c.moving[3]
+    c.sending = c._outgoing(view)
+    assert [(d.req_id, d.target_instance) for d in c._serve_asks(view)] == [(0, 1)]

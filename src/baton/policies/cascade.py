@@ -33,7 +33,8 @@ length-homogeneous.
   way to them) are kept, and the first reply wins: Baton models reply order by that same
   start time (then load, then id). A receiver with ``max_moves`` (3) transfers arriving,
   or without free KV for the request, does not bid; with no bidder the request retries
-  ``retry_tokens`` later, unless every candidate is only full of transfers: then the
+  ``retry_tokens`` later, unless every candidate is only full of transfers (or the sender
+  already sends ``max_moves``: the limit holds both ways): then the
   ask waits in the stage's queue of asks, which receivers serve as transfers land in
   order of the sender's token load (most loaded first), except that an ask waiting
   ``starvation_s`` (2 s) or longer goes first (oldest first). Every ask goes to every
@@ -95,7 +96,8 @@ class Cascade(Stage):
         self.residence, self.starvation_s = prefill_residence_tokens, starvation_s
         self.window: list[tuple[np.ndarray, np.ndarray]] = []  # this period's snapshots
         self.asks: dict[int, tuple[int, float]] = {}  # request -> (target stage, asked at s)
-        self.granted: dict[int, int] = {}  # receiver -> handovers decided in this call
+        self.granted: dict[int, int] = {}  # receiver -> handovers arriving, not yet in its incoming
+        self.sending: dict[int, int] = {}  # sender -> handovers under way
         self.output_tokens: dict[int, float] = {}  # instance -> tokens decoded this period
         self.stage_cvs: list[float] = []  # per stage and period: CV of output tokens per instance
 
@@ -201,7 +203,7 @@ class Cascade(Stage):
                            None if math.isinf(bound) else int(bound))
 
     def on_threshold(self, view: ClusterView, req_id: int, context_tokens: int) -> list[Decision]:
-        self.granted = self._unseen(view)
+        self.granted, self.sending = self._unseen(view), self._outgoing(view)
         st = view.request(req_id)
         if st.done or st.decode_instance is None or st.migrating or req_id in self.asks:
             return []
@@ -213,20 +215,36 @@ class Cascade(Stage):
     def _hand_over(self, view: ClusterView, req_id: int, stage: int, context_tokens: int) -> list[Decision]:
         """Ask stage ``stage`` to take ``req_id``: a migration, a queued ask (every receiver
         busy with transfers) or a retry after ``retry_tokens`` (no receiver has room)."""
-        target = self.choose_receiver(view, self.members[stage], context_tokens)
+        sender_busy = self._sender_busy(view, req_id)
+        target = None if sender_busy else self.choose_receiver(view, self.members[stage], context_tokens)
         if target is not None:
             self.asks.pop(req_id, None)
-            return [self._move(req_id, target)]
-        if self.balance == "bidask" and self._only_busy(view, self.members[stage], context_tokens):
+            return [self._move(view, req_id, target)]
+        if self.balance == "bidask" and (sender_busy or self._only_busy(view, self.members[stage], context_tokens)):
             self.asks.setdefault(req_id, (stage, view.now_s))
             return []
         return [Watch(req_id, context_tokens + self.retry_tokens)]
 
-    def _move(self, req_id: int, target: int) -> Migrate:
-        """A handover, counted against the target's transfer slots until the view shows it."""
+    def _move(self, view: ClusterView, req_id: int, target: int) -> Migrate:
+        """A handover, counted against the target's and the sender's transfer slots."""
         self.moving[req_id] = target
         self.granted[target] = self.granted.get(target, 0) + 1
+        sender = view.request(req_id).decode_instance
+        self.sending[sender] = self.sending.get(sender, 0) + 1
         return Migrate(req_id, target, MigrationMode.LIVE)
+
+    def _sender_busy(self, view: ClusterView, req_id: int) -> bool:
+        """The request's instance already sends ``max_moves`` requests away."""
+        return self.sending.get(view.request(req_id).decode_instance, 0) >= self.max_moves
+
+    def _outgoing(self, view: ClusterView) -> dict[int, int]:
+        """Per sender, the handovers under way (decided and not landed)."""
+        out: dict[int, int] = {}
+        for rid, target in self.moving.items():
+            src = view.request(rid).decode_instance if view.has_request(rid) else None
+            if src is not None and src != target:
+                out[src] = out.get(src, 0) + 1
+        return out
 
     def _only_busy(self, view: ClusterView, candidates: list[int], context_tokens: int) -> bool:
         """Some candidate would bid for the request but for its ``max_moves`` transfers."""
@@ -252,10 +270,12 @@ class Cascade(Stage):
             if st.migrating or st.decode_instance is None:
                 continue  # moving or recovering: asked again once it is back on an instance
             stage, _ = self.asks[rid]
+            if self._sender_busy(view, rid):
+                continue
             target = self.choose_receiver(view, self.members[stage], view.context_tokens(rid))
             if target is not None:
                 del self.asks[rid]
-                out.append(self._move(rid, target))
+                out.append(self._move(view, rid, target))
         return out
 
     def choose_receiver(self, view: ClusterView, candidates: list[int], context_tokens: int) -> int | None:
@@ -285,8 +305,8 @@ class Cascade(Stage):
 
     def tick(self, view: ClusterView) -> list[Decision]:
         self._forget_ended(view)
-        self.granted = self._unseen(view)
         out = self._landed(view)
+        self.granted, self.sending = self._unseen(view), self._outgoing(view)
         period_ends = view.now_s >= self.next_plan_s
         if period_ends:
             self.next_plan_s = view.now_s + self.plan_interval_s
@@ -372,7 +392,7 @@ class Cascade(Stage):
             loads = {i: view.token_load(i) for i in members}
             mean = sum(loads.values()) / len(loads)
             for i in members:
-                if mean <= 0 or loads[i] <= (1 + self.outlier) * mean:
+                if mean <= 0 or loads[i] <= (1 + self.outlier) * mean or self.sending.get(i, 0) >= self.max_moves:
                     continue
                 rids, ctx, _ = view.decode_snapshot(i)
                 free = [(int(c), int(r)) for r, c in zip(rids, ctx) if int(r) not in self.moving and int(r) not in self.asks]
@@ -381,7 +401,7 @@ class Cascade(Stage):
                 c, rid = max(free)
                 target = self.choose_receiver(view, [j for j in members if j != i], c)
                 if target is not None and loads[target] + c < loads[i] - c:
-                    out.append(self._move(rid, target))
+                    out.append(self._move(view, rid, target))
         return out
 
 
