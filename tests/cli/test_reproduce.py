@@ -95,3 +95,19 @@ def test_a_trace_path_under_the_home_folder_is_expanded():
     from baton.experiments import load_experiment
     exp = load_experiment(Path(__file__).resolve().parents[2] / "examples/cascade-16-sharegpt.yaml")
     assert exp.workload.trace == str(Path.home() / ".cache/baton/sharegpt/sharegpt_v3_smollm2.json")
+
+
+def test_repeats_without_a_sustained_rate_are_reported_not_silently_dropped(tmp_path):
+    folder = tmp_path / "arrow"
+    folder.mkdir()
+    (folder / "rate.yaml").write_text(
+        "figure: tiny\nsource: test\npolicy: arrow\nbaseline: arrow-static\nmetric: max_sustainable_rate_rps\n"
+        "claim: 0.5\nrates: [5000, 10000]\nexperiment:\n  cluster: {prefill: 1, decode: 2}\n"
+        "  workload: {synthetic: {requests: 120, rate_rps: 5, prompt_median: 500, output_median: 20}}\n"
+        "  slo: {ttft_s: 0.01, tpot_s: 0.001}\n")  # nobody meets this at any rate
+    p = baton("reproduce", "arrow", "--dir", str(tmp_path), "--repeats", "2", "--json", "--quiet",
+              "--out", str(tmp_path / "out"))
+    assert p.returncode == 0, p.stderr
+    (fig,) = json.loads(p.stdout).values()
+    assert fig["repeats"] == 0 and fig["dropped_repeats"] == 2 and fig["baton"] is None
+    assert "2 of 2 repeats have no max_sustainable_rate_rps" in p.stderr

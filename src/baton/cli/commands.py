@@ -354,6 +354,11 @@ def cmd_reproduce(args: argparse.Namespace) -> None:
     note = None if args.quiet else (lambda text: print(f"  {text}", file=sys.stderr, flush=True))
     for claim in claims:
         outcomes.append(run_claim(claim, args.repeats, args.trace, note, cache))
+    for o in outcomes:
+        if o.dropped:  # never silently: the figure rests on fewer repeats than asked for
+            print(f"warning: {o.claim.name}: {o.dropped} of {o.dropped + len(o.changes)} repeats have no "
+                  f"{o.claim.metric} for one of the policies (for a rate: none of {list(o.claim.rates)} reached "
+                  f"the target attainment); Baton's figure rests on the others", file=sys.stderr)
     rows = [[o.claim.name, o.claim.figure, f"{o.claim.metric}: {o.claim.policy} vs {o.claim.baseline}",
              f"{o.claim.claim * 100:+.1f}%", _pct_ci(o), {True: "yes", False: "no", None: "-"}[o.agrees]]
             for o in outcomes]

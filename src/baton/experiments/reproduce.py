@@ -98,6 +98,7 @@ class Outcome:
     changes: list[float]
     policy_mean: float
     baseline_mean: float
+    dropped: int = 0  # repeats without a value (e.g. no rate sustained at the target attainment)
 
     @property
     def baton(self) -> float:
@@ -123,7 +124,7 @@ class Outcome:
         fin = lambda v: None if math.isnan(v) else v  # noqa: E731
         return {"claim": self.claim.claim, "baton": fin(self.baton), "ci95": [fin(lo), fin(hi)],
                 "metric": f"{self.claim.metric}: {self.claim.policy} vs {self.claim.baseline}",
-                "figure": self.claim.figure, "repeats": len(self.changes)}
+                "figure": self.claim.figure, "repeats": len(self.changes), "dropped_repeats": self.dropped}
 
 
 def run_claim(claim: Claim, repeats: int | None = None, trace: str | None = None,
@@ -152,7 +153,7 @@ def run_claim(claim: Claim, repeats: int | None = None, trace: str | None = None
         pol.append(p)
         if b and not (math.isnan(b) or math.isnan(p)):
             changes.append((p - b) / abs(b))
-    return Outcome(claim, changes, float(np.nanmean(pol)), float(np.nanmean(base)))
+    return Outcome(claim, changes, float(np.nanmean(pol)), float(np.nanmean(base)), k - len(changes))
 
 
 def _measure(exp: Experiment, requests: list, name: str, claim: Claim) -> dict[str, float]:
