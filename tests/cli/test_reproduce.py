@@ -71,14 +71,20 @@ def test_a_reproduction_file_works_as_an_experiment_config():
     assert exp.cluster.decode == 3 and exp.workload.synthetic.rate_rps == 0.17
 
 
-def test_a_sustainable_rate_claim_sweeps_both_policies(tmp_path):
+def rate_claim(tmp_path, rates: str, slo: str):
+    """A tiny sustainable-rate reproduction (arrow vs arrow-static) in ``tmp_path/arrow``."""
     folder = tmp_path / "arrow"
     folder.mkdir()
     (folder / "rate.yaml").write_text(
         "figure: tiny\nsource: test\npolicy: arrow\nbaseline: arrow-static\nmetric: max_sustainable_rate_rps\n"
-        "claim: 0.5\nrates: [2, 8, 32, 128]\nexperiment:\n  cluster: {prefill: 1, decode: 2}\n"
+        f"claim: 0.5\nrates: {rates}\nexperiment:\n  cluster: {{prefill: 1, decode: 2}}\n"
         "  workload: {synthetic: {requests: 120, rate_rps: 5, prompt_median: 500, output_median: 20}}\n"
-        "  slo: {ttft_s: 2.0, tpot_s: 0.1}\n")
+        f"  slo: {slo}\n")
+    return folder
+
+
+def test_a_sustainable_rate_claim_sweeps_both_policies(tmp_path):
+    folder = rate_claim(tmp_path, "[2, 8, 32, 128]", "{ttft_s: 2.0, tpot_s: 0.1}")
     p = baton("reproduce", "arrow", "--dir", str(tmp_path), "--repeats", "2", "--json", "--quiet",
               "--out", str(tmp_path / "out"))
     assert p.returncode == 0, p.stderr
@@ -98,13 +104,7 @@ def test_a_trace_path_under_the_home_folder_is_expanded():
 
 
 def test_repeats_without_a_sustained_rate_are_reported_not_silently_dropped(tmp_path):
-    folder = tmp_path / "arrow"
-    folder.mkdir()
-    (folder / "rate.yaml").write_text(
-        "figure: tiny\nsource: test\npolicy: arrow\nbaseline: arrow-static\nmetric: max_sustainable_rate_rps\n"
-        "claim: 0.5\nrates: [5000, 10000]\nexperiment:\n  cluster: {prefill: 1, decode: 2}\n"
-        "  workload: {synthetic: {requests: 120, rate_rps: 5, prompt_median: 500, output_median: 20}}\n"
-        "  slo: {ttft_s: 0.01, tpot_s: 0.001}\n")  # nobody meets this at any rate
+    rate_claim(tmp_path, "[5000, 10000]", "{ttft_s: 0.01, tpot_s: 0.001}")  # nobody meets this at any rate
     p = baton("reproduce", "arrow", "--dir", str(tmp_path), "--repeats", "2", "--json", "--quiet",
               "--out", str(tmp_path / "out"))
     assert p.returncode == 0, p.stderr

@@ -57,7 +57,6 @@ def test_arrow_lends_a_decode_instance_for_a_burst_and_takes_it_back(tmp_path):
                    enumerate(sorted(results, key=lambda r: r[1]["usage"]["completion_tokens"])))
         assert wait_until(lambda: all(v == 0 for v in get(gw.url + "/admin/instances", headers=AUTH)[1]
                                       ["in_flight"].values()))
-        assert sum(1 for s, b in results if s == 200) == 36
         assert log_lines(gw, "(by policy)") >= 2  # both flips logged
 
 

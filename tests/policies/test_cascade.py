@@ -85,7 +85,6 @@ def test_stage_crossings_migrate_at_the_bound_in_the_simulator():
     long_runs = [r for r in result.records if r.req_id < 12]
     # 200 + 600 tokens: start in stage 0 (< 256), cross 256 and 512 into stages 1 and 2
     assert all(r.path == "0-1-2" for r in long_runs), [r.path for r in long_runs]
-    assert all(len(r.path.split("-")) == 3 and r.path.split("-")[0] == "0" for r in long_runs)
     assert all(r.migrations == 2 for r in long_runs)
     assert all(r.path == "2" and r.migrations == 0 for r in result.records if r.req_id >= 12)  # 700 + 50 < 1024
 
@@ -171,5 +170,5 @@ def test_a_sender_already_sending_three_queues_its_next_handover():
     assert decisions == [] and c.asks == {0: (1, 0.0)}
     assert c._serve_asks(view) == []  # still three under way
     del c.moving[3]
-    c.sending = c._outgoing(view)
+    c.granted, c.sending = c._under_way(view)
     assert [(d.req_id, d.target_instance) for d in c._serve_asks(view)] == [(0, 1)]

@@ -71,6 +71,7 @@ def assert_drained(sim) -> None:
     for i, inst in sim.instances.items():
         assert inst.kv_blocks_used == 0 and inst.decodes.n == 0, i
         assert inst.prefill_queue_tokens == 0 and inst.incoming_tokens == 0 and inst.shadow_tokens == 0
+        assert inst.prefill_queue_sq_tokens == 0
         eng = sim.engines[i]
         assert not eng.held_blocks and not eng.prefills and not eng.joins
 

@@ -125,16 +125,20 @@ def load_experiment(path: str | Path) -> Experiment:
     if "figure" in data and isinstance(data.get("experiment"), Mapping):
         data = data["experiment"]  # a reproduction file: its regime works as an experiment
     exp = experiment_from_dict(data)
-    trace = exp.workload.trace
-    if trace and trace.startswith("~"):  # a cache outside the repository, e.g. ~/.cache/baton/...
-        exp.workload.trace = trace = str(Path(trace).expanduser())
-    if trace and not Path(trace).is_absolute():
-        # a trace path in a YAML is relative to the YAML's folder, not to where baton runs
-        exp.workload.trace = str((Path(path).parent / trace).resolve())
+    exp.workload.trace = resolve_trace(exp.workload.trace, Path(path).parent)
     preset = exp.cluster.preset
     if preset.endswith(".csv") and not Path(preset).is_absolute():  # a profile, likewise
         exp.cluster = replace(exp.cluster, preset=str((Path(path).parent / preset).resolve()))
     return exp
+
+
+def resolve_trace(trace: str | None, folder: Path) -> str | None:
+    """A trace path from a YAML: ``~`` is the home folder (caches outside the repository),
+    and a relative path is relative to the YAML's ``folder``, not to where baton runs."""
+    if not trace:
+        return trace
+    path = Path(trace).expanduser()
+    return str(path if path.is_absolute() else (folder / path).resolve())
 
 
 def experiment_from_dict(data: Mapping[str, Any]) -> Experiment:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from baton.core.errors import ConfigError
-from baton.experiments.config import Experiment, WorkloadConfig, experiment_from_dict
+from baton.experiments.config import Experiment, WorkloadConfig, experiment_from_dict, resolve_trace
 from baton.experiments.repeats import repeat_workloads
 from baton.experiments.run import run_experiment
 from baton.yamlfile import read_yaml
@@ -65,10 +65,7 @@ def load_claim(path: Path) -> Claim:
         exp = experiment_from_dict(data["experiment"])
     except ConfigError as err:
         raise ConfigError(f"{path}: experiment.{err}") from None
-    if exp.workload.trace and exp.workload.trace.startswith("~"):  # a cache outside the repository
-        exp.workload.trace = str(Path(exp.workload.trace).expanduser())
-    if exp.workload.trace and not Path(exp.workload.trace).is_absolute():  # relative to the YAML
-        exp.workload.trace = str((path.parent / exp.workload.trace).resolve())
+    exp.workload.trace = resolve_trace(exp.workload.trace, path.parent)
     rates = data.get("rates", [])
     if not isinstance(rates, list) or not all(isinstance(r, (int, float)) and r > 0 for r in rates):
         raise ConfigError(f"{path}: rates: expected a list of positive request rates, got {rates!r}")

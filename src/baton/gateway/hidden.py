@@ -85,7 +85,7 @@ class HiddenStateFeed:
             sock.connect(address)
             self.sockets.append(sock)
         self.connected: dict[int, bool] = {i: False for i in range(len(addresses))}
-        self.received = self.delivered = self.malformed = self.rejected = 0
+        self.dropped = 0  # malformed, or rejected by the policy
 
     async def run(self) -> None:
         """Receive until cancelled."""
@@ -103,23 +103,17 @@ class HiddenStateFeed:
 
     async def _read(self, sock) -> None:
         while True:
-            frames = await sock.recv_multipart()
-            self.received += 1
-            parsed = parse(frames)
-            if parsed is None:
-                self.malformed += 1
-                continue
-            req_id, generated, vec = parsed
+            parsed = parse(await sock.recv_multipart())
             try:
-                delivered = self.deliver(HiddenState(req_id, generated, tuple(vec.tolist()), self.clock()))
-            except Exception:  # e.g. a vector the predictor cannot read: drop it, keep the feed
-                self.rejected += 1
-                if self.rejected == 1:
-                    log.exception("hidden state of request %d rejected by the policy", req_id)
-                continue
-            if delivered:
-                self.delivered += 1
-                log.debug("hidden state: request %d after %d generated tokens", req_id, generated)
+                if parsed is None:
+                    raise ValueError("a malformed hidden-state message")
+                req_id, generated, vec = parsed
+                if self.deliver(HiddenState(req_id, generated, tuple(vec.tolist()), self.clock())):
+                    log.debug("hidden state: request %d after %d generated tokens", req_id, generated)
+            except Exception:  # malformed, or a vector the predictor cannot read: drop it, keep the feed
+                self.dropped += 1
+                if self.dropped == 1:  # the first says why; the rest would flood the log
+                    log.exception("hidden state dropped")
 
     def close(self) -> None:
         for sock in self.sockets:

@@ -21,15 +21,7 @@ from baton.learn.prompts import Prompt
 
 def done_ids(path: Path) -> set[str]:
     """Prompt ids already recorded in ``path`` (a torn last line from a kill is ignored)."""
-    ids: set[str] = set()
-    if not path.exists():
-        return ids
-    for line in path.read_text().splitlines():
-        try:
-            ids.add(json.loads(line)["id"])
-        except (ValueError, KeyError, TypeError):
-            continue
-    return ids
+    return {r["id"] for r in read_records(path)} if Path(path).exists() else set()
 
 
 def read_records(path: Path) -> list[dict]:
@@ -40,7 +32,7 @@ def read_records(path: Path) -> list[dict]:
             rec = json.loads(line)
         except ValueError:
             continue
-        if isinstance(rec, dict) and rec.get("output_ids") is not None:
+        if isinstance(rec, dict) and "id" in rec and rec.get("output_ids") is not None:
             out.append(rec)
     return out
 

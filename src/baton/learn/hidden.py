@@ -31,8 +31,8 @@ def sample_positions(prompt_tokens: int, output_tokens: int, every_tokens: int) 
 
 def load_model(model_dir: Path, dtype: str = "bfloat16"):
     """The transformers base model (no LM head: only hidden states are needed). bfloat16 by
-    default: the dtype the engine serves in, and about 5x faster than float32 on this
-    machine's CPU (AMX): 240 against 42 tokens/s for a 512-token forward."""
+    default: the dtype the engine serves in, and much faster than float32 on CPUs with
+    AMX (such as this machine's)."""
     import torch
     from transformers import AutoModel
 

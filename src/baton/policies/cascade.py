@@ -55,7 +55,7 @@ import numpy as np
 
 from baton.core.decisions import ArrivalPlan, Decision, Migrate, MigrationMode, Watch
 from baton.core.errors import ConfigError
-from baton.core.events import Completed, DecodeProgress, Observation
+from baton.core.events import DecodeProgress, Observation
 from baton.core.request import Phase, RequestState
 from baton.core.view import ClusterView
 from baton.policies.base import PolicyContext, Stage
@@ -139,13 +139,9 @@ class Cascade(Stage):
                 del book[rid]
 
     def observe(self, view: ClusterView, observation: Observation) -> None:
-        if isinstance(observation, Completed):
-            self.asks.pop(observation.req_id, None)
-            self.moving.pop(observation.req_id, None)
-        if isinstance(observation, DecodeProgress):
-            running = view.decode_snapshot(observation.instance_id)[0].size
+        if isinstance(observation, DecodeProgress):  # ended requests are dropped by _forget_ended
             i = observation.instance_id
-            self.output_tokens[i] = self.output_tokens.get(i, 0.0) + observation.iterations * running
+            self.output_tokens[i] = self.output_tokens.get(i, 0.0) + observation.iterations * view.instance(i).decodes.n
 
     def _close_period(self) -> None:
         """The CV of output tokens per instance within each stage of two or more instances
@@ -203,7 +199,7 @@ class Cascade(Stage):
                            None if math.isinf(bound) else int(bound))
 
     def on_threshold(self, view: ClusterView, req_id: int, context_tokens: int) -> list[Decision]:
-        self.granted, self.sending = self._unseen(view), self._outgoing(view)
+        self.granted, self.sending = self._under_way(view)
         st = view.request(req_id)
         if st.done or st.decode_instance is None or st.migrating or req_id in self.asks:
             return []
@@ -237,20 +233,31 @@ class Cascade(Stage):
         """The request's instance already sends ``max_moves`` requests away."""
         return self.sending.get(view.request(req_id).decode_instance, 0) >= self.max_moves
 
-    def _outgoing(self, view: ClusterView) -> dict[int, int]:
-        """Per sender, the handovers under way (decided and not landed)."""
-        out: dict[int, int] = {}
+    def _under_way(self, view: ClusterView) -> tuple[dict[int, int], dict[int, int]]:
+        """Handovers decided and not landed: per receiver those not yet in its ``incoming``
+        (the gateway registers a move only once the continuation answers), per sender all."""
+        arriving: dict[int, int] = {}
+        sending: dict[int, int] = {}
         for rid, target in self.moving.items():
             src = view.request(rid).decode_instance if view.has_request(rid) else None
-            if src is not None and src != target:
-                out[src] = out.get(src, 0) + 1
-        return out
+            if src is None or src == target:
+                continue
+            sending[src] = sending.get(src, 0) + 1
+            if rid not in view.instance(target).incoming:
+                arriving[target] = arriving.get(target, 0) + 1
+        return arriving, sending
+
+    def _has_room(self, view: ClusterView, i: int, context_tokens: int) -> bool:
+        """Instance ``i`` is healthy and has free KV for the request (its transfer slots aside)."""
+        inst = view.instance(i)
+        return inst.healthy and inst.kv_blocks_free_at(view.now_s) * inst.block_size_tokens > context_tokens
+
+    def _slot_free(self, view: ClusterView, i: int) -> bool:
+        return len(view.instance(i).incoming) + self.granted.get(i, 0) < self.max_moves
 
     def _only_busy(self, view: ClusterView, candidates: list[int], context_tokens: int) -> bool:
         """Some candidate would bid for the request but for its ``max_moves`` transfers."""
-        return any(view.instance(i).healthy and len(view.instance(i).incoming) + self.granted.get(i, 0) >= self.max_moves
-                   and view.instance(i).kv_blocks_free_at(view.now_s) * view.instance(i).block_size_tokens
-                   > context_tokens for i in candidates)
+        return any(self._has_room(view, i, context_tokens) and not self._slot_free(view, i) for i in candidates)
 
     def ask_order(self, view: ClusterView) -> list[int]:
         """Queued asks in the order receivers serve them: starving ones (waited at least
@@ -280,33 +287,20 @@ class Cascade(Stage):
 
     def choose_receiver(self, view: ClusterView, candidates: list[int], context_tokens: int) -> int | None:
         """The bid-ask auction (or round-robin with ``balance: rr``) over ``candidates``."""
-        bidders = [i for i in candidates if view.instance(i).healthy
-                   and len(view.instance(i).incoming) + self.granted.get(i, 0) < self.max_moves
-                   and view.instance(i).kv_blocks_free_at(view.now_s) * view.instance(i).block_size_tokens
-                   > context_tokens]
+        bidders = [i for i in candidates if self._has_room(view, i, context_tokens) and self._slot_free(view, i)]
         if not bidders:
             return None
         if self.balance == "rr":
             return bidders[next(self._rr) % len(bidders)]
         by_load = sorted(bidders, key=lambda i: (view.token_load(i), i))[: (len(bidders) + 1) // 2]
-        early = sorted(by_load, key=lambda i: (view.incoming_tokens(i), view.token_load(i), i))[:3]
-        return early[0]
+        # of the three earliest starts the first to reply wins, and replies come in start order
+        return min(by_load, key=lambda i: (view.incoming_tokens(i), view.token_load(i), i))
 
     # --- ticks ---------------------------------------------------------------------------
-    def _unseen(self, view: ClusterView) -> dict[int, int]:
-        """Per receiver, the handovers decided but not yet in its ``incoming`` (the gateway
-        registers a move only once the continuation answers)."""
-        out: dict[int, int] = {}
-        for rid, target in self.moving.items():
-            if rid not in view.instance(target).incoming and view.has_request(rid) \
-                    and view.request(rid).decode_instance != target:
-                out[target] = out.get(target, 0) + 1
-        return out
-
     def tick(self, view: ClusterView) -> list[Decision]:
         self._forget_ended(view)
         out = self._landed(view)
-        self.granted, self.sending = self._unseen(view), self._outgoing(view)
+        self.granted, self.sending = self._under_way(view)
         period_ends = view.now_s >= self.next_plan_s
         if period_ends:
             self.next_plan_s = view.now_s + self.plan_interval_s
@@ -379,9 +373,13 @@ class Cascade(Stage):
             return float(ctx[len(ctx) // 2])
         if self.refine == "memory":
             return float(ctx[int(np.searchsorted(np.cumsum(ctx), ctx.sum() / 2))])
-        zero = np.zeros(len(ctx))
-        costs = [self.qoe.batch_qoe_s(zero[:i], ctx[:i]) + self.qoe.batch_qoe_s(zero[i:], ctx[i:])
-                 for i in range(1, len(ctx))]
+        # Q(left) + Q(right) at every split at once: with no prefill terms (I = 0) a batch of
+        # n sequences costs n (D0 + D1 n + D4 sum L), so prefix sums give every split
+        d, n = self.qoe.d, len(ctx)
+        left_n = np.arange(1, n, dtype=np.float64)
+        left_sum = np.cumsum(ctx)[:-1]
+        right_n, right_sum = n - left_n, ctx.sum() - left_sum
+        costs = left_n * (d[0] + d[1] * left_n + d[4] * left_sum) + right_n * (d[0] + d[1] * right_n + d[4] * right_sum)
         return float(ctx[1 + int(np.argmin(costs))])
 
     def _intra_stage(self, view: ClusterView) -> list[Decision]:
