@@ -1,7 +1,8 @@
 """Gateway relay cost against mock engines on 127.0.0.1, every figure measured in this run.
 
 Two mock engines (aiohttp, separate processes) answer a streamed completion at once with
-``max_tokens`` SSE chunks (one token each, written as fast as the mock can). Measured:
+``max_tokens`` SSE chunks (one token each, written as fast as the mock can, in the compact
+JSON and with the fields of a vLLM 0.32 leg that asked for token ids). Measured:
 
 - **added latency at concurrency 1**: direct-to-a-mock and through-``baton serve``
   requests *interleaved* (alternating, so machine noise lands on both), 8-token streams;
@@ -12,13 +13,21 @@ Two mock engines (aiohttp, separate processes) answer a streamed completion at o
   ``vllm-router``) on the same mocks when ``--with-router`` (installed into
   ``~/.cache/baton/vllm-router-venv`` on first use) or ``$VLLM_ROUTER_BIN`` is given;
 - **long shape**: 512-token streams at concurrency 32 through the gateway: relayed tokens/s
-  and the gateway process's CPU seconds (user + sys, from /proc) per million tokens.
+  and the gateway process's CPU seconds (user + sys, from /proc) per million tokens; once
+  through the default gateway, whose relay forwards the mocks' chunks verbatim (the
+  engines' model name is configured and the mocks send token ids the client did not ask
+  for, as a vLLM leg does: they are nulled in place), and once through a second gateway
+  with ``verbatim_relay: false``, which rebuilds every chunk (``*_rebuild``).
+
+``--profile DIR`` samples the default gateway with py-spy (extra ``profile``) during the
+short and the long shape, writes the raw stacks to DIR and prints the top frames.
 
 Usage: python benchmarks/gateway_overhead.py [--requests 1000] [--seconds 4] [--with-router]
+                                             [--profile DIR]
 The last line is one JSON object: gateway_rps, direct_rps, vllm_router_rps,
 gateway_vs_router (short shape, concurrency 32), gateway_cpu_ms_per_request, the same at
-concurrency 256 (``*_256``),
-p50_overhead_ms, p99_overhead_ms (paired, concurrency 1), relayed_tok_s, cpu_s_per_mtok.
+concurrency 256 (``*_256``), p50_overhead_ms, p99_overhead_ms (paired, concurrency 1),
+relayed_tok_s, cpu_s_per_mtok, relayed_tok_s_rebuild, cpu_s_per_mtok_rebuild.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import aiohttp
@@ -46,15 +56,17 @@ CACHE = Path(os.environ.get("BATON_CACHE", Path.home() / ".cache" / "baton"))
 MOCK = r'''
 import json, sys
 from aiohttp import web
+HEAD = {"id": "cmpl-0123456789abcdef", "object": "text_completion", "created": 1732000000, "model": "m"}
+def event(obj):  # compact, as vLLM's pydantic output is
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 def chunk(i):
-    return b"data: " + json.dumps({"id": "x", "object": "text_completion", "model": "m", "choices": [
-        {"index": 0, "text": f" w{i % 50}", "token_ids": [i], "finish_reason": None}]}).encode() + b"\n\n"
+    return event({**HEAD, "choices": [{"index": 0, "text": f" w{i % 50}", "logprobs": None, "finish_reason": None,
+                                       "stop_reason": None, "prompt_token_ids": None, "token_ids": [i]}]})
 CHUNKS = [chunk(i) for i in range(4096)]
 def tail(n):
-    return (b"data: " + json.dumps({"id": "x", "object": "text_completion", "model": "m", "choices": [
-        {"index": 0, "text": "", "finish_reason": "length"}]}).encode() + b"\n\n" + b"data: " +
-        json.dumps({"id": "x", "choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": n,
-        "total_tokens": n + 4}}).encode() + b"\n\ndata: [DONE]\n\n")
+    return (event({**HEAD, "choices": [{"index": 0, "text": "", "finish_reason": "length", "token_ids": []}]}) +
+            event({**HEAD, "choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": n,
+                   "total_tokens": n + 4}}) + b"data: [DONE]\n\n")
 async def completions(request):
     body = json.loads(await request.read())
     n = int(body.get("max_tokens") or 8)
@@ -144,24 +156,37 @@ def router_binary(install: bool) -> str | None:
     return str(binary)
 
 
-def start(tmp: Path, binary: str | None) -> tuple[list, Server, Proc | None]:
+def _gateway(tmp: Path, mocks: list, name: str, **extra) -> Server:
+    port = free_port()
+    cfg = {"port": port, "policy": "colocated", "scrape_interval_s": 5.0, "max_inflight": 4096, **extra,
+           "engines": [{"name": f"m{i}", "url": m.url, "role": "mixed", "model": "m"} for i, m in enumerate(mocks)]}
+    (tmp / f"{name}.yaml").write_text(yaml.safe_dump(cfg))
+    return Server(["serve", "--config", str(tmp / f"{name}.yaml")], port, tmp / f"{name}.log")
+
+
+def start(tmp: Path, binary: str | None) -> tuple[list, Server, Server, Proc | None]:
+    """The mocks, the default gateway, one that rebuilds every chunk, and vllm-router."""
     mock_py = tmp / "mock.py"
     mock_py.write_text(MOCK)
     mocks = [Proc([sys.executable, str(mock_py), str(p)], p, tmp / f"mock-{p}.log") for p in (free_port(), free_port())]
-    gw_port = free_port()
-    cfg = {"port": gw_port, "policy": "colocated", "scrape_interval_s": 5.0, "max_inflight": 4096,
-           "engines": [{"name": f"m{i}", "url": m.url, "role": "mixed"} for i, m in enumerate(mocks)]}
-    (tmp / "gw.yaml").write_text(yaml.safe_dump(cfg))
-    gw = Server(["serve", "--config", str(tmp / "gw.yaml")], gw_port, tmp / "gw.log")
+    gw, rebuild = _gateway(tmp, mocks, "gw"), _gateway(tmp, mocks, "gw-rebuild", verbatim_relay=False)
     router = None
     if binary:
         rport = free_port()
         router = Proc([binary, "--host", "127.0.0.1", "--port", str(rport), "--policy", "round_robin",
                        "--worker-urls", *[m.url for m in mocks]], rport, tmp / "router.log")
-    return mocks, gw, router
+    return mocks, gw, rebuild, router
 
 
-def measure(args, mocks, gw, router) -> dict:
+def _long(gw: Server, seconds: float) -> tuple[float, float]:
+    """(relayed tokens/s, gateway CPU-s per million tokens) of 512-token streams."""
+    cpu0, t0 = cpu_s(gw.proc.pid), time.perf_counter()
+    rps = asyncio.run(throughput(gw.url + "/v1/completions", seconds, 32, tokens=512))
+    wall, cpu = time.perf_counter() - t0, cpu_s(gw.proc.pid) - cpu0
+    return round(rps * 512, 1), round(cpu / (rps * wall * 512) * 1e6, 2)
+
+
+def measure(args, mocks, gw, rebuild, router) -> dict:
     direct, gateway = mocks[0].url + "/v1/completions", gw.url + "/v1/completions"
     out: dict = {}
     diffs = asyncio.run(paired_latency(direct, gateway, args.requests)) * 1e3
@@ -175,12 +200,8 @@ def measure(args, mocks, gw, router) -> dict:
         rps = asyncio.run(throughput(router.url + "/v1/completions", args.seconds, conc)) if router else None
         out[f"vllm_router_rps{suffix}"] = None if rps is None else round(rps, 1)
         out[f"gateway_vs_router{suffix}"] = None if rps is None else round(out[f"gateway_rps{suffix}"] / rps, 3)
-    cpu0, t0 = cpu_s(gw.proc.pid), time.perf_counter()
-    rps = asyncio.run(throughput(gateway, args.seconds, 32, tokens=512))
-    wall, cpu = time.perf_counter() - t0, cpu_s(gw.proc.pid) - cpu0
-    tokens = rps * wall * 512
-    out["relayed_tok_s"] = round(rps * 512, 1)
-    out["cpu_s_per_mtok"] = round(cpu / tokens * 1e6, 2)
+    out["relayed_tok_s"], out["cpu_s_per_mtok"] = _long(gw, args.seconds)
+    out["relayed_tok_s_rebuild"], out["cpu_s_per_mtok_rebuild"] = _long(rebuild, args.seconds)
     return out
 
 
@@ -196,8 +217,41 @@ def report(r: dict) -> None:
               f"{r['gateway_rps' + sfx]:.0f} req/s ({r['gateway_cpu_ms_per_request' + sfx]:.3f} CPU-ms each)" + (f", vllm-router {router:.0f} req/s (gateway "
                                                       f"{r['gateway_vs_router' + sfx]:.2f}x router)" if router else
                                                       ", vllm-router not measured (--with-router)"))
-    print(f"512-token streams at concurrency 32 through the gateway: {r['relayed_tok_s']:.0f} tokens/s relayed, "
-          f"{r['cpu_s_per_mtok']:.1f} gateway CPU-seconds per million tokens")
+    for label, sfx in (("verbatim", ""), ("rebuilt", "_rebuild")):
+        print(f"512-token streams at concurrency 32 through the gateway, chunks {label}: "
+              f"{r['relayed_tok_s' + sfx]:.0f} tokens/s relayed, "
+              f"{r['cpu_s_per_mtok' + sfx]:.2f} gateway CPU-seconds per million tokens")
+
+
+def _top_frames(raw: Path, n: int = 15) -> list[tuple[float, float, str]]:
+    """(self %, inclusive %, frame) of py-spy's raw (collapsed) stacks, by self time."""
+    own, within, total = Counter(), Counter(), 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames, k = stack.split(";"), int(count)
+        total += k
+        own[frames[-1]] += k
+        for f in set(frames):
+            within[f] += k
+    return [(100 * k / total, 100 * within[f] / total, f) for f, k in own.most_common(n)]
+
+
+def profile(gw: Server, out_dir: Path, seconds: float) -> None:
+    """Sample the gateway with py-spy while each shape runs (not during the measured runs)."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(spy).exists():
+        sys.exit("error: --profile needs py-spy (pip install 'llm-baton[profile]')")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for tokens in (8, 512):
+        raw = out_dir / f"gateway-{tokens}tok.txt"
+        spy_proc = subprocess.Popen([spy, "record", "--pid", str(gw.proc.pid), "--rate", "250", "--format", "raw",
+                                     "--duration", str(int(seconds)), "--nonblocking", "-o", str(raw)],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        asyncio.run(throughput(gw.url + "/v1/completions", seconds, 32, tokens))
+        spy_proc.wait()
+        print(f"py-spy, {tokens}-token streams at concurrency 32 (self %, inclusive %, frame); raw stacks in {raw}")
+        for own, within, frame in _top_frames(raw):
+            print(f"  {own:5.1f} {within:5.1f}  {frame}")
 
 
 def main() -> None:
@@ -205,11 +259,14 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=1000, help="request pairs for the paired latency")
     ap.add_argument("--seconds", type=float, default=4.0, help="duration of each throughput measurement")
     ap.add_argument("--with-router", action="store_true", help="install and measure vllm-router")
+    ap.add_argument("--profile", type=Path, metavar="DIR", help="also sample the gateway with py-spy")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="baton-overhead-"))
-    mocks, gw, router = start(tmp, router_binary(args.with_router))
-    with servers(*mocks, gw, *([router] if router else [])):
-        results = measure(args, mocks, gw, router)
+    mocks, gw, rebuild, router = start(tmp, router_binary(args.with_router))
+    with servers(*mocks, gw, rebuild, *([router] if router else [])):
+        results = measure(args, mocks, gw, rebuild, router)
+        if args.profile:
+            profile(gw, args.profile, args.seconds)
     report(results)
     print(json.dumps(results))
 

@@ -149,16 +149,23 @@ class Stream:
         self.resp = self.conn.getresponse()
         self.status = self.resp.status
 
-    def events(self) -> Iterator[dict[str, Any]]:
+    def raw_events(self) -> Iterator[bytes]:
+        """Each event's data bytes as sent, up to and including ``[DONE]``."""
         while True:
             line = self.resp.fp.readline()
             if not line:
                 return
             if line.startswith(b"data: "):
                 data = line[6:].strip()
+                yield data
                 if data == b"[DONE]":
                     return
-                yield json.loads(data)
+
+    def events(self) -> Iterator[dict[str, Any]]:
+        for data in self.raw_events():
+            if data == b"[DONE]":
+                return
+            yield json.loads(data)
 
     def close(self) -> None:
         self.conn.sock.close() if self.conn.sock else None

@@ -7,8 +7,10 @@ received.
 
 from __future__ import annotations
 
+import json
 import threading
 
+import orjson
 import pytest
 
 from baton.emulator.tokens import token_text
@@ -40,7 +42,9 @@ def cluster(tmp_path_factory):
     gws = {"pd": start_gateway(tmp, {**base, "policy": "least-loaded", "max_body_bytes": 65536}),
            "ils": start_gateway(tmp, {**base, "policy": "ils"}),
            "colocated": start_gateway(tmp, {"engines": engines(p, d0, d1), "policy": "colocated"}),
-           "small": start_gateway(tmp, {**base, "policy": "least-loaded", "max_inflight": 2})}
+           "small": start_gateway(tmp, {**base, "policy": "least-loaded", "max_inflight": 2}),
+           "rebuild": start_gateway(tmp, {"engines": engines(p, d0, d1), "policy": "colocated",
+                                          "verbatim_relay": False})}
     with servers(p, d0, d1, *gws.values()):
         yield {"p": p, "d0": d0, "d1": d1, **gws}
 
@@ -141,6 +145,9 @@ def test_migration_mid_stream_keeps_the_token_sequence(cluster):
     events += list(it)
     s.close()
     assert chunk_texts(events) == expected(4, 300)  # nothing duplicated, nothing missing
+    # relayed verbatim before the move, rebuilt after it: one response id, one finish
+    assert len({e["id"] for e in events}) == 1
+    assert [e["choices"][0]["finish_reason"] for e in events if e["choices"][0]["finish_reason"]] == ["length"]
     assert metric(gw.url, 'baton_migrations_total{result="ok"}') == ok_before + 1
     assert wait_until(lambda: idle(gw))
 
@@ -400,3 +407,57 @@ def test_streamed_token_ids_include_the_prompt_ids_in_the_first_chunk(cluster):
     assert first["prompt_token_ids"] == [e["choices"][0] for e in direct if e.get("choices")][0]["prompt_token_ids"]
     ids = [t for e in relayed if e.get("choices") for t in e["choices"][0].get("token_ids") or []]
     assert ids == [t for e in direct if e.get("choices") for t in e["choices"][0].get("token_ids") or []]
+
+
+def _without(event: bytes, *keys: str) -> dict:
+    out = json.loads(event)
+    for k in keys:
+        out.pop(k, None)
+    return out
+
+
+@pytest.mark.parametrize("kind", ["completions", "chat"])
+def test_a_stream_in_the_clients_format_is_relayed_as_the_engine_wrote_it(cluster, kind):
+    """Same endpoint, same model name, the client asks for what the leg asks (token ids
+    and usage): every event is the engine's bytes; only id and created differ from a
+    direct request (they are the leg's own), and they are the same on every chunk."""
+    path = "/v1/completions" if kind == "completions" else "/v1/chat/completions"
+    prompt = {"prompt": PROMPT} if kind == "completions" else {"messages": [{"role": "user", "content": "hi"}]}
+    body = {**prompt, "max_tokens": 6, "ignore_eos": True, "stream": True, "return_token_ids": True,
+            "stream_options": {"include_usage": True}}
+    direct = list(Stream(cluster["d0"].url + path, body).raw_events())
+    relayed = list(Stream(cluster["colocated"].url + path, body).raw_events())
+    assert len(relayed) == len(direct) and relayed[-1] == direct[-1] == b"[DONE]"
+    assert [_without(e, "id", "created") for e in relayed[:-1]] == [_without(e, "id", "created") for e in direct[:-1]]
+    assert len({json.loads(e)["id"] for e in relayed[:-1]}) == 1
+    engine_format = [json.loads(e) for e in direct[:-1]]
+    for raw, ref in zip(relayed[:-1], engine_format):  # byte for byte once id and created are the same
+        assert raw == orjson.dumps({**ref, "id": json.loads(raw)["id"], "created": json.loads(raw)["created"]})
+
+
+def test_token_ids_the_client_did_not_ask_for_are_nulled_not_reencoded(cluster):
+    body = {"prompt": PROMPT, "max_tokens": 5, "ignore_eos": True, "stream": True}
+    relayed = [json.loads(e) for e in Stream(cluster["colocated"].url + "/v1/completions", body).raw_events()
+               if e != b"[DONE]"]
+    choices = [e["choices"][0] for e in relayed]
+    tokens = [c for c in choices if c["text"]]
+    assert len(tokens) == 5 and all("token_ids" in c and c["token_ids"] is None for c in tokens)  # leg asked
+    assert "prompt_token_ids" in choices[0] and choices[0]["prompt_token_ids"] is None
+    assert all(e.get("usage") is None for e in relayed)
+    assert chunk_texts(relayed) == expected(4, 5) and choices[-1]["finish_reason"] == "length"
+    rebuilt = list(Stream(cluster["rebuild"].url + "/v1/completions", body).events())
+    assert chunk_texts(rebuilt) == expected(4, 5)
+    assert all("token_ids" not in e["choices"][0] for e in rebuilt)  # the gateway's own chunks
+    assert rebuilt[0]["id"].startswith("cmpl-") and relayed[0]["id"].startswith("baton-")
+
+
+def test_a_client_naming_an_alias_gets_rebuilt_chunks_with_its_name(tmp_path):
+    emu = start_emulator(tmp_path, "--model", "org/real-name")
+    gw = start_gateway(tmp_path, {"engines": [{"name": "m", "url": emu.url, "role": "mixed", "model": "org/real-name"}],
+                                  "policy": "colocated", "model": "my-alias"})
+    with servers(emu, gw):
+        for name in ("my-alias", "org/real-name"):
+            body = {"model": name, "prompt": PROMPT, "max_tokens": 4, "stream": True, "ignore_eos": True}
+            events = list(Stream(gw.url + "/v1/completions", body).events())
+            assert {e["model"] for e in events} == {name} and chunk_texts(events) == expected(4, 4)
+            assert ("token_ids" in events[0]["choices"][0]) == (name == "org/real-name")  # verbatim: nulled

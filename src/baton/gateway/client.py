@@ -4,18 +4,27 @@ chat, streamed or not), whichever legs and instances its tokens come from."""
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from baton.protocol.chunks import DONE, full_response, sse, stream_chunk, usage_chunk
+from baton.protocol.chunks import DONE, full_response, sse, stream_chunk, usage_chunk, without_token_ids
 from baton.protocol.errors import ApiError
 from baton.protocol.requests import ParsedRequest
+
+if TYPE_CHECKING:
+    from baton.gateway.upstream import Piece
 
 
 class ClientOut:
     """Writes tokens as they are relayed; remembers what was sent so that a continuation
     picks up exactly after it. A streamed response is started at the first token, so
-    errors before that are plain JSON error responses with their HTTP status."""
+    errors before that are plain JSON error responses with their HTTP status.
+
+    Chunks are either built here (``add``) or, from a leg in the client's own format,
+    forwarded as the engine wrote them (``add_verbatim``); the response then carries that
+    leg's id and creation time, and the engine's finish and usage chunks stand for the
+    gateway's own."""
 
     def __init__(self, request: web.Request, parsed: ParsedRequest, model: str, response_id: str) -> None:
         self.request, self.parsed, self.model, self.rid = request, parsed, model, response_id
@@ -29,6 +38,9 @@ class ClientOut:
         self.tokens = 0
         self._pending: list[bytes] = []
         self.response: web.StreamResponse | None = None
+        self._own_id = (response_id, self.created)
+        self.finish_sent = False  # an engine's finish chunk went out verbatim
+        self.usage_sent = False   # so did its usage chunk
 
     @property
     def started(self) -> bool:
@@ -53,9 +65,39 @@ class ClientOut:
             self._pending.append(sse(stream_chunk(self.parsed.kind, self.rid, self.model, self.created, text,
                                                   None, token_ids if self.with_ids else None, first, prompt_ids)))
 
+    def adopt(self, payload: dict[str, Any]) -> None:
+        """Take the response id and creation time of a verbatim leg's first chunk."""
+        self.rid, self.created = payload["id"], payload.get("created", self.created)
+
+    def add_verbatim(self, piece: Piece, count: int) -> None:
+        """Queue an engine chunk (``count`` tokens) as the engine wrote
+        it; token id lists the client did not ask for become ``null``, and a usage chunk
+        the client did not ask for is not sent."""
+        if not piece.payload.get("choices"):
+            if not self.parsed.include_usage:
+                return
+            self.usage_sent = True
+        elif piece.finish_reason is not None:
+            self.finish_sent = True
+        self.tokens += count
+        raw = piece.raw
+        if not self.with_ids:
+            lists = (piece.token_ids is not None) + (piece.prompt_token_ids is not None)
+            if lists:
+                raw = without_token_ids(raw, lists)
+        self._pending.append(b"data: " + raw + b"\n\n")
+
+    def discard_unsent(self) -> None:
+        """Before the response started: forget a failed leg's queued chunks (a chat role
+        chunk) and its adopted id, so the next leg starts the response afresh."""
+        if self.response is None:
+            self._pending.clear()
+            self.rid, self.created = self._own_id
+            self.finish_sent = self.usage_sent = False
+
     async def flush(self) -> None:
-        """Write what ``add`` queued, in one write."""
-        if self._pending:
+        """Write what was queued, in one write; a stream starts only with its first token."""
+        if self._pending and (self.response is not None or self.tokens):
             resp = self.response or await self._start()
             data, self._pending = b"".join(self._pending), []
             await resp.write(data)
@@ -69,8 +111,10 @@ class ClientOut:
                                  self.prompt_token_ids if self.with_ids else None)
             return web.json_response(body, headers=self.headers)
         resp = self.response or await self._start()
-        tail = [sse(stream_chunk(self.parsed.kind, self.rid, self.model, self.created, "", reason))]
-        if self.parsed.include_usage:
+        tail, self._pending = self._pending, []
+        if not self.finish_sent:
+            tail.append(sse(stream_chunk(self.parsed.kind, self.rid, self.model, self.created, "", reason)))
+        if self.parsed.include_usage and not self.usage_sent:
             tail.append(sse(usage_chunk(self.parsed.kind, self.rid, self.model, self.created,
                                         self.prompt_tokens, self.tokens)))
         await resp.write(b"".join(tail) + DONE)

@@ -90,6 +90,10 @@ class GatewayConfig:
     tpot_slo_s: float | None = None
     log_level: str = "INFO"             # DEBUG adds one line per finished request
     access_log: bool = False            # one aiohttp access line per HTTP request (INFO)
+    # a streamed response whose first leg speaks the client's format (same endpoint, same
+    # model name) gets that leg's chunks as the engine wrote them (token id lists nulled
+    # when the client did not ask for them); False rebuilds every chunk (the slow path)
+    verbatim_relay: bool = True
 
 
 def public_url(url: str) -> str:
@@ -153,7 +157,7 @@ _SCALARS = {"host": str, "port": int, "model": str, "preset": str, "pd_protocol"
             "token_timeout_factor": (int, float), "token_timeout_min_s": (int, float),
             "header_timeout_s": (int, float), "body_timeout_s": (int, float), "max_prompt_tokens": int,
             "default_max_tokens": int, "decisions_log_size": int, "block_size": int, "seed": int,
-            "log_level": str, "access_log": bool, "ttft_slo_s": (int, float), "tpot_slo_s": (int, float),
+            "log_level": str, "access_log": bool, "verbatim_relay": bool, "ttft_slo_s": (int, float), "tpot_slo_s": (int, float),
             "prefill_inflight_limit": int}
 
 

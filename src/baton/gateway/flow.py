@@ -250,9 +250,16 @@ class Flow:
         self.cluster.prefill_done(self.state)
         self.gw.observe(PrefillDone(self.state.req_id, p, self.cluster.now()))
 
+    def _first_leg(self, iid: int, kind: str, body: dict[str, Any]) -> StreamLeg:
+        """A leg that starts the client's response: relayed verbatim when it turns out to
+        speak the client's format (decided at its first chunk)."""
+        leg = StreamLeg(iid, kind, self.cluster.url(iid) + endpoint(kind), self._body(iid, body), self.headers(iid))
+        if self.gw.config.verbatim_relay and self.parsed.stream and kind == self.parsed.kind and not self.out.started:
+            leg.verbatim = None
+        return leg
+
     async def _open_decode(self, iid: int, body: dict[str, Any], kind: str) -> None:
-        url = self.cluster.url(iid) + endpoint(kind)
-        leg = StreamLeg(iid, kind, url, self._body(iid, body), self.headers(iid))
+        leg = self._first_leg(iid, kind, body)
         try:
             await self._open(leg)
         except UpstreamError as err:
@@ -275,6 +282,7 @@ class Flow:
                 continue
             tokens = sum(self._on_piece(piece) for piece in pieces)
             if tokens:  # the accounting once per read: one gap, not a burst of zero gaps
+                self.gw.token_timing(self)
                 self.cluster.token(self.state, tokens)
                 self.gw.check_watch(self.state)
             await self.out.flush()
@@ -294,16 +302,23 @@ class Flow:
         if piece.finish_reason:
             self.reason = piece.finish_reason
         n = piece.tokens
-        if n == 0:
-            return 0
-        if self.state.phase is not Phase.DECODE:
-            self._joined()
-        self.gw.token_timing(self, n)
-        if piece.token_ids is not None:
-            self.generated_ids.extend(piece.token_ids)
-        else:
-            self.ids_complete = False
-        self.out.add(piece.text, piece.token_ids, n)
+        if n:
+            if self.state.phase is not Phase.DECODE:
+                self._joined()
+            if piece.token_ids is not None:
+                self.generated_ids.extend(piece.token_ids)
+            else:
+                self.ids_complete = False
+        leg = self.leg
+        if leg.verbatim is None:  # the first chunk of a leg that may speak the client's format
+            p = piece.payload
+            leg.verbatim = p.get("model") == self.out.model and isinstance(p.get("id"), str)
+            if leg.verbatim:
+                self.out.adopt(p)
+        if leg.verbatim:
+            self.out.add_verbatim(piece, n)
+        elif n:
+            self.out.add(piece.text, piece.token_ids, n)
         return n
 
     def _joined(self) -> None:
@@ -367,11 +382,12 @@ class Flow:
             self.recoveries += 1
             target = self.gw.choose_decode(self.state, frozenset(self.failed_on))
             if self.can_continue:
+                self.out.discard_unsent()  # a continuation writes the response in the gateway's format
                 leg = self._continuation(target)
             elif self.out.tokens == 0:  # nothing sent yet: the original request can start over
-                body = handoff.colocated_body(self.parsed, self.gw.wants_ids(target))
-                leg = StreamLeg(target, self.parsed.kind, self.cluster.url(target) + endpoint(self.parsed.kind),
-                                self._body(target, body), self.headers(target))
+                self.out.discard_unsent()
+                leg = self._first_leg(target, self.parsed.kind,
+                                      handoff.colocated_body(self.parsed, self.gw.wants_ids(target)))
             else:
                 break
             self._move_to(target, leg)

@@ -370,8 +370,9 @@ class Gateway:
             eng.tokens_since_report = 0
 
     # --- request bookkeeping -----------------------------------------------------------
-    def token_timing(self, flow: Flow, count: int) -> None:
-        """TTFT at the first relayed token, then one TBT sample per relayed chunk."""
+    def token_timing(self, flow: Flow) -> None:
+        """TTFT at the first relayed token, then one TBT sample per upstream read that
+        carried tokens (several chunks in one read are one gap, not a burst of zeros)."""
         now = self.cluster.clock()
         if flow.first_token_s is None:
             flow.first_token_s = now

@@ -40,13 +40,16 @@ class UpstreamError(Exception):
 
 @dataclass(slots=True)
 class Piece:
-    """What one stream chunk carried, in either API format."""
+    """What one stream chunk carried, in either API format; ``raw`` is the chunk's JSON as
+    the engine sent it and ``payload`` that JSON decoded (for a verbatim relay)."""
 
     text: str = ""
     token_ids: list[int] | None = None
     finish_reason: str | None = None
     prompt_token_ids: list[int] | None = None
     prompt_tokens: int | None = None
+    raw: bytes = b""
+    payload: dict[str, Any] | None = None
 
     @property
     def tokens(self) -> int:
@@ -128,6 +131,9 @@ class StreamLeg:
         self.done = False
         self.finished = False  # a choice carried a finish reason
         self.received = False  # a token arrived on this leg
+        # chunks go to the client as the engine wrote them: False for legs in another
+        # format (continuations), None until the first chunk shows the model name
+        self.verbatim: bool | None = False
 
     async def open(self, session: aiohttp.ClientSession, timeout: aiohttp.ClientTimeout) -> None:
         try:
@@ -174,6 +180,7 @@ class StreamLeg:
             err = payload["error"] if isinstance(payload["error"], dict) else {"message": str(payload["error"])}
             raise UpstreamError(f"engine error event: {err.get('message')}", status=500, body={"error": err})
         piece = piece_of(self.kind, payload)
+        piece.raw, piece.payload = data, payload
         self.finished = self.finished or piece.finish_reason is not None
         self.received = self.received or piece.tokens > 0
         pieces.append(piece)

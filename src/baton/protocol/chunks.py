@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -79,3 +80,32 @@ def chunk_text(kind: str, choice: dict[str, Any]) -> str:
         part = choice.get("delta") or choice.get("message") or {}
         return part.get("content") or ""
     return choice.get("text") or ""
+
+
+# A JSON key is a quote, the name and a quote; inside a JSON string every quote is escaped
+# (\"), so these cannot match string content, only a "token_ids" or "prompt_token_ids" key
+# whose value is a list of integers (which holds no "]").
+_COMPACT_KEYS = (b'"token_ids":[', b'"prompt_token_ids":[')
+_TOKEN_ID_LISTS = re.compile(rb'("(?:prompt_)?token_ids"\s*:\s*)\[[-\d,\s]*\]')
+
+
+def without_token_ids(event: bytes, lists: int = 2) -> bytes:
+    """A serialised chunk with its ``token_ids`` and ``prompt_token_ids`` lists replaced
+    by ``null``: what vLLM sends a client that did not ask for token ids, made from what
+    it sends the gateway (which always asks), without decoding and re-encoding it.
+    ``lists`` is how many such lists the chunk holds: when the compact form (vLLM's,
+    found with two byte searches each) accounts for fewer, a regular expression that
+    allows whitespace does the rest."""
+    if lists == 1:  # the common case: one output id list in vLLM's compact form
+        i = event.find(b'"token_ids":[')
+        if i >= 0:
+            return event[:i + 12] + b"null" + event[event.index(b"]", i) + 1:]
+    found = 0
+    for key in _COMPACT_KEYS:
+        i = event.find(key)
+        while i >= 0:
+            end = event.index(b"]", i) + 1
+            event = event[:i + len(key) - 1] + b"null" + event[end:]
+            found += 1
+            i = event.find(key, i)
+    return event if found >= lists else _TOKEN_ID_LISTS.sub(rb"\1null", event)

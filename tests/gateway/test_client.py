@@ -1,0 +1,55 @@
+"""ClientOut's verbatim queue before a stream starts (a unit seam: no response is written)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+
+from baton.gateway.client import ClientOut
+from baton.gateway.upstream import piece_of
+from baton.protocol.requests import CHAT, parse_request
+
+
+def _piece(payload: dict):
+    piece = piece_of(CHAT, payload)
+    piece.raw, piece.payload = orjson.dumps(payload), payload
+    return piece
+
+
+ROLE = {"id": "leg-1", "created": 7, "model": "m", "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
+USAGE = {"id": "leg-1", "model": "m", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+
+
+def _out(**extra) -> ClientOut:
+    parsed = parse_request(CHAT, {"messages": [{"role": "user", "content": "hi"}], "stream": True, **extra})
+    return ClientOut(None, parsed, "m", "chatcmpl-own")  # type: ignore[arg-type]
+
+
+def test_a_role_chunk_alone_does_not_start_the_stream_and_is_dropped_with_its_leg():
+    out = _out()
+    out.adopt(ROLE)
+    out.add_verbatim(_piece(ROLE), 0)
+    assert out.rid == "leg-1" and out.created == 7
+    asyncio.run(out.flush())  # no token yet: nothing is written (the request is None here)
+    assert not out.started
+    out.discard_unsent()  # the leg failed before its first token
+    assert out.rid == "chatcmpl-own" and out.created != 7 and not out._pending
+
+
+def test_usage_chunks_go_out_only_to_clients_that_asked():
+    out = _out()
+    out.add_verbatim(_piece(USAGE), 0)
+    assert not out._pending and not out.usage_sent
+    out = _out(stream_options={"include_usage": True})
+    out.add_verbatim(_piece(USAGE), 0)
+    assert out.usage_sent and out._pending == [b"data: " + orjson.dumps(USAGE) + b"\n\n"]
+
+
+def test_finish_chunks_relayed_verbatim_replace_the_gateways_own():
+    out = _out()
+    done = {**ROLE, "choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": "stop", "token_ids": [5]}]}
+    out.add_verbatim(_piece(done), 1)
+    assert out.finish_sent and out.tokens == 1
+    assert orjson.loads(out._pending[0][6:])["choices"][0]["token_ids"] is None  # not asked for
