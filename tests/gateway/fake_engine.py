@@ -10,6 +10,8 @@ id p and text " p"), except where the request's ``user`` field asks it to misbeh
   continuation elsewhere runs normally);
 - ``die-after-N``: N tokens, then the connection is dropped.
 
+With ``logprobs`` set, each streamed choice carries a completions-style logprobs object.
+
 ``POST /fake/metrics-hang`` makes /metrics hang; ``GET /fake/requests`` lists the
 requests received (path, headers, body).
 
@@ -36,6 +38,7 @@ class Fake:
         app = web.Application()
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/v1/models", lambda _r: web.json_response({"object": "list", "data": [{"id": MODEL}]}))
         app.router.add_get("/health", lambda _r: web.json_response({"ok": True}))
         app.router.add_get("/fake/requests", lambda _r: web.json_response(self.requests))
         app.router.add_post("/fake/metrics-hang", self.hang_metrics)
@@ -82,6 +85,8 @@ class Fake:
             pos = len(prompt) + i
             choice = {"index": 0, "text": f" {pos}", "token_ids": [pos],
                       "finish_reason": "length" if i == n - 1 else None}
+            if body.get("logprobs"):
+                choice["logprobs"] = {"tokens": [f" {pos}"], "token_logprobs": [-pos / 100]}
             chunk = {"id": "x", "object": "text_completion", "model": MODEL, "choices": [choice]}
             if i == 0 and isinstance(body["prompt"], list):
                 chunk["prompt_token_ids"] = body["prompt"]

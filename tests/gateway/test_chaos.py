@@ -110,6 +110,16 @@ def test_a_finished_choice_without_done_is_a_complete_answer(fakes):
     assert wait_until(lambda: idle(gw))
 
 
+def test_engine_fields_the_gateway_does_not_model_reach_the_client(fakes):
+    """logprobs come through on the leg the response started on (relayed verbatim; the
+    fake writes spaced JSON, so its token ids are nulled by the general splice)."""
+    events, done = stream_all(fakes["gw"], {"prompt": IDS, "max_tokens": 5, "logprobs": 1})
+    choices = [e["choices"][0] for e in events]
+    assert done and texts(events) == expected(4, 5)
+    assert [c["logprobs"]["token_logprobs"] for c in choices] == [[-(4 + i) / 100] for i in range(5)]
+    assert all(c["token_ids"] is None for c in choices)
+
+
 def test_a_hung_engine_is_left_and_the_stream_continues_elsewhere(fakes):
     gw = fakes["gw"]
     t0 = time.monotonic()
