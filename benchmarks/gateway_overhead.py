@@ -26,7 +26,8 @@ Usage: python benchmarks/gateway_overhead.py [--requests 1000] [--seconds 4] [--
                                              [--profile DIR]
 The last line is one JSON object: gateway_rps, direct_rps, vllm_router_rps,
 gateway_vs_router (short shape, concurrency 32), gateway_cpu_ms_per_request, the same at
-concurrency 256 (``*_256``), p50_overhead_ms, p99_overhead_ms (paired, concurrency 1),
+concurrency 256 (``*_256``), bare_relay_rps and bare_relay_cpu_ms_per_request (a relay
+with nothing but aiohttp, on the same mocks: the HTTP stack's floor), p50_overhead_ms, p99_overhead_ms (paired, concurrency 1),
 relayed_tok_s, cpu_s_per_mtok, relayed_tok_s_rebuild, cpu_s_per_mtok_rebuild.
 """
 
@@ -78,6 +79,40 @@ app.router.add_post("/v1/completions", completions)
 app.router.add_get("/health", ok)
 app.router.add_get("/metrics", ok)
 web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log=None)
+'''
+
+# The least an aiohttp relay can do per request (read the body, stream the answer back a
+# read at a time, no parsing, no policy): the floor of the HTTP stack the gateway is on.
+BARE = r'''
+import itertools, sys
+import aiohttp
+from aiohttp import web
+try:
+    import uvloop
+    loop = uvloop.new_event_loop()
+except ImportError:
+    loop = None
+upstreams = itertools.cycle(sys.argv[2:])
+async def start(app):
+    app["session"] = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), auto_decompress=False)
+async def relay(request):
+    body = await request.read()
+    async with request.app["session"].post(next(upstreams) + "/v1/completions", data=body,
+                                           headers={"Content-Type": "application/json"}) as up:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        async for data in up.content.iter_any():
+            await resp.write(data)
+        await resp.write_eof()
+        return resp
+async def ok(_):
+    return web.Response(text="")
+app = web.Application()
+app.on_startup.append(start)
+app.router.add_post("/v1/completions", relay)
+app.router.add_get("/health", ok)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log=None,
+            **({"loop": loop} if loop else {}))
 '''
 
 
@@ -164,18 +199,30 @@ def _gateway(tmp: Path, mocks: list, name: str, **extra) -> Server:
     return Server(["serve", "--config", str(tmp / f"{name}.yaml")], port, tmp / f"{name}.log")
 
 
-def start(tmp: Path, binary: str | None) -> tuple[list, Server, Server, Proc | None]:
-    """The mocks, the default gateway, one that rebuilds every chunk, and vllm-router."""
-    mock_py = tmp / "mock.py"
-    mock_py.write_text(MOCK)
-    mocks = [Proc([sys.executable, str(mock_py), str(p)], p, tmp / f"mock-{p}.log") for p in (free_port(), free_port())]
+def start(tmp: Path, binary: str | None) -> tuple[list, Server, Server, Proc, Proc | None]:
+    """The mocks, the default gateway, one that rebuilds every chunk, the bare aiohttp
+    relay and vllm-router."""
+    (tmp / "mock.py").write_text(MOCK)
+    (tmp / "bare.py").write_text(BARE)
+    mocks = [Proc([sys.executable, str(tmp / "mock.py"), str(p)], p, tmp / f"mock-{p}.log")
+             for p in (free_port(), free_port())]
     gw, rebuild = _gateway(tmp, mocks, "gw"), _gateway(tmp, mocks, "gw-rebuild", verbatim_relay=False)
+    port = free_port()
+    bare = Proc([sys.executable, str(tmp / "bare.py"), str(port), *[m.url for m in mocks]], port, tmp / "bare.log")
     router = None
     if binary:
         rport = free_port()
         router = Proc([binary, "--host", "127.0.0.1", "--port", str(rport), "--policy", "round_robin",
                        "--worker-urls", *[m.url for m in mocks]], rport, tmp / "router.log")
-    return mocks, gw, rebuild, router
+    return mocks, gw, rebuild, bare, router
+
+
+def _rate(server, seconds: float, concurrency: int) -> tuple[float, float]:
+    """(requests/s of 8-token streams, the server process's CPU-ms per request)."""
+    cpu0, t0 = cpu_s(server.proc.pid), time.perf_counter()
+    rps = asyncio.run(throughput(server.url + "/v1/completions", seconds, concurrency))
+    served = rps * (time.perf_counter() - t0)
+    return round(rps, 1), round((cpu_s(server.proc.pid) - cpu0) / served * 1e3, 3)
 
 
 def _long(gw: Server, seconds: float) -> tuple[float, float]:
@@ -186,17 +233,16 @@ def _long(gw: Server, seconds: float) -> tuple[float, float]:
     return round(rps * 512, 1), round(cpu / (rps * wall * 512) * 1e6, 2)
 
 
-def measure(args, mocks, gw, rebuild, router) -> dict:
+def measure(args, mocks, gw, rebuild, bare, router) -> dict:
     direct, gateway = mocks[0].url + "/v1/completions", gw.url + "/v1/completions"
     out: dict = {}
     diffs = asyncio.run(paired_latency(direct, gateway, args.requests)) * 1e3
     out["p50_overhead_ms"], out["p99_overhead_ms"] = (round(float(x), 3) for x in np.percentile(diffs, [50, 99]))
     for conc, suffix in ((32, ""), (256, "_256")):
         out[f"direct_rps{suffix}"] = round(asyncio.run(throughput(direct, args.seconds, conc)), 1)
-        cpu0, t0 = cpu_s(gw.proc.pid), time.perf_counter()
-        out[f"gateway_rps{suffix}"] = round(asyncio.run(throughput(gateway, args.seconds, conc)), 1)
-        served = out[f"gateway_rps{suffix}"] * (time.perf_counter() - t0)
-        out[f"gateway_cpu_ms_per_request{suffix}"] = round((cpu_s(gw.proc.pid) - cpu0) / served * 1e3, 3)
+        out[f"gateway_rps{suffix}"], out[f"gateway_cpu_ms_per_request{suffix}"] = _rate(gw, args.seconds, conc)
+        out[f"bare_relay_rps{suffix}"], out[f"bare_relay_cpu_ms_per_request{suffix}"] = \
+            _rate(bare, args.seconds, conc)
         rps = asyncio.run(throughput(router.url + "/v1/completions", args.seconds, conc)) if router else None
         out[f"vllm_router_rps{suffix}"] = None if rps is None else round(rps, 1)
         out[f"gateway_vs_router{suffix}"] = None if rps is None else round(out[f"gateway_rps{suffix}"] / rps, 3)
@@ -213,10 +259,12 @@ def report(r: dict) -> None:
           f"p99 {r['p99_overhead_ms']:.3f} ms (target: 0-1 ms)")
     for conc, sfx in ((32, ""), (256, "_256")):
         router = r[f"vllm_router_rps{sfx}"]
-        print(f"8-token streams at concurrency {conc}: direct {r['direct_rps' + sfx]:.0f} req/s, gateway "
-              f"{r['gateway_rps' + sfx]:.0f} req/s ({r['gateway_cpu_ms_per_request' + sfx]:.3f} CPU-ms each)" + (f", vllm-router {router:.0f} req/s (gateway "
-                                                      f"{r['gateway_vs_router' + sfx]:.2f}x router)" if router else
-                                                      ", vllm-router not measured (--with-router)"))
+        versus = (f", vllm-router {router:.0f} req/s (gateway {r['gateway_vs_router' + sfx]:.2f}x router)"
+                  if router else ", vllm-router not measured (--with-router)")
+        print(f"8-token streams at concurrency {conc}: direct {r['direct_rps' + sfx]:.0f} req/s, "
+              f"gateway {r['gateway_rps' + sfx]:.0f} req/s ({r['gateway_cpu_ms_per_request' + sfx]:.3f} CPU-ms each), "
+              f"bare aiohttp relay {r['bare_relay_rps' + sfx]:.0f} req/s "
+              f"({r['bare_relay_cpu_ms_per_request' + sfx]:.3f} CPU-ms each){versus}")
     for label, sfx in (("verbatim", ""), ("rebuilt", "_rebuild")):
         print(f"512-token streams at concurrency 32 through the gateway, chunks {label}: "
               f"{r['relayed_tok_s' + sfx]:.0f} tokens/s relayed, "
@@ -262,9 +310,9 @@ def main() -> None:
     ap.add_argument("--profile", type=Path, metavar="DIR", help="also sample the gateway with py-spy")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="baton-overhead-"))
-    mocks, gw, rebuild, router = start(tmp, router_binary(args.with_router))
-    with servers(*mocks, gw, rebuild, *([router] if router else [])):
-        results = measure(args, mocks, gw, rebuild, router)
+    mocks, gw, rebuild, bare, router = start(tmp, router_binary(args.with_router))
+    with servers(*mocks, gw, rebuild, bare, *([router] if router else [])):
+        results = measure(args, mocks, gw, rebuild, bare, router)
         if args.profile:
             profile(gw, args.profile, args.seconds)
     report(results)

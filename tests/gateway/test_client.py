@@ -12,9 +12,7 @@ from baton.protocol.requests import CHAT, parse_request
 
 
 def _piece(payload: dict):
-    piece = piece_of(CHAT, payload)
-    piece.raw, piece.payload = orjson.dumps(payload), payload
-    return piece
+    return piece_of(CHAT, payload, orjson.dumps(payload))
 
 
 ROLE = {"id": "leg-1", "created": 7, "model": "m", "object": "chat.completion.chunk",

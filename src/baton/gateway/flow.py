@@ -66,7 +66,7 @@ class Flow:
         """Headers for one leg: a fresh internal request id (engines key KV handoffs and
         aborts by it, so two clients' ids must never meet there), and the engine's own
         credential from the config, never the client's."""
-        out = {"X-Request-Id": f"baton-{self.gw.ids.next()}"}
+        out = {"X-Request-Id": f"baton-{self.gw.ids.next()}", "Content-Type": "application/json"}
         key = self.cluster.engines[iid].spec.api_key
         if key:
             out["Authorization"] = f"Bearer {key}"

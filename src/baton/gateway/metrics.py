@@ -44,16 +44,18 @@ class GatewayMetrics:
         self.inflight = Gauge("baton_inflight_requests", "Requests in flight", registry=r)
         self.scrapes = Counter("baton_scrapes", "Engine metric scrapes by result", ["instance", "result"],
                                registry=r)
-        self._tbt_children: dict = {}
+        self._children: dict = {}
         self.engine_ttft = Histogram("baton_engine_ttft_seconds", "Time to first token by the instance "
                                      "that produced it", ["instance"], buckets=_LATENCY_BUCKETS_S, registry=r)
 
-    def tbt_for(self, path: str):
-        """The TBT histogram's child for a path, looked up once (it is observed per chunk)."""
-        child = self._tbt_children.get(path)
-        if child is None:
-            child = self._tbt_children[path] = self.tbt.labels(path)
-        return child
+    def child(self, metric, *labels: str):
+        """``metric.labels(*labels)``, looked up once: ``labels()`` takes a lock and
+        validates every call, and the relay observes per request and per read."""
+        key = (metric, labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
 
     def watch(self, cluster, hold=None) -> None:
         """Export per-engine gauges read from ``cluster`` (a ``LiveCluster``) and ``hold``

@@ -103,6 +103,7 @@ class Gateway:
         self.ids = IdSource()
         self.hold = PrefillHold(self.cluster, self.scheduler.replans_prefills, config.prefill_inflight_limit)
         self.metrics.watch(self.cluster, self.hold)
+        self.metrics.inflight.set_function(lambda: len(self.flows))
         self.metrics.watch_policy(self.scheduler)
         self.flows: dict[int, Flow] = {}
         self.watches: dict[int, tuple[int, int]] = {}
@@ -114,6 +115,7 @@ class Gateway:
         self._scrapers: dict[int, asyncio.Task] = {}
         self.reading = 0  # connections whose request body is still being read
         self.hidden: HiddenStateFeed | None = None
+        self._first_token_s: dict[int, float] = {}  # by context bucket; at most max_prompt_tokens / 64
 
     # --- app -----------------------------------------------------------------------------
     def app(self) -> web.Application:
@@ -241,7 +243,6 @@ class Gateway:
         out.headers["X-Request-Id"] = xid
         flow = Flow(self, parsed, out, state, xid, ids)
         self.flows[state.req_id] = flow
-        self.metrics.inflight.set(len(self.flows))
         return await flow.run()
 
     def _overload(self) -> ApiError:
@@ -251,10 +252,16 @@ class Gateway:
 
     # --- deadlines -----------------------------------------------------------------------
     def first_token_timeout_s(self, context_tokens: int) -> float:
-        """How long a leg may take to its first token: a whole prefill may come first."""
-        c = self.config
-        return c.first_token_timeout_factor * self.perf.prefill_time_s(max(context_tokens, 1)) \
-            + c.first_token_timeout_base_s
+        """How long a leg may take to its first token: a whole prefill may come first.
+        The prefill is costed for the context rounded up to a multiple of 64 tokens and
+        remembered (the perf model is too slow to call per request)."""
+        bucket = -(-max(context_tokens, 1) // 64) * 64
+        found = self._first_token_s.get(bucket)
+        if found is None:
+            c = self.config
+            found = self._first_token_s[bucket] = c.first_token_timeout_factor * self.perf.prefill_time_s(bucket) \
+                + c.first_token_timeout_base_s
+        return found
 
     def token_timeout_s(self, iid: int) -> float:
         """How long a streaming leg may go without a token before its engine counts as hung."""
@@ -373,28 +380,28 @@ class Gateway:
     def token_timing(self, flow: Flow) -> None:
         """TTFT at the first relayed token, then one TBT sample per upstream read that
         carried tokens (several chunks in one read are one gap, not a burst of zeros)."""
-        now = self.cluster.clock()
+        now, m = self.cluster.clock(), self.metrics
         if flow.first_token_s is None:
             flow.first_token_s = now
-            self.metrics.ttft.labels(flow.path).observe(now - flow.state.request.arrival_s)
+            m.child(m.ttft, flow.path).observe(now - flow.state.request.arrival_s)
             if flow.leg is not None:
-                self.metrics.engine_ttft.labels(self.cluster.engines[flow.leg.instance_id].spec.name).observe(
+                m.child(m.engine_ttft, self.cluster.engines[flow.leg.instance_id].spec.name).observe(
                     now - flow.state.request.arrival_s)
         elif flow.last_token_s is not None:
-            self.metrics.tbt_for(flow.path).observe(now - flow.last_token_s)
+            m.child(m.tbt, flow.path).observe(now - flow.last_token_s)
         flow.last_token_s = now
 
     def flow_ended(self, flow: Flow, outcome: str) -> None:
         st = flow.state
         self.flows.pop(st.req_id, None)
         self.watches.pop(st.req_id, None)
-        self.metrics.inflight.set(len(self.flows))
-        self.metrics.requests.labels(flow.path, outcome).inc()
+        m = self.metrics
+        m.child(m.requests, flow.path, outcome).inc()
         if outcome == "ok":
             self.observe(Completed(st.req_id, flow.out.tokens, self.cluster.clock()))
             if flow.out.tokens > 1 and flow.first_token_s is not None and flow.last_token_s is not None:
                 tpot_s = (flow.last_token_s - flow.first_token_s) / (flow.out.tokens - 1)
-                self.metrics.tpot.labels(flow.path).observe(tpot_s)
+                m.child(m.tpot, flow.path).observe(tpot_s)
 
     def backend_error(self, iid: int, err: BaseException) -> None:
         """Count a failed leg. Only engine faults (no answer, a broken or malformed answer,

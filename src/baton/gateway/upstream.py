@@ -40,31 +40,27 @@ class UpstreamError(Exception):
 
 @dataclass(slots=True)
 class Piece:
-    """What one stream chunk carried, in either API format; ``raw`` is the chunk's JSON as
-    the engine sent it and ``payload`` that JSON decoded (for a verbatim relay)."""
+    """What one stream chunk carried, in either API format: ``tokens`` output tokens (its
+    id count, else 1 for non-empty text); ``raw`` is the chunk's JSON as the engine sent
+    it and ``payload`` that JSON decoded (for a verbatim relay)."""
 
     text: str = ""
     token_ids: list[int] | None = None
     finish_reason: str | None = None
     prompt_token_ids: list[int] | None = None
     prompt_tokens: int | None = None
+    tokens: int = 0
     raw: bytes = b""
     payload: dict[str, Any] | None = None
-
-    @property
-    def tokens(self) -> int:
-        """Output tokens in this piece (1 per non-empty text chunk without ids)."""
-        if self.token_ids is not None:
-            return len(self.token_ids)
-        return 1 if self.text else 0
 
 
 def _malformed(what: str) -> UpstreamError:
     return UpstreamError(f"engine sent a malformed answer: {what}", malformed=True)
 
 
-def piece_of(kind: str, payload: Any) -> Piece:
-    """Normalise a completions or chat chunk; UpstreamError(malformed) if it is not one."""
+def piece_of(kind: str, payload: Any, raw: bytes = b"") -> Piece:
+    """Normalise a completions or chat chunk (``raw``: its JSON bytes); UpstreamError
+    (malformed) if it is not one."""
     if not isinstance(payload, dict):
         raise _malformed(f"a chunk is a {type(payload).__name__}, not an object")
     usage = payload.get("usage") or {}
@@ -74,14 +70,14 @@ def piece_of(kind: str, payload: Any) -> Piece:
             (choices and not isinstance(choices[0], dict)) or \
             (len(choices) > 1 and not all(isinstance(c, dict) for c in choices)):
         raise _malformed("'usage' or 'choices' has the wrong type")
-    piece = Piece(prompt_tokens=usage.get("prompt_tokens"), prompt_token_ids=payload.get("prompt_token_ids"))
-    if choices:
-        c = choices[0]
-        piece.text = chunk_text(kind, c)
-        piece.token_ids = c.get("token_ids")
-        piece.finish_reason = c.get("finish_reason")
-        piece.prompt_token_ids = piece.prompt_token_ids or c.get("prompt_token_ids")
-    return piece
+    prompt_ids = payload.get("prompt_token_ids")
+    if not choices:
+        return Piece("", None, None, prompt_ids, usage.get("prompt_tokens"), 0, raw, payload)
+    c = choices[0]
+    text, ids = chunk_text(kind, c), c.get("token_ids")
+    tokens = len(ids) if ids is not None else (1 if text else 0)
+    return Piece(text, ids, c.get("finish_reason"), prompt_ids or c.get("prompt_token_ids"),
+                 usage.get("prompt_tokens"), tokens, raw, payload)
 
 
 async def _error_of(resp: aiohttp.ClientResponse) -> UpstreamError:
@@ -101,9 +97,9 @@ async def _error_of(resp: aiohttp.ClientResponse) -> UpstreamError:
 
 async def post_json(session: aiohttp.ClientSession, url: str, body: dict[str, Any],
                     headers: dict[str, str], timeout: aiohttp.ClientTimeout) -> dict[str, Any]:
-    """A non-streamed leg; raises UpstreamError."""
+    """A non-streamed leg (``headers`` name the JSON content type); raises UpstreamError."""
     try:
-        async with session.post(url, json=body, headers=headers, timeout=timeout) as resp:
+        async with session.post(url, data=orjson.dumps(body), headers=headers, timeout=timeout) as resp:
             if resp.status != 200:
                 raise await _error_of(resp)
             answer = await resp.json(content_type=None)
@@ -137,7 +133,8 @@ class StreamLeg:
 
     async def open(self, session: aiohttp.ClientSession, timeout: aiohttp.ClientTimeout) -> None:
         try:
-            self._resp = await session.post(self.url, json=self.body, headers=self.headers, timeout=timeout)
+            self._resp = await session.post(self.url, data=orjson.dumps(self.body), headers=self.headers,
+                                            timeout=timeout)
         except aiohttp.ClientConnectorError as exc:
             raise UpstreamError(f"cannot connect to {public_url(self.url)}: {exc}", connect=True) from None
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
@@ -179,10 +176,11 @@ class StreamLeg:
         if isinstance(payload, dict) and "error" in payload and not payload.get("choices"):
             err = payload["error"] if isinstance(payload["error"], dict) else {"message": str(payload["error"])}
             raise UpstreamError(f"engine error event: {err.get('message')}", status=500, body={"error": err})
-        piece = piece_of(self.kind, payload)
-        piece.raw, piece.payload = data, payload
-        self.finished = self.finished or piece.finish_reason is not None
-        self.received = self.received or piece.tokens > 0
+        piece = piece_of(self.kind, payload, data)
+        if piece.finish_reason is not None:
+            self.finished = True
+        if piece.tokens:
+            self.received = True
         pieces.append(piece)
 
     def close(self) -> None:
