@@ -27,7 +27,8 @@ Usage: python benchmarks/gateway_overhead.py [--requests 1000] [--seconds 4] [--
 The last line is one JSON object: gateway_rps, direct_rps, vllm_router_rps,
 gateway_vs_router (short shape, concurrency 32), gateway_cpu_ms_per_request, the same at
 concurrency 256 (``*_256``), bare_relay_rps and bare_relay_cpu_ms_per_request (a relay
-with nothing but aiohttp, on the same mocks: the HTTP stack's floor), p50_overhead_ms, p99_overhead_ms (paired, concurrency 1),
+with nothing but aiohttp, on the same mocks: the HTTP stack's floor; also bare_p50_overhead_ms and
+bare_p99_overhead_ms), p50_overhead_ms, p99_overhead_ms (paired, concurrency 1),
 relayed_tok_s, cpu_s_per_mtok, relayed_tok_s_rebuild, cpu_s_per_mtok_rebuild.
 """
 
@@ -236,8 +237,10 @@ def _long(gw: Server, seconds: float) -> tuple[float, float]:
 def measure(args, mocks, gw, rebuild, bare, router) -> dict:
     direct, gateway = mocks[0].url + "/v1/completions", gw.url + "/v1/completions"
     out: dict = {}
-    diffs = asyncio.run(paired_latency(direct, gateway, args.requests)) * 1e3
-    out["p50_overhead_ms"], out["p99_overhead_ms"] = (round(float(x), 3) for x in np.percentile(diffs, [50, 99]))
+    for key, url in (("", gateway), ("bare_", bare.url + "/v1/completions")):
+        diffs = asyncio.run(paired_latency(direct, url, args.requests)) * 1e3
+        out[f"{key}p50_overhead_ms"], out[f"{key}p99_overhead_ms"] = \
+            (round(float(x), 3) for x in np.percentile(diffs, [50, 99]))
     for conc, suffix in ((32, ""), (256, "_256")):
         out[f"direct_rps{suffix}"] = round(asyncio.run(throughput(direct, args.seconds, conc)), 1)
         out[f"gateway_rps{suffix}"], out[f"gateway_cpu_ms_per_request{suffix}"] = _rate(gw, args.seconds, conc)
@@ -256,7 +259,8 @@ def report(r: dict) -> None:
         print("warning: a negative added latency: machine noise exceeds the gateway's cost here; rerun on a "
               "quieter machine", file=sys.stderr)
     print(f"added latency at concurrency 1 (paired, interleaved): p50 {r['p50_overhead_ms']:.3f} ms, "
-          f"p99 {r['p99_overhead_ms']:.3f} ms (target: 0-1 ms)")
+          f"p99 {r['p99_overhead_ms']:.3f} ms (target: 0-1 ms); bare aiohttp relay p50 "
+          f"{r['bare_p50_overhead_ms']:.3f} ms, p99 {r['bare_p99_overhead_ms']:.3f} ms")
     for conc, sfx in ((32, ""), (256, "_256")):
         router = r[f"vllm_router_rps{sfx}"]
         versus = (f", vllm-router {router:.0f} req/s (gateway {r['gateway_vs_router' + sfx]:.2f}x router)"
