@@ -67,6 +67,22 @@ def test_early_binding_books_shadow_load_until_the_prefill_ends():
     assert all(v == 0 for v in c.totals().values()) and st.phase is Phase.REJECTED
 
 
+def test_a_deflected_prefill_drops_its_early_decode_booking():
+    c, clock = cluster()
+    st = c.new_request(100, 10)
+    c.bind(st, 0, 1, None)  # bound early: decode on d0 (instance 1)
+    assert c.instances[1].shadow_tokens == 100
+    c.deflect(st, 2, 64)  # the held prefill goes to d1, which will also decode it
+    assert c.instances[1].shadow_tokens == 0 and c.instances[0].prefill_queue_tokens == 0
+    assert c.instances[2].prefill_queue_tokens == 100
+    assert (st.prefill_instance, st.decode_instance, st.chunk_limit_tokens) == (2, 2, 64)
+    c.prefill_done(st)
+    c.expect_decode(st, 2)
+    c.start_decode(st)
+    c.finish(st)
+    assert all(v == 0 for v in c.totals().values())
+
+
 def test_leave_decode_and_move_for_a_migration():
     c, clock = cluster()
     st = run_request(c, clock, 1, tokens=5)

@@ -159,8 +159,7 @@ class Flow:
         plan = self.gw.plan(self.state)
         p, d = plan.prefill_instance, plan.decode_instance
         if plan.prefill_chunk_limit_tokens is not None:
-            self.path = "deflected"
-            self.gw.metrics.deflections.inc()
+            self._count_deflection()
         elif d is not None:
             self.path = "pd-early"
         self.cluster.bind(self.state, p, d, plan.prefill_chunk_limit_tokens)
@@ -200,13 +199,13 @@ class Flow:
     async def _deflected(self, replan: Deflect) -> None:
         """A held prefill re-planned onto a decode instance: one colocated leg there (its
         engine's own chunk budget applies; vLLM has no per-request limit)."""
-        st = self.state
-        self.cluster.rebind_prefill(st, replan.instance)
-        st.chunk_limit_tokens = replan.chunk_limit_tokens
-        st.decode_instance, st.bound_early = replan.instance, True
+        self.cluster.deflect(self.state, replan.instance, replan.chunk_limit_tokens)
+        self._count_deflection()
+        await self._colocated(replan.instance)
+
+    def _count_deflection(self) -> None:
         self.path = "deflected"
         self.gw.metrics.deflections.inc()
-        await self._colocated(replan.instance)
 
     async def _prefill_leg(self, p: int) -> tuple[int, dict[str, Any] | None]:
         """Run the prefill leg, moving to another prefill instance on engine faults."""

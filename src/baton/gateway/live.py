@@ -178,6 +178,17 @@ class LiveCluster:
         self._own(prefill, self._blocks(tokens))
         state.visit(prefill)
 
+    def deflect(self, state: RequestState, instance: int, chunk_limit_tokens: int) -> None:
+        """A queued prefill re-planned onto ``instance``, which also decodes it; an
+        early-bound decode booking on another instance is dropped (as the simulator's
+        deflection does), or its shadow load would stay there for good."""
+        src, d = state.prefill_instance, state.decode_instance
+        if state.bound_early and d is not None and d != src:
+            self.instances[d].drop_shadow(state.req_id)
+        self.rebind_prefill(state, instance)
+        state.chunk_limit_tokens = chunk_limit_tokens
+        state.decode_instance, state.bound_early = instance, True
+
     def _drop_prefill(self, state: RequestState) -> None:
         p = state.prefill_instance
         if p is not None and state.req_id in self.instances[p].prefill_queue:
