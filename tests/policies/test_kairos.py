@@ -129,3 +129,9 @@ def test_deflected_work_follows_the_batch_it_shares():
     assert kairos(max_chunk_tokens=2048).tick(view) == [Deflect(100, 1, pytest.approx(1500, abs=1))]
     view.request(100).chunk_limit_tokens = kairos(max_chunk_tokens=2048).chunk_for(view, 1)[0]
     assert kairos(max_chunk_tokens=2048).tick(view) == []  # already fitted
+
+
+def test_live_kairos_makes_no_re_fits_the_engine_cannot_apply():
+    view = view_of([(P, [], []), (D, [3000], BUSY)])
+    view.request(100).chunk_limit_tokens = 2048
+    assert kairos(max_chunk_tokens=2048, fixed_chunk=True).tick(view) == []

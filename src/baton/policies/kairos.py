@@ -30,7 +30,8 @@ The summary gives no formulas beyond the deflection condition; Baton's choices:
   ``max_replans`` per tick; a request whose prefill started is never moved. The same tick
   re-fits X* of work already deflected to the batch it now shares (decodes joined or
   left since): a ``Deflect`` to the instance it is on changes only its chunk limit (the
-  simulator applies it; vLLM has no per-request limit, so the gateway ignores it).
+  simulator applies it; with ``fixed_chunk`` no re-fit is made, the engine's budget
+  stands).
 - The TBT SLO is ``tbt_slo_s``, else the run's TPOT SLO.
 - **Live** (``fixed_chunk: true``): vLLM has no per-request chunk limit; a decode
   instance prefills a deflected prompt in chunks of its own ``--max-num-batched-tokens``
@@ -154,7 +155,7 @@ class Kairos(Stage):
     def tick(self, view: ClusterView) -> list[Decision]:
         """Re-fit the chunk of work already deflected to the batch it now shares, then
         re-plan prefills still waiting on prefill instances (queue order)."""
-        retunes = self._retune(view)
+        retunes = [] if self.fixed_chunk else self._retune(view)  # live: the engine's chunk budget stands
         out: list[Decision] = []
         extra: dict[int, int] = {}
         for p in view.prefill_ids:
