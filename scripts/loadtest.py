@@ -15,55 +15,28 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("BATON_CACHE", Path.home() / ".cache" / "baton"))
+sys.path.insert(0, str(ROOT))
+from tests.live import Server, servers, start_emulator, start_gateway  # noqa: E402
+
 MODEL = "smollm2"
 PROMPT_TOKENS, OUTPUT_TOKENS = 128, 32
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start(args: list[str], log: Path, url: str) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "baton.cli.main", *args], stdout=log.open("wb"),
-                            stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            sys.exit(f"loadtest: {args[0]} exited: {log.read_text()[-1000:]}")
-        try:
-            if urllib.request.urlopen(url + "/health", timeout=1).status == 200:
-                return proc
-        except OSError:
-            time.sleep(0.1)
-    sys.exit(f"loadtest: {url} not ready")
-
-
-def cluster(work: Path) -> tuple[list[subprocess.Popen], str]:
-    """Three emulators serving `smollm2` and a gateway in front of them."""
-    procs, engines = [], []
-    for name, role in (("p0", "prefill"), ("d0", "decode"), ("d1", "decode")):
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        procs.append(start(["emulate", "--port", str(port), "--model", MODEL], work / f"{name}.log", url))
-        engines.append({"name": name, "url": url, "role": role})
-    port = free_port()
-    config = work / "gateway.yaml"
-    config.write_text(json.dumps({"port": port, "policy": "least-loaded", "engines": engines}))
-    url = f"http://127.0.0.1:{port}"
-    procs.append(start(["serve", "--config", str(config)], work / "gateway.log", url))
-    return procs, url
+def cluster(work: Path) -> tuple[list[Server], str]:
+    """Three emulators serving `smollm2` and a gateway in front of them, launched
+    (``servers`` waits until they answer, then stops them)."""
+    emulators = [start_emulator(work, "--model", MODEL) for _ in range(3)]
+    engines = [{"name": name, "url": e.url, "role": role}
+               for e, (name, role) in zip(emulators, (("p0", "prefill"), ("d0", "decode"), ("d1", "decode")))]
+    gateway = start_gateway(work, {"policy": "least-loaded", "engines": engines})
+    return [*emulators, gateway], gateway.url
 
 
 def run_guidellm(binary: str, url: str, tokenizer: Path, n: int, rate: float, work: Path) -> dict:
@@ -137,17 +110,15 @@ def main() -> None:
     procs, url = cluster(work)
     results = {}
     try:
-        results["guidellm"] = run_guidellm(args.guidellm, url, args.tokenizer, args.requests, args.rate, work)
-        if args.inference_perf:
-            results["inference_perf"] = run_inference_perf(args.inference_perf, url, args.tokenizer,
-                                                           args.requests, args.rate, work)
-        else:
-            print("loadtest: inference-perf not installed (it needs Python >= 3.12); skipped")
-    finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            p.wait(10)
+        with servers(*procs):
+            results["guidellm"] = run_guidellm(args.guidellm, url, args.tokenizer, args.requests, args.rate, work)
+            if args.inference_perf:
+                results["inference_perf"] = run_inference_perf(args.inference_perf, url, args.tokenizer,
+                                                               args.requests, args.rate, work)
+            else:
+                print("loadtest: inference-perf not installed (it needs Python >= 3.12); skipped")
+    except RuntimeError as exc:  # a server did not come up
+        sys.exit(f"loadtest: {exc}")
     for name, r in results.items():
         print(f"{name}: {r['successful']} ok, {r['errored']} errors, {r['output_tokens_mean']:.0f} output tokens "
               f"per request; median TTFT {r['ttft_ms']:.1f} ms, ITL {r['itl_ms']:.2f} ms, TPOT {r['tpot_ms']:.2f} ms"

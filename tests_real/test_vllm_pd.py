@@ -31,16 +31,24 @@ def test_pd_greedy_output_equals_a_single_instance(stack):
 
 
 def test_streaming_through_the_gateway(stack):
+    """The PD stream is relayed verbatim: apart from the response id and creation time it
+    is what vLLM streams to a client directly, token ids (asked for by the gateway's leg,
+    not by the client) nulled as vLLM nulls them."""
     gw = stack["gw"]
     want = reference(stack["decode"].url, PROMPTS[0])
-    s = Stream(gw.url + "/v1/completions", {"model": "smollm2", "prompt": PROMPTS[0], "stream": True,
-                                            "stream_options": {"include_usage": True}, **GREEDY}, timeout=300)
+    body = {"model": "smollm2", "prompt": PROMPTS[0], "stream": True, "stream_options": {"include_usage": True},
+            **GREEDY}
+    s = Stream(gw.url + "/v1/completions", body, timeout=300)
     assert s.status == 200
     events = list(s.events())
     s.close()
     assert chunk_texts(events) == want
     assert events[-1]["usage"]["completion_tokens"] == 24
     assert len([e for e in events if e.get("choices")]) > 2  # really streamed, not one blob
+    direct = list(Stream(stack["decode"].url + "/v1/completions", body, timeout=300).events())
+    strip = lambda e: {k: v for k, v in e.items() if k not in ("id", "created")}  # noqa: E731
+    assert [strip(e) for e in events] == [strip(e) for e in direct]
+    assert len({e["id"] for e in events}) == 1
 
 
 def test_chat_through_the_gateway(stack):
