@@ -160,7 +160,8 @@ class StreamLeg:
                 self._buf += data
                 *lines, self._buf = self._buf.split(b"\n")
                 for line in lines:
-                    self._parse(line, pieces)
+                    if line:  # every other line of an SSE stream is the blank separator
+                        self._parse(line, pieces)
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
             raise UpstreamError(f"{public_url(self.url)}: stream broke: {type(exc).__name__}: {exc}") from None
         return pieces
