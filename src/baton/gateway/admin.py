@@ -64,8 +64,8 @@ def add_routes(app: web.Application, gw: Gateway) -> None:
         if gw.cluster.find(spec.name) is not None:
             raise ApiError(409, f"an instance named {spec.name!r} exists", err_type="conflict_error")
         iid = gw.add_engine(spec)
-        await gw.scrape(iid)
-        gw.start_scraping(iid)
+        await gw.scraper.scrape(iid)
+        gw.scraper.start(iid)
         return web.json_response(gw.cluster.describe(iid), status=201)
 
     async def remove_instance(request: web.Request) -> web.Response:

@@ -1,12 +1,22 @@
-"""Reading engine ``/metrics`` (Prometheus text) into a ``ScrapeSample``."""
+"""Reading engine ``/metrics`` (Prometheus text) into a ``ScrapeSample``, one loop per
+engine; each scrape doubles as the engine's health probe."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
+import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from baton.gateway.live import ScrapeSample
+
+if TYPE_CHECKING:
+    from baton.gateway.server import Gateway
+
+log = logging.getLogger("baton.gateway")
 
 
 def _base(name: str) -> str:
@@ -25,3 +35,56 @@ def parse_metrics(text: str, names: Mapping[str, str | None], at_s: float) -> Sc
                 sums[key] = sums.get(key, 0.0) + float(sample.value)
     return ScrapeSample(at_s, sums.get("running"), sums.get("waiting"), sums.get("kv_usage"),
                         sums.get("preemptions"))
+
+
+class Scraper:
+    """The gateway's scrape loops: one task per engine, so a hung engine delays only its
+    own probe. A failed scrape counts towards the engine's failures like a failed leg; a
+    good one resets them, brings the engine back and learns its model name if unknown."""
+
+    def __init__(self, gw: Gateway) -> None:
+        self.gw = gw
+        self.tasks: dict[int, asyncio.Task] = {}
+
+    def start(self, iid: int) -> None:
+        self.tasks[iid] = asyncio.create_task(self._loop(iid))
+
+    async def _loop(self, iid: int) -> None:
+        while not self.gw.cluster.engines[iid].removed:
+            try:
+                await self.scrape(iid)
+            except Exception as exc:  # noqa: BLE001 - a scrape bug must not stop health probing
+                log.warning("scrape of instance %s failed: %r", iid, exc)
+            await asyncio.sleep(self.gw.config.scrape_interval_s)
+
+    async def scrape(self, iid: int) -> bool:
+        """Read one engine's metrics now; False when it did not answer properly. Held
+        prefills re-check their instance afterwards either way (with the new sample)."""
+        ok = await self._probe(iid)
+        self.gw.hold.scraped(iid)
+        return ok
+
+    async def _probe(self, iid: int) -> bool:
+        gw = self.gw
+        eng, cfg = gw.cluster.engines[iid], gw.config
+        timeout = aiohttp.ClientTimeout(total=cfg.scrape_timeout_s, sock_connect=cfg.connect_timeout_s)
+        try:
+            assert gw.session is not None
+            async with gw.session.get(eng.spec.url + "/metrics", timeout=timeout) as resp:
+                if resp.status != 200:
+                    raise ValueError(f"status {resp.status}")
+                sample = parse_metrics(await resp.text(), eng.spec.metric_names, gw.cluster.clock())
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError):
+            gw.metrics.scrapes.labels(eng.spec.name, "error").inc()
+            gw.note_failure(iid)
+            return False
+        eng.failures = 0
+        if iid not in gw.names.by_engine:
+            key = eng.spec.api_key
+            await gw.names.discover(gw.session, iid, eng.spec.url, {"Authorization": f"Bearer {key}"} if key else {},
+                                    timeout)
+        gw.cluster.record_scrape(iid, sample)
+        if gw.cluster.set_health(iid, True):
+            log.info("engine %s is healthy again; it takes new work", eng.spec.name)
+        gw.metrics.scrapes.labels(eng.spec.name, "ok").inc()
+        return True

@@ -32,7 +32,7 @@ from baton.gateway.ids import IdSource
 from baton.gateway.live import LiveCluster
 from baton.gateway.metrics import GatewayMetrics
 from baton.gateway.models import ModelNames
-from baton.gateway.scrape import parse_metrics
+from baton.gateway.scrape import Scraper
 from baton.gateway.upstream import UpstreamError
 from baton.perf import presets
 from baton.policies import PolicyContext, build_scheduler
@@ -112,7 +112,7 @@ class Gateway:
         self.upstream_timeout = aiohttp.ClientTimeout(total=config.upstream_timeout_s,
                                                       sock_connect=config.connect_timeout_s)
         self._tasks: list[asyncio.Task] = []
-        self._scrapers: dict[int, asyncio.Task] = {}
+        self.scraper = Scraper(self)
         self.reading = 0  # connections whose request body is still being read
         self.hidden: HiddenStateFeed | None = None
         self._first_token_s: dict[int, float] = {}  # by context bucket; at most max_prompt_tokens / 64
@@ -137,7 +137,7 @@ class Gateway:
         for stage_index, decision in self.scheduler.start(self.cluster.view):
             self.execute(decision, stage_index)
         for iid in self.cluster.engines:
-            self.start_scraping(iid)
+            self.scraper.start(iid)
         for stage_index, interval in self.scheduler.tickers:
             self._tasks.append(asyncio.create_task(self._tick_loop(stage_index, interval)))
         addresses = [e.spec.hidden_states for e in self.cluster.engines.values() if e.spec.hidden_states]
@@ -147,7 +147,7 @@ class Gateway:
             self._tasks.append(asyncio.create_task(self.hidden.run()))
 
     async def _stop(self, _app: web.Application) -> None:
-        tasks = [*self._tasks, *self._scrapers.values()]
+        tasks = [*self._tasks, *self.scraper.tasks.values()]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -422,45 +422,3 @@ class Gateway:
         if eng.failures >= self.config.unhealthy_after_failures and self.cluster.set_health(iid, False):
             log.warning("engine %s is unhealthy after %d failures in a row; no new work goes to it",
                         eng.spec.name, eng.failures)
-
-    # --- scraping --------------------------------------------------------------------------
-    def _engine_auth(self, iid: int) -> dict[str, str]:
-        key = self.cluster.engines[iid].spec.api_key
-        return {"Authorization": f"Bearer {key}"} if key else {}
-
-    def start_scraping(self, iid: int) -> None:
-        """One scrape loop per engine, so a hung engine delays only its own probe."""
-        self._scrapers[iid] = asyncio.create_task(self._scrape_loop(iid))
-
-    async def _scrape_loop(self, iid: int) -> None:
-        while not self.cluster.engines[iid].removed:
-            try:
-                await self.scrape(iid)
-            except Exception as exc:  # noqa: BLE001 - a scrape bug must not stop health probing
-                log.warning("scrape of instance %s failed: %r", iid, exc)
-            await asyncio.sleep(self.config.scrape_interval_s)
-
-    async def scrape(self, iid: int) -> bool:
-        """Read one engine's metrics; doubles as its health probe."""
-        eng = self.cluster.engines[iid]
-        timeout = aiohttp.ClientTimeout(total=self.config.scrape_timeout_s, sock_connect=self.config.connect_timeout_s)
-        try:
-            assert self.session is not None
-            async with self.session.get(eng.spec.url + "/metrics", timeout=timeout) as resp:
-                if resp.status != 200:
-                    raise ValueError(f"status {resp.status}")
-                sample = parse_metrics(await resp.text(), eng.spec.metric_names, self.cluster.clock())
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError):
-            self.metrics.scrapes.labels(eng.spec.name, "error").inc()
-            self.note_failure(iid)
-            self.hold.scraped(iid)
-            return False
-        eng.failures = 0
-        if iid not in self.names.by_engine:
-            await self.names.discover(self.session, iid, eng.spec.url, self._engine_auth(iid), timeout)
-        self.cluster.record_scrape(iid, sample)
-        if self.cluster.set_health(iid, True):
-            log.info("engine %s is healthy again; it takes new work", eng.spec.name)
-        self.hold.scraped(iid)
-        self.metrics.scrapes.labels(eng.spec.name, "ok").inc()
-        return True
