@@ -9,6 +9,10 @@ id p and text " p"), except where the request's ``user`` field asks it to misbeh
 - ``hang-after-N``: N tokens, then silence (only for prompts of 8 tokens or fewer, so a
   continuation elsewhere runs normally);
 - ``die-after-N``: N tokens, then the connection is dropped.
+- ``finish-then-die`` / ``finish-then-hang``: every token and the finish reason, then the
+  connection is dropped, or goes silent, before [DONE];
+- ``tokens-then-die``: every token asked for but no finish reason, then the connection is
+  dropped.
 
 With ``logprobs`` set, each streamed choice carries a completions-style logprobs object.
 
@@ -84,7 +88,7 @@ class Fake:
                     return resp
             pos = len(prompt) + i
             choice = {"index": 0, "text": f" {pos}", "token_ids": [pos],
-                      "finish_reason": "length" if i == n - 1 else None}
+                      "finish_reason": "length" if i == n - 1 and mode != "tokens-then-die" else None}
             if body.get("logprobs"):
                 choice["logprobs"] = {"tokens": [f" {pos}"], "token_logprobs": [-pos / 100]}
             chunk = {"id": "x", "object": "text_completion", "model": MODEL, "choices": [choice]}
@@ -92,6 +96,11 @@ class Fake:
                 chunk["prompt_token_ids"] = body["prompt"]
             await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
             await asyncio.sleep(0.005)
+        if mode in ("finish-then-die", "tokens-then-die"):
+            request.transport.close()
+            return resp
+        if mode == "finish-then-hang":
+            await asyncio.sleep(3600)
         if mode != "no-done":
             await resp.write(b"data: [DONE]\n\n")
         return resp

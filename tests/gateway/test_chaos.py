@@ -120,6 +120,21 @@ def test_engine_fields_the_gateway_does_not_model_reach_the_client(fakes):
     assert all(c["token_ids"] is None for c in choices)
 
 
+@pytest.mark.parametrize("mode", ["finish-then-die", "finish-then-hang", "tokens-then-die"])
+def test_an_engine_failing_after_the_finish_reason_leaves_a_complete_answer(fakes, mode):
+    """The answer is whole once its finish reason went out, or all the tokens the client
+    asked for: no continuation adds tokens (with max_tokens spent, the reason is length)."""
+    gw = fakes["gw"]
+    before = metric(gw.url, "baton_recoveries_total")
+    events, done = stream_all(gw, {"prompt": IDS, "max_tokens": 4, "user": mode,
+                                   "stream_options": {"include_usage": True}})
+    assert done and texts(events) == expected(4, 4) and not any("error" in e for e in events)
+    assert [c["finish_reason"] for e in events for c in e["choices"] if c["finish_reason"]] == ["length"]
+    assert events[-1]["usage"]["completion_tokens"] == 4  # the gateway's: the fake sends none
+    assert metric(gw.url, "baton_recoveries_total") == before
+    assert wait_until(lambda: idle(gw))
+
+
 def test_a_hung_engine_is_left_and_the_stream_continues_elsewhere(fakes):
     gw = fakes["gw"]
     t0 = time.monotonic()

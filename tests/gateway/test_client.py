@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 
 import orjson
+import pytest
 
 from baton.gateway.client import ClientOut
-from baton.gateway.upstream import piece_of
+from baton.gateway.upstream import UpstreamError, piece_of
 from baton.protocol.requests import CHAT, parse_request
 
 
@@ -36,13 +37,27 @@ def test_a_role_chunk_alone_does_not_start_the_stream_and_is_dropped_with_its_le
     assert out.rid == "chatcmpl-own" and out.created != 7 and not out._pending
 
 
-def test_usage_chunks_go_out_only_to_clients_that_asked():
+def test_usage_chunks_are_kept_for_the_end_and_only_for_clients_that_asked():
     out = _out()
     out.add_verbatim(_piece(USAGE), 0)
-    assert not out._pending and not out.usage_sent
+    assert not out._pending and out._usage is None
     out = _out(stream_options={"include_usage": True})
     out.add_verbatim(_piece(USAGE), 0)
-    assert out.usage_sent and out._pending == [b"data: " + orjson.dumps(USAGE) + b"\n\n"]
+    assert not out._pending and out._usage == b"data: " + orjson.dumps(USAGE) + b"\n\n"
+    out.leg_changed()  # the answer goes on elsewhere: these counts would be stale
+    assert out._usage is None
+
+
+def test_chat_chunks_with_reasoning_or_tool_calls_count_as_output():
+    for delta in ({"reasoning_content": "hm"}, {"tool_calls": [{"index": 0}]}, {"reasoning": "x"}):
+        assert piece_of(CHAT, {"choices": [{"index": 0, "delta": delta}]}).tokens == 1
+    assert piece_of(CHAT, ROLE).tokens == 0
+
+
+def test_token_ids_that_are_not_a_list_are_a_malformed_answer():
+    with pytest.raises(UpstreamError) as err:
+        piece_of(CHAT, {"choices": [{"index": 0, "delta": {"content": "a"}, "token_ids": 0.0}]})
+    assert err.value.malformed
 
 
 def test_finish_chunks_relayed_verbatim_replace_the_gateways_own():

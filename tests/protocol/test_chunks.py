@@ -51,3 +51,13 @@ def test_without_token_ids_leaves_chunks_without_ids_byte_identical():
     vllm_style = b'{"id":"cmpl-1","choices":[{"index":0,"text":"a","token_ids":[7,-1],"prompt_token_ids":null}]}'
     assert without_token_ids(vllm_style) == \
         b'{"id":"cmpl-1","choices":[{"index":0,"text":"a","token_ids":null,"prompt_token_ids":null}]}'
+
+
+def test_the_one_list_fast_path_and_empty_lists():
+    one = b'{"choices":[{"index":0,"text":"a","prompt_token_ids":null,"token_ids":[3,4]}]}'
+    assert without_token_ids(one, 1) == one.replace(b"[3,4]", b"null")
+    spaced = b'{"choices": [{"index": 0, "text": "a", "token_ids": [3, 4]}]}'
+    assert orjson.loads(without_token_ids(spaced, 1))["choices"][0]["token_ids"] is None  # falls back
+    empty = b'{"prompt_token_ids":[],"choices":[{"index":0,"text":"","token_ids":[]}]}'
+    assert orjson.loads(without_token_ids(empty, 2)) == {"prompt_token_ids": None, "choices": [
+        {"index": 0, "text": "", "token_ids": None}]}

@@ -40,7 +40,7 @@ class ClientOut:
         self.response: web.StreamResponse | None = None
         self._own_id = (response_id, self.created)
         self.finish_sent = False  # an engine's finish chunk went out verbatim
-        self.usage_sent = False   # so did its usage chunk
+        self._usage: bytes | None = None  # a verbatim leg's usage chunk, written at the end
 
     @property
     def started(self) -> bool:
@@ -67,17 +67,16 @@ class ClientOut:
 
     def adopt(self, payload: dict[str, Any]) -> None:
         """Take the response id and creation time of a verbatim leg's first chunk."""
-        self.rid, self.created = payload["id"], payload.get("created", self.created)
+        created = payload.get("created")
+        self.rid, self.created = payload["id"], created if isinstance(created, int) else self.created
 
     def add_verbatim(self, piece: Piece, count: int) -> None:
-        """Queue an engine chunk (``count`` tokens) as the engine wrote
-        it; token id lists the client did not ask for become ``null``, and a usage chunk
-        the client did not ask for is not sent."""
-        if not piece.payload.get("choices"):
-            if not self.parsed.include_usage:
-                return
-            self.usage_sent = True
-        elif piece.finish_reason is not None:
+        """Queue an engine chunk (``count`` tokens) as the engine wrote it; token id lists
+        the client did not ask for become ``null``. A usage chunk is kept for the end of
+        the response (the client gets it only if it asked, and only if no other leg
+        follows, which would make its counts stale)."""
+        usage_only = not piece.payload.get("choices") and piece.payload.get("usage") is not None
+        if piece.finish_reason is not None:
             self.finish_sent = True
         self.tokens += count
         raw = piece.raw
@@ -85,7 +84,15 @@ class ClientOut:
             lists = (piece.token_ids is not None) + (piece.prompt_token_ids is not None)
             if lists:
                 raw = without_token_ids(raw, lists)
-        self._pending.append(b"data: " + raw + b"\n\n")
+        if usage_only:
+            self._usage = b"data: " + raw + b"\n\n" if self.parsed.include_usage else None
+        else:
+            self._pending.append(b"data: " + raw + b"\n\n")
+
+    def leg_changed(self) -> None:
+        """The response continues on another leg: a verbatim usage chunk no longer counts
+        everything, so the gateway writes its own at the end."""
+        self._usage = None
 
     def discard_unsent(self) -> None:
         """Before the response started: forget a failed leg's queued chunks (a chat role
@@ -93,7 +100,7 @@ class ClientOut:
         if self.response is None:
             self._pending.clear()
             self.rid, self.created = self._own_id
-            self.finish_sent = self.usage_sent = False
+            self.finish_sent, self._usage = False, None
 
     async def flush(self) -> None:
         """Write what was queued, in one write; a stream starts only with its first token."""
@@ -114,7 +121,9 @@ class ClientOut:
         tail, self._pending = self._pending, []
         if not self.finish_sent:
             tail.append(sse(stream_chunk(self.parsed.kind, self.rid, self.model, self.created, "", reason)))
-        if self.parsed.include_usage and not self.usage_sent:
+        if self._usage is not None:
+            tail.append(self._usage)
+        elif self.parsed.include_usage:
             tail.append(sse(usage_chunk(self.parsed.kind, self.rid, self.model, self.created,
                                         self.prompt_tokens, self.tokens)))
         await resp.write(b"".join(tail) + DONE)

@@ -277,6 +277,9 @@ class Flow:
             try:
                 pieces = await within(deadline_s, f"stream from {self._name(leg.instance_id)}", leg.next_batch())
             except UpstreamError as err:
+                if self._complete():  # the engine failed after the answer was whole: nothing to recover
+                    self.gw.backend_error(leg.instance_id, err)
+                    return await self.out.finish(self.reason)
                 await self._recover(self.leg.instance_id, err)
                 continue
             tokens = sum(self._on_piece(piece) for piece in pieces)
@@ -290,14 +293,22 @@ class Flow:
             if self.migrate_to is not None and self.reason is None:
                 await self._migrate()
 
+    def _complete(self) -> bool:
+        """The client has the whole answer: a finish reason was relayed, or as many tokens
+        as it asked for (then the reason is ``length``)."""
+        cap = self.parsed.max_tokens
+        if self.reason is None and cap is not None and self.out.tokens >= cap:
+            self.reason = "length"
+        return self.reason is not None
+
     def _on_piece(self, piece: Piece) -> int:
         """Relay one chunk to the client; returns its tokens (accounted per read)."""
         if piece.prompt_token_ids and self.prompt_ids is None:
             self.prompt_ids = list(piece.prompt_token_ids)
             self.out.prompt_token_ids = self.prompt_ids
             self.cluster.set_prompt_tokens(self.state, len(self.prompt_ids))
-        if piece.prompt_tokens and not self.out.prompt_tokens:
-            self.out.prompt_tokens = piece.prompt_tokens
+        if piece.prompt_tokens and not self.out.prompt_tokens and not self.leg.continues:
+            self.out.prompt_tokens = piece.prompt_tokens  # a continuation's prompt holds the output too
         if piece.finish_reason:
             self.reason = piece.finish_reason
         n = piece.tokens
@@ -332,12 +343,17 @@ class Flow:
     def _continuation(self, target: int) -> StreamLeg:
         body = handoff.continuation_body(self.parsed, self.prompt_ids or [], self.generated_ids,
                                          default_max_tokens=self.gw.config.default_max_tokens)
-        return StreamLeg(target, COMPLETIONS, self.cluster.url(target) + endpoint(COMPLETIONS),
-                         self._body(target, body), self.headers(target))
+        if not self.out.prompt_tokens and self.prompt_ids:
+            self.out.prompt_tokens = len(self.prompt_ids)
+        leg = StreamLeg(target, COMPLETIONS, self.cluster.url(target) + endpoint(COMPLETIONS),
+                        self._body(target, body), self.headers(target))
+        leg.continues = True
+        return leg
 
     def _move_to(self, target: int, leg: StreamLeg) -> None:
         if self.leg is not None:
             self.leg.close()
+        self.out.leg_changed()
         self.cluster.leave_decode(self.state)
         self.state.phase = Phase.TRANSFER
         self.cluster.expect_decode(self.state, target)

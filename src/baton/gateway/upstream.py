@@ -75,9 +75,21 @@ def piece_of(kind: str, payload: Any, raw: bytes = b"") -> Piece:
         return Piece("", None, None, prompt_ids, usage.get("prompt_tokens"), 0, raw, payload)
     c = choices[0]
     text, ids = chunk_text(kind, c), c.get("token_ids")
-    tokens = len(ids) if ids is not None else (1 if text else 0)
-    return Piece(text, ids, c.get("finish_reason"), prompt_ids or c.get("prompt_token_ids"),
-                 usage.get("prompt_tokens"), tokens, raw, payload)
+    if ids is None:  # without ids a chunk that carries any output is one token
+        tokens = 1 if text or (kind == CHAT and _other_output(c)) else 0
+    elif isinstance(ids, list):
+        tokens = len(ids)
+    else:
+        raise _malformed("'token_ids' is not a list")
+    return Piece(text, ids, c.get("finish_reason"), prompt_ids if prompt_ids is not None else
+                 c.get("prompt_token_ids"), usage.get("prompt_tokens"), tokens, raw, payload)
+
+
+def _other_output(choice: dict[str, Any]) -> bool:
+    """A chat delta carrying output besides ``content`` (reasoning, tool calls)."""
+    delta = choice.get("delta")
+    return isinstance(delta, dict) and any(delta.get(k) for k in ("reasoning_content", "reasoning", "tool_calls",
+                                                                   "function_call"))
 
 
 async def _error_of(resp: aiohttp.ClientResponse) -> UpstreamError:
@@ -130,6 +142,7 @@ class StreamLeg:
         # chunks go to the client as the engine wrote them: False for legs in another
         # format (continuations), None until the first chunk shows the model name
         self.verbatim: bool | None = False
+        self.continues = False  # a continuation: its prompt is the original prompt plus output
 
     async def open(self, session: aiohttp.ClientSession, timeout: aiohttp.ClientTimeout) -> None:
         try:
