@@ -126,7 +126,7 @@ class ClientOut:
         elif self.parsed.include_usage:
             tail.append(sse(usage_chunk(self.parsed.kind, self.rid, self.model, self.created,
                                         self.prompt_tokens, self.tokens)))
-        await resp.write(b"".join(tail) + DONE)
+        await resp.write_eof(b"".join(tail) + DONE)  # the last chunks and the stream's end in one write
         return resp
 
     async def fail(self, err: ApiError) -> web.StreamResponse:
@@ -134,8 +134,7 @@ class ClientOut:
         if self.response is None:
             return web.json_response(err.body(), status=err.status, headers=self.headers)
         try:
-            await self.response.write(sse(err.body()))
-            await self.response.write(DONE)
+            await self.response.write_eof(b"".join(self._pending) + sse(err.body()) + DONE)
         except (ConnectionError, RuntimeError):
             pass
         return self.response

@@ -287,9 +287,9 @@ class Flow:
                 self.gw.token_timing(self)
                 self.cluster.token(self.state, tokens)
                 self.gw.check_watch(self.state)
-            await self.out.flush()
-            if self.leg.done:
+            if self.leg.done:  # what this read brought goes out with the response's end
                 return await self.out.finish(self.reason)
+            await self.out.flush()
             if self.migrate_to is not None and self.reason is None:
                 await self._migrate()
 
