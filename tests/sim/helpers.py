@@ -80,11 +80,17 @@ def run_checked(cluster, perf, scheduler, requests, sample_interval_s: float = 0
     """Simulate and check the invariants: every request ends, KV stays within bounds at
     every segment boundary, and everything is released at the end. Returns (sim, result)."""
     sim = Simulator(cluster, perf, scheduler, requests, sample_interval_s=sample_interval_s)
+    return sim, checked(sim, len(requests))
+
+
+def checked(sim: Simulator, n_requests: int):
+    """Run a simulator built (and perhaps instrumented) by the caller, checking the same
+    invariants as ``run_checked``; returns the result."""
     guard = KVGuard(sim)
     result = sim.run()
-    assert_all_ended(sim, result, len(requests))
+    assert_all_ended(sim, result, n_requests)
     assert not guard.violations
     assert_drained(sim)
     # bytes are counted as they cross a link: never negative, migrations within the total
     assert 0 <= result.counters.migration_bytes and 0 <= result.counters.transfer_bytes
-    return sim, result
+    return result

@@ -9,7 +9,7 @@ from baton.metrics import SLO
 from baton.policies import PolicyContext, build_scheduler
 from baton.sim import ClusterSpec, EngineConfig, Simulator
 from baton.sim.deflection import deflect
-from tests.sim.helpers import KVGuard, assert_all_ended, assert_drained, req, tiny_perf
+from tests.sim.helpers import checked, req, tiny_perf
 
 TBT_SLO_S = 0.02
 
@@ -31,7 +31,7 @@ def run(policy, requests, proactive=True):
     sched = build_scheduler({"name": policy, "stages": [stage]}, ctx)
     cluster = ClusterSpec(prefill=1, decode=1, engine=EngineConfig(2048, 128, 16), nic_gbps=10)
     sim = Simulator(cluster, perf, sched, requests, sample_interval_s=0.1)
-    guard, limits = KVGuard(sim), []
+    limits: list[tuple[int, int]] = []
     plan = sim.engines[1].plan
 
     def watched(now_s):
@@ -42,11 +42,7 @@ def run(policy, requests, proactive=True):
             limits.append((sum(c for _, c in limited), min(lim for lim, _ in limited)))
         return end
     sim.engines[1].plan = watched
-    result = sim.run()
-    assert_all_ended(sim, result, len(requests))
-    assert not guard.violations
-    assert_drained(sim)
-    return sim, result, limits
+    return sim, checked(sim, len(requests)), limits
 
 
 def test_a_burst_is_deflected_within_the_tbt_slo_and_beats_pd():
@@ -79,7 +75,6 @@ def test_deflect_is_ignored_once_the_prefill_started():
             outcomes.append(deflect(sim, Deflect(0, 1, 256)))
             outcomes.append(deflect(sim, Deflect(1, 1, 256)))
     sim._on_arrival = arrive
-    result = sim.run()
+    result = checked(sim, 2)
     assert outcomes == [False, True]
     assert [r.deflected for r in result.records] == [False, True] and result.records[1].path == "1"
-    assert_drained(sim)
