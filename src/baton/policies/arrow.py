@@ -110,9 +110,8 @@ class Arrow(Stage):
         self.mrt = max_running_tokens(context.perf, self.tpot_slo_s, profile_context_tokens,
                                       context.perf.kv_capacity_tokens)
         self.intervals: deque[tuple[float, float]] = deque()
-        self.lent: dict[int, bool] = {}  # decode instances Algorithm 3 moved to prefill
+        self.lent: set[int] = set()  # decode instances Algorithm 3 moved to prefill
 
-    # --- predictors --------------------------------------------------------------------
     # --- pools ---------------------------------------------------------------------------
     @staticmethod
     def pools(view: ClusterView) -> dict[str, list[int]]:
@@ -146,7 +145,7 @@ class Arrow(Stage):
         if not self.flips or len(pools["D"]) + len(pools["PD"]) <= 1:
             return None
         moved = min(pools["PD"] or pools["D"], key=lambda i: (view.running_tokens(i), i not in self.lent, i))
-        self.lent[moved] = True
+        self.lent.add(moved)
         return moved
 
     def move_prefill_to_decode(self, view: ClusterView, pools: dict[str, list[int]],
@@ -158,7 +157,7 @@ class Arrow(Stage):
             return None
         pick = candidates or pools["DP"] or pools["P"]
         moved = min(pick, key=lambda i: (self.predictor.delay(view, i), i not in self.lent, i))
-        self.lent.pop(moved, None)
+        self.lent.discard(moved)
         return moved
 
     # --- Algorithm 1 ---------------------------------------------------------------------
@@ -167,10 +166,9 @@ class Arrow(Stage):
         pt = self.predictor.pt(request.request.prompt_tokens)
         best: dict[str, int | None] = {}
         for k in ("P", "DP"):
-            delays = [(self.predictor.delay(view, i), i) for i in pools[k]]
-            best[k] = min(delays)[1] if delays else None
-            if delays and min(delays)[0] + pt <= self.ttft_slo_s:
-                return _prefill_on(plan, min(delays)[1])
+            delay, best[k] = min(((self.predictor.delay(view, i), i) for i in pools[k]), default=(None, None))
+            if delay is not None and delay + pt <= self.ttft_slo_s:
+                return _prefill_on(plan, best[k])
         if self.decode_load_low(view, pools, lend=1):
             moved = self.move_decode_to_prefill(view, pools)
             if moved is not None:
