@@ -97,3 +97,26 @@ def test_migration_by_continuation_on_real_engines(stack):
     s.close()
     assert metric(gw.url, 'baton_migrations_total{result="ok"}') == ok_before + 1
     assert chunk_texts(events) == want["choices"][0]["text"]
+
+
+def test_a_chat_without_a_budget_continues_to_its_natural_end_after_a_migration(stack):
+    """A chat request without max_tokens runs to EOS (vLLM's chat default is the rest of
+    the context); its continuation must too, not stop at the completions default of 16."""
+    gw = stack["gw"]
+    body = {"model": "smollm2", "messages": [{"role": "user", "content": "Write three sentences about the sea."}],
+            "temperature": 0.0}
+    status, want = post(stack["decode"].url + "/v1/chat/completions", body, timeout=300)
+    assert status == 200 and want["usage"]["completion_tokens"] > 24, want["usage"]  # longer than 16 + what moves
+    status, _ = request("PATCH", gw.url + "/admin/instances/prefill", {"role": "mixed"}, headers=AUTH)
+    assert status == 200
+    s = Stream(gw.url + "/v1/chat/completions", {**body, "stream": True}, timeout=300)
+    events, it = [], s.events()
+    for _ in range(4):
+        events.append(next(it))
+    (req,) = get(gw.url + "/admin/requests", headers=AUTH)[1]["requests"]
+    target = "prefill" if req["decode_instance"] != 0 else "decode"
+    status, _ = post(gw.url + f"/admin/requests/{req['req_id']}/migrate", {"target": target}, headers=AUTH)
+    assert status == 202
+    events += list(it)
+    s.close()
+    assert chunk_texts(events) == want["choices"][0]["message"]["content"]

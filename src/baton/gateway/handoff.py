@@ -72,12 +72,17 @@ def continuation_body(parsed: ParsedRequest, prompt_ids: list[int], generated_id
                       with_ids: bool = True, default_max_tokens: int = 16) -> dict[str, Any]:
     """A completions body that continues a request after ``generated_ids``. The output
     budget carries over: the client's ``max_tokens``, else the engine default the
-    original request ran under (vLLM's completions default is 16), minus what was made."""
+    original request ran under, minus what was made. vLLM's completions default is 16
+    (``default_max_tokens``); its chat default is the rest of the context, which an
+    explicit ``max_tokens: null`` asks of the completions endpoint too."""
     body = {k: parsed.body[k] for k in _CONTINUE_KEYS if k in parsed.body}
     body["prompt"] = list(prompt_ids) + list(generated_ids)
     done = len(generated_ids)
-    budget = parsed.max_tokens if parsed.max_tokens is not None else default_max_tokens
-    body["max_tokens"] = max(budget - done, 1)
+    if parsed.max_tokens is None and parsed.kind == CHAT:
+        body["max_tokens"] = None
+    else:
+        budget = parsed.max_tokens if parsed.max_tokens is not None else default_max_tokens
+        body["max_tokens"] = max(budget - done, 1)
     min_tokens = parsed.body.get("min_tokens")
     if isinstance(min_tokens, int) and min_tokens > done:
         body["min_tokens"] = min_tokens - done
