@@ -16,6 +16,7 @@ from baton.protocol.errors import ApiError
 from baton.protocol.requests import parse_json
 
 if TYPE_CHECKING:
+    from baton.gateway.flow import Flow
     from baton.gateway.server import Gateway
 
 
@@ -96,7 +97,7 @@ def add_routes(app: web.Application, gw: Gateway) -> None:
 
     async def list_requests(_request: web.Request) -> web.Response:
         gw.cluster.now()
-        return web.json_response({"requests": [f.describe() for f in gw.flows.values()]})
+        return web.json_response({"requests": [_describe(f, gw.cluster.view.now_s) for f in gw.flows.values()]})
 
     async def migrate(request: web.Request) -> web.Response:
         """Move one request (an operator's drain or rebalance), like a policy's Migrate."""
@@ -128,3 +129,13 @@ def add_routes(app: web.Application, gw: Gateway) -> None:
     app.router.add_delete("/admin/instances/{key}", _guarded(gw, remove_instance))
     app.router.add_patch("/admin/instances/{key}", _guarded(gw, change_role))
     app.router.add_get("/admin/policy", _guarded(gw, policy))
+
+
+def _describe(flow: Flow, now_s: float) -> dict:
+    """A request's live state for the admin API."""
+    st = flow.state
+    return {"req_id": st.req_id, "x_request_id": flow.client_xid, "path": flow.path,
+            "phase": st.phase.value, "prefill_instance": st.prefill_instance,
+            "decode_instance": st.decode_instance, "prompt_tokens": st.request.prompt_tokens,
+            "generated_tokens": st.generated_tokens, "migrations": st.migrations,
+            "age_s": round(now_s - st.request.arrival_s, 3)}

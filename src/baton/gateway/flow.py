@@ -28,18 +28,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("baton.gateway")
 
 
-def _api_error(err: UpstreamError, what: str) -> ApiError:
-    """The client-facing error for a failed leg: the engine's own 4xx, else 502."""
-    if not err.engine_fault and err.status is not None:
-        api = ApiError(err.status, str(err))
-        if err.body:
-            e = err.body["error"]
-            api = ApiError(err.status, str(e.get("message")), e.get("type") or "invalid_request_error",
-                           e.get("param"), e.get("code"))
-        return api
-    return ApiError(502, f"{what}: {err}", err_type="server_error", code="backend_error")
-
-
 class Flow:
     """Drives one request. ``request_migration`` may be called by a policy tick at any
     time; the relay acts on it between two tokens."""
@@ -99,7 +87,7 @@ class Flow:
         not tried again (a request that crashes engines must not take the fleet down)."""
         self.gw.backend_error(iid, err)
         if not err.engine_fault:
-            raise _api_error(err, what) from None
+            raise err.client_error(what) from None
         self.failed_on.add(iid)
         if not err.connect:
             self.deaths += 1
@@ -111,15 +99,6 @@ class Flow:
     def can_continue(self) -> bool:
         """A continuation needs the prompt ids and the id of every token relayed."""
         return self.prompt_ids is not None and self.ids_complete
-
-    def describe(self) -> dict[str, Any]:
-        """Live state for the admin API."""
-        st = self.state
-        return {"req_id": st.req_id, "x_request_id": self.client_xid, "path": self.path,
-                "phase": st.phase.value, "prefill_instance": st.prefill_instance,
-                "decode_instance": st.decode_instance, "prompt_tokens": st.request.prompt_tokens,
-                "generated_tokens": st.generated_tokens, "migrations": st.migrations,
-                "age_s": round(self.cluster.view.now_s - st.request.arrival_s, 3)}
 
     def request_migration(self, target: int) -> None:
         self.migrate_to = target

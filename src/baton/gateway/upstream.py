@@ -13,6 +13,7 @@ import orjson
 
 from baton.gateway.config import public_url
 from baton.protocol.chunks import chunk_text
+from baton.protocol.errors import ApiError
 from baton.protocol.requests import CHAT
 
 
@@ -36,6 +37,16 @@ class UpstreamError(Exception):
         if self.malformed or self.status is None:
             return True
         return self.status >= 500 and self.body is None
+
+    def client_error(self, what: str) -> ApiError:
+        """What the client gets for this failed leg: the engine's own 4xx, else a 502."""
+        if not self.engine_fault and self.status is not None:
+            if not self.body:
+                return ApiError(self.status, str(self))
+            e = self.body["error"]
+            return ApiError(self.status, str(e.get("message")), e.get("type") or "invalid_request_error",
+                            e.get("param"), e.get("code"))
+        return ApiError(502, f"{what}: {self}", err_type="server_error", code="backend_error")
 
 
 @dataclass(slots=True)
