@@ -101,7 +101,10 @@ def test_migration_by_continuation_on_real_engines(stack):
 
 def test_a_chat_without_a_budget_continues_to_its_natural_end_after_a_migration(stack):
     """A chat request without max_tokens runs to EOS (vLLM's chat default is the rest of
-    the context); its continuation must too, not stop at the completions default of 16."""
+    the context); its continuation must too, not stop at the completions default of 16
+    (vLLM reads max_tokens: null as 16 there: the gateway sends max_model_len minus the
+    context). The text is not compared past the move: a greedy continuation that
+    re-prefills in bfloat16 may take another token where two logits are nearly equal."""
     gw = stack["gw"]
     body = {"model": "smollm2", "messages": [{"role": "user", "content": "Write three sentences about the sea."}],
             "temperature": 0.0}
@@ -119,4 +122,8 @@ def test_a_chat_without_a_budget_continues_to_its_natural_end_after_a_migration(
     assert status == 202
     events += list(it)
     s.close()
-    assert chunk_texts(events) == want["choices"][0]["message"]["content"]
+    reasons = [c["finish_reason"] for e in events for c in e.get("choices", []) if c.get("finish_reason")]
+    assert reasons == ["stop"]  # ended by the model, not by a budget
+    moved_at = len(chunk_texts(events[:4]))
+    assert chunk_texts(events)[:moved_at] == want["choices"][0]["message"]["content"][:moved_at]
+    assert len([e for e in events[4:] if chunk_texts([e])]) > 20  # tokens after the move: more than 16

@@ -461,13 +461,3 @@ def test_a_client_naming_an_alias_gets_rebuilt_chunks_with_its_name(tmp_path):
             events = list(Stream(gw.url + "/v1/completions", body).events())
             assert {e["model"] for e in events} == {name} and chunk_texts(events) == expected(4, 4)
             assert ("token_ids" in events[0]["choices"][0]) == (name == "org/real-name")  # verbatim: nulled
-
-
-def test_the_emulator_reads_an_explicit_null_max_tokens_as_the_rest_of_the_context(tmp_path):
-    """As vLLM does (the continuation of a chat request without a budget relies on it)."""
-    emu = start_emulator(tmp_path, "--max-model-len", "24")
-    with servers(emu):
-        status, body = post(emu.url + "/v1/completions", {"prompt": PROMPT, "max_tokens": None})
-        assert status == 200 and body["usage"]["completion_tokens"] == 20
-        status, body = post(emu.url + "/v1/completions", {"prompt": PROMPT})
-        assert status == 200 and body["usage"]["completion_tokens"] == 16

@@ -46,9 +46,10 @@ def test_continuation_reduces_limits_and_keeps_sampling():
     # no client max_tokens: the engine default budget (16) carries over, not a fresh 16
     assert "min_tokens" not in late and late["max_tokens"] == 12
     assert handoff.continuation_body(parsed(), [1], [5, 6, 7], default_max_tokens=10)["max_tokens"] == 7
-    # a chat request without a budget ran to the end of the context: so does its continuation
-    body = handoff.continuation_body(parsed(CHAT), [1], [5, 6, 7] * 10)
-    assert "max_tokens" in body and body["max_tokens"] is None
+    # a chat request without a budget runs to the end of the context: so does its
+    # continuation, where the target's context length is known
+    assert handoff.continuation_body(parsed(CHAT), [1], [5, 6, 7] * 10, context_tokens=2048)["max_tokens"] == 2017
+    assert handoff.continuation_body(parsed(CHAT), [1], [5, 6, 7])["max_tokens"] == 13  # unknown: the default
 
 
 TRANSPORT = {"kv_transfer_params": {"do_remote_prefill": True, "remote_host": "10.9.9.9", "remote_port": 1},

@@ -4,13 +4,15 @@ import asyncio
 
 
 def test_model_discovery_survives_malformed_answers():
-    """An engine whose /v1/models is malformed keeps being probed and stays unnamed."""
+    """An engine whose /v1/models is malformed keeps being probed and stays unnamed; a
+    proper answer gives its name and context length."""
     from aiohttp import web
 
     from baton.gateway.models import ModelNames
 
     async def run():
-        answers = iter([{"data": {"id": "x"}}, ["not", "an", "object"], {"data": [1]}, {"data": [{"id": "real"}]}])
+        answers = iter([{"data": {"id": "x"}}, ["not", "an", "object"], {"data": [1]},
+                        {"data": [{"id": "real", "max_model_len": 4096}]}, {"data": [{"id": "renamed"}]}])
 
         async def models(_request):
             return web.json_response(next(answers))
@@ -25,7 +27,8 @@ def test_model_discovery_survives_malformed_answers():
         import aiohttp
         async with aiohttp.ClientSession() as session:
             got = [await names.discover(session, 0, f"http://127.0.0.1:{port}", {}, aiohttp.ClientTimeout(total=5))
-                   for _ in range(4)]
+                   for _ in range(5)]
         await runner.cleanup()
-        assert got == [None, None, None, "real"] and names.served() == ["real"]
+        assert got == [None, None, None, "real", "real"] and names.served() == ["real"]  # a name stays
+        assert names.asked == {0} and names.context_tokens == {0: 4096}  # vLLM's max_model_len
     asyncio.run(run())

@@ -162,8 +162,6 @@ class Emulator:
 
     def _sequence(self, request: web.Request, parsed: ParsedRequest, ids: list[int]) -> Sequence:
         max_new = parsed.max_tokens or DEFAULT_MAX_TOKENS
-        if parsed.max_tokens is None and "max_tokens" in parsed.body and parsed.body["max_tokens"] is None:
-            max_new = self.config.max_model_len - len(ids)  # an explicit null: the rest of the context, as vLLM
         if len(ids) + max_new > self.config.max_model_len:
             raise ApiError(400, f"prompt ({len(ids)} tokens) plus max_tokens ({max_new}) exceeds "
                                 f"max_model_len {self.config.max_model_len}", param="max_tokens")

@@ -321,7 +321,8 @@ class Flow:
     # --- migration and recovery ---------------------------------------------------------------
     def _continuation(self, target: int) -> StreamLeg:
         body = handoff.continuation_body(self.parsed, self.prompt_ids or [], self.generated_ids,
-                                         default_max_tokens=self.gw.config.default_max_tokens)
+                                         default_max_tokens=self.gw.config.default_max_tokens,
+                                         context_tokens=self.gw.names.context_tokens.get(target))
         if not self.out.prompt_tokens and self.prompt_ids:
             self.out.prompt_tokens = len(self.prompt_ids)
         leg = StreamLeg(target, COMPLETIONS, self.cluster.url(target) + endpoint(COMPLETIONS),

@@ -69,17 +69,19 @@ def sglang_bodies(parsed: ParsedRequest, host: str, port: int | None, room: int,
 
 
 def continuation_body(parsed: ParsedRequest, prompt_ids: list[int], generated_ids: list[int],
-                      with_ids: bool = True, default_max_tokens: int = 16) -> dict[str, Any]:
+                      with_ids: bool = True, default_max_tokens: int = 16,
+                      context_tokens: int | None = None) -> dict[str, Any]:
     """A completions body that continues a request after ``generated_ids``. The output
     budget carries over: the client's ``max_tokens``, else the engine default the
     original request ran under, minus what was made. vLLM's completions default is 16
-    (``default_max_tokens``); its chat default is the rest of the context, which an
-    explicit ``max_tokens: null`` asks of the completions endpoint too."""
+    (``default_max_tokens``; it reads an explicit null as 16 too); its chat default is
+    the rest of the context, which the target's ``max_model_len`` (``context_tokens``)
+    gives when the engine reported it (else the completions default applies)."""
     body = {k: parsed.body[k] for k in _CONTINUE_KEYS if k in parsed.body}
     body["prompt"] = list(prompt_ids) + list(generated_ids)
     done = len(generated_ids)
-    if parsed.max_tokens is None and parsed.kind == CHAT:
-        body["max_tokens"] = None
+    if parsed.max_tokens is None and parsed.kind == CHAT and context_tokens is not None:
+        body["max_tokens"] = max(context_tokens - len(body["prompt"]), 1)
     else:
         budget = parsed.max_tokens if parsed.max_tokens is not None else default_max_tokens
         body["max_tokens"] = max(budget - done, 1)

@@ -24,6 +24,8 @@ class ModelNames:
     def __init__(self, alias: str | None) -> None:
         self.alias = alias
         self.by_engine: dict[int, str] = {}
+        self.context_tokens: dict[int, int] = {}  # each engine's max_model_len, as its /v1/models says
+        self.asked: set[int] = set()  # engines whose /v1/models answered
 
     def served(self) -> list[str]:
         """Names in ``/v1/models``, the alias first."""
@@ -49,7 +51,9 @@ class ModelNames:
 
     async def discover(self, session: aiohttp.ClientSession, iid: int, url: str, headers: dict[str, str],
                        timeout: aiohttp.ClientTimeout) -> str | None:
-        """Ask one engine's ``/v1/models`` for its first model; None if it does not answer."""
+        """Ask one engine's ``/v1/models`` for its first model (and its ``max_model_len``,
+        which vLLM and the emulator report); None if it does not answer. A configured
+        name is kept."""
         try:
             async with session.get(url + "/v1/models", headers=headers, timeout=timeout) as resp:
                 if resp.status != 200:
@@ -59,8 +63,14 @@ class ModelNames:
             return None
         data = answer.get("data") if isinstance(answer, dict) else None
         first = data[0] if isinstance(data, list) and data else None
-        name = first.get("id") if isinstance(first, dict) else None
+        if not isinstance(first, dict):
+            return None
+        self.asked.add(iid)
+        context = first.get("max_model_len")
+        if isinstance(context, int) and not isinstance(context, bool) and context > 0:
+            self.context_tokens[iid] = context
+        name = first.get("id")
         if isinstance(name, str) and name:
-            self.by_engine[iid] = name
-            return name
+            self.by_engine.setdefault(iid, name)
+            return self.by_engine[iid]
         return None

@@ -79,7 +79,7 @@ class Scraper:
             gw.note_failure(iid)
             return False
         eng.failures = 0
-        if iid not in gw.names.by_engine:
+        if iid not in gw.names.asked:  # its model name and context length, once
             key = eng.spec.api_key
             await gw.names.discover(gw.session, iid, eng.spec.url, {"Authorization": f"Bearer {key}"} if key else {},
                                     timeout)
