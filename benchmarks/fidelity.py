@@ -43,11 +43,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from baton.core.paths import cache_dir  # noqa: E402
 from baton.core.info import InfoModel, ViewMode  # noqa: E402
 from baton.sim import ClusterSpec, EngineConfig, simulate  # noqa: E402
 from baton.workload import load_trace  # noqa: E402
 
-CACHE = Path(os.environ.get("BATON_CACHE", Path.home() / ".cache" / "baton"))
+CACHE = cache_dir()
 VENV = CACHE / "vidur-venv"
 HUB = CACHE / "vidur-hub"
 PROFILES = ROOT.parent / "shared" / "peers" / "vidur"

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from baton.core.paths import cache_dir
 from baton.core.info import InfoModel, ViewMode
 from baton.core.request import Request
 from baton.gateway.replay import replay
@@ -37,7 +38,7 @@ from baton.profiling.grid import ProfileGrid, write_profile
 from baton.profiling.live import profile_engine
 from baton.sim import ClusterSpec, EngineConfig, simulate
 
-CACHE = Path(os.environ.get("BATON_CACHE", Path.home() / ".cache" / "baton"))
+CACHE = cache_dir()
 BUDGET_TOKENS, MAX_SEQS, MAX_LEN = 2048, 32, 2048
 
 

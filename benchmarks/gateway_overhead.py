@@ -52,9 +52,10 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from baton.core.paths import cache_dir  # noqa: E402
 from tests.live import Server, free_port, servers  # noqa: E402
 
-CACHE = Path(os.environ.get("BATON_CACHE", Path.home() / ".cache" / "baton"))
+CACHE = cache_dir()
 MOCK = r'''
 import json, sys
 from aiohttp import web

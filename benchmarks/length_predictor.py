@@ -41,10 +41,11 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fidelity_real import start_gateway, start_vllm  # noqa: E402
 
+from baton.core.paths import cache_dir  # noqa: E402
 from baton.learn import generate, prompts  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-CACHE = Path(os.environ.get("BATON_CACHE", Path.home() / ".cache" / "baton"))
+CACHE = cache_dir()
 ALPACA = ROOT.parent / "shared" / "prompts" / "alpaca_5000.json"
 console = Console(stderr=True)
 

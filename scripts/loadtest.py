@@ -21,9 +21,11 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CACHE = Path(os.environ.get("BATON_CACHE", Path.home() / ".cache" / "baton"))
 sys.path.insert(0, str(ROOT))
+from baton.core.paths import cache_dir  # noqa: E402
 from tests.live import Server, servers, start_emulator, start_gateway  # noqa: E402
+
+CACHE = cache_dir()
 
 MODEL = "smollm2"
 PROMPT_TOKENS, OUTPUT_TOKENS = 128, 32

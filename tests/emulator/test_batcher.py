@@ -86,13 +86,11 @@ def test_abort_frees_blocks_at_once():
 def test_emulator_words_are_one_token_each_for_a_real_tokenizer():
     """Load tools count output tokens by tokenizing the text: each emulated token must be
     one token of a real BPE vocabulary (SmolLM2's, when a local copy exists)."""
-    import os
-    from pathlib import Path
-
     import pytest
     tokenizers = pytest.importorskip("tokenizers")
+    from baton.core.paths import cache_dir
     from baton.emulator.tokens import WORDS
-    cache = Path(os.environ.get("BATON_CACHE", Path.home() / ".cache" / "baton"))
+    cache = cache_dir()
     path = next((p for p in (cache / "smollm2-tokenizer" / "tokenizer.json", cache / "smollm2-hf" / "tokenizer.json")
                  if p.exists()), None)
     if path is None:

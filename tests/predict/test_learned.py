@@ -114,3 +114,17 @@ def test_learned_error_files_are_checked(tmp_path):
         LearnedErrorLength(np.random.default_rng(0), errors=str(bad), mode="x")
     with pytest.raises(ConfigError, match="estimator 'learned'"):
         build_estimator("learned")  # no weights given
+
+
+def test_the_error_file_is_looked_up_in_baton_cache_first(tmp_path, monkeypatch):
+    import json
+
+    from baton.predict.learned_error import REPOSITORY_COPY, load_errors
+    data = json.loads(REPOSITORY_COPY.read_text())
+    data["marker"] = "from the cache"
+    (tmp_path / "predictor").mkdir()
+    (tmp_path / "predictor" / "error_by_bucket.json").write_text(json.dumps(data))
+    monkeypatch.setenv("BATON_CACHE", str(tmp_path))
+    assert load_errors(None)["marker"] == "from the cache"
+    monkeypatch.setenv("BATON_CACHE", str(tmp_path / "empty"))
+    assert "marker" not in load_errors(None)  # nothing cached there: the repository's copy

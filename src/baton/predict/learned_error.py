@@ -28,20 +28,25 @@ from pathlib import Path
 import numpy as np
 
 from baton.core.errors import ConfigError
+from baton.core.paths import cache_dir
 from baton.core.events import Completed, Observation
 from baton.core.view import ClusterView
 from baton.predict.base import LengthEstimator
 
-DEFAULT_PATHS = (Path.home() / ".cache" / "baton" / "predictor" / "error_by_bucket.json",
-                 Path(__file__).resolve().parents[3] / "examples" / "predictor" / "error_by_bucket.json")
+REPOSITORY_COPY = Path(__file__).resolve().parents[3] / "examples" / "predictor" / "error_by_bucket.json"
+
+
+def default_paths() -> tuple[Path, Path]:
+    """The full build's error file in the cache (``$BATON_CACHE``), then the repository's copy."""
+    return cache_dir() / "predictor" / "error_by_bucket.json", REPOSITORY_COPY
 
 
 def load_errors(path: str | Path | None) -> dict:
     """The error file at ``path``, else the cached one, else the repository's copy."""
-    candidates = [Path(path).expanduser()] if path else [p for p in DEFAULT_PATHS if p.exists()]
+    candidates = [Path(path).expanduser()] if path else [p for p in default_paths() if p.exists()]
     if not candidates:
         raise ConfigError("learned-error: no error file; run benchmarks/length_predictor.py or pass errors: "
-                          f"PATH (looked in {', '.join(str(p) for p in DEFAULT_PATHS)})")
+                          f"PATH (looked in {', '.join(str(p) for p in default_paths())})")
     try:
         data = json.loads(candidates[0].read_text())
         buckets = data["buckets"]
