@@ -120,18 +120,22 @@ def test_engine_fields_the_gateway_does_not_model_reach_the_client(fakes):
     assert all(c["token_ids"] is None for c in choices)
 
 
-@pytest.mark.parametrize("mode", ["finish-then-die", "finish-then-hang", "tokens-then-die"])
-def test_an_engine_failing_after_the_finish_reason_leaves_a_complete_answer(fakes, mode):
+@pytest.mark.parametrize("mode,max_tokens", [("finish-then-die", 4), ("finish-then-hang", 4), ("tokens-then-die", 4),
+                                             ("tokens-then-die", None)])
+def test_an_engine_failing_after_the_finish_reason_leaves_a_complete_answer(fakes, mode, max_tokens):
     """The answer is whole once its finish reason went out, or all the tokens the client
-    asked for: no continuation adds tokens (with max_tokens spent, the reason is length)."""
+    asked for (vLLM's 16 for completions when it set none): no continuation adds tokens
+    (with the budget spent, the reason is length); the engine's failure is still counted."""
     gw = fakes["gw"]
-    before = metric(gw.url, "baton_recoveries_total")
-    events, done = stream_all(gw, {"prompt": IDS, "max_tokens": 4, "user": mode,
-                                   "stream_options": {"include_usage": True}})
-    assert done and texts(events) == expected(4, 4) and not any("error" in e for e in events)
+    before = metric(gw.url, "baton_recoveries_total"), metric(gw.url, "baton_backend_errors_total")
+    body = {"prompt": IDS, "user": mode, "stream_options": {"include_usage": True}}
+    events, done = stream_all(gw, body if max_tokens is None else {**body, "max_tokens": max_tokens})
+    n = max_tokens or 16
+    assert done and texts(events) == expected(4, n) and not any("error" in e for e in events)
     assert [c["finish_reason"] for e in events for c in e["choices"] if c["finish_reason"]] == ["length"]
-    assert events[-1]["usage"]["completion_tokens"] == 4  # the gateway's: the fake sends none
-    assert metric(gw.url, "baton_recoveries_total") == before
+    assert events[-1]["usage"]["completion_tokens"] == n  # the gateway's: the fake sends none
+    assert metric(gw.url, "baton_recoveries_total") == before[0]
+    assert metric(gw.url, "baton_backend_errors_total") == before[1] + 1
     assert wait_until(lambda: idle(gw))
 
 
@@ -272,7 +276,7 @@ def test_sigstop_under_load_loses_nothing(tmp_path):
 @pytest.fixture(scope="module")
 def plain(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fuzz")
-    m = start_emulator(tmp)
+    m = start_emulator(tmp, "--max-model-len", "64")  # a chat without max_tokens runs to the end of the context
     gw = start_gateway(tmp, {**FAST, "engines": [{"name": "m", "url": m.url, "role": "mixed"}],
                              "policy": "colocated"})
     with servers(m, gw):

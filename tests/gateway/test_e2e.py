@@ -132,7 +132,8 @@ def test_colocated_mode_serves_each_request_on_one_instance(cluster):
 
 def test_migration_mid_stream_keeps_the_token_sequence(cluster):
     gw = cluster["pd"]
-    s = Stream(gw.url + "/v1/completions", {"prompt": PROMPT, "max_tokens": 300, "ignore_eos": True, "stream": True})
+    s = Stream(gw.url + "/v1/completions", {"prompt": PROMPT, "max_tokens": 300, "ignore_eos": True, "stream": True,
+                                            "stream_options": {"include_usage": True}})
     events, it = [], s.events()
     for _ in range(10):
         events.append(next(it))
@@ -145,9 +146,12 @@ def test_migration_mid_stream_keeps_the_token_sequence(cluster):
     events += list(it)
     s.close()
     assert chunk_texts(events) == expected(4, 300)  # nothing duplicated, nothing missing
-    # relayed verbatim before the move, rebuilt after it: one response id, one finish
+    # relayed verbatim before the move, rebuilt after it: one response id, one finish, and
+    # usage for the whole answer (the continuation's own prompt holds 4 + the moved tokens)
     assert len({e["id"] for e in events}) == 1
-    assert [e["choices"][0]["finish_reason"] for e in events if e["choices"][0]["finish_reason"]] == ["length"]
+    assert [c["finish_reason"] for e in events for c in e["choices"] if c["finish_reason"]] == ["length"]
+    assert events[-1]["choices"] == [] and events[-1]["usage"]["prompt_tokens"] == 4
+    assert events[-1]["usage"]["completion_tokens"] == 300
     assert metric(gw.url, 'baton_migrations_total{result="ok"}') == ok_before + 1
     assert wait_until(lambda: idle(gw))
 
@@ -461,3 +465,29 @@ def test_a_client_naming_an_alias_gets_rebuilt_chunks_with_its_name(tmp_path):
             events = list(Stream(gw.url + "/v1/completions", body).events())
             assert {e["model"] for e in events} == {name} and chunk_texts(events) == expected(4, 4)
             assert ("token_ids" in events[0]["choices"][0]) == (name == "org/real-name")  # verbatim: nulled
+
+
+def test_a_migrated_chat_without_a_budget_ends_where_an_unmoved_one_does(tmp_path):
+    """Chat without max_tokens runs to the end of the context (vLLM's default, and the
+    emulator's); its continuation gets the rest of the target's context, from /v1/models."""
+    a, b = (start_emulator(tmp_path, "--max-model-len", "160", "--time-scale", "3") for _ in range(2))
+    gw = start_gateway(tmp_path, {"engines": [{"name": "a", "url": a.url, "role": "mixed"},
+                                              {"name": "b", "url": b.url, "role": "mixed"}],
+                                  "policy": "colocated", "admin_token": TOKEN, "scrape_interval_s": 0.1})
+    with servers(a, b, gw):
+        body = {"messages": [{"role": "user", "content": "hi there"}], "stream": True,
+                "stream_options": {"include_usage": True}}
+        assert wait_until(lambda: len(get(gw.url + "/v1/models")[1]["data"]) == 1)
+        direct = list(Stream(a.url + "/v1/chat/completions", body).events())
+        s = Stream(gw.url + "/v1/chat/completions", body)
+        events, it = [], s.events()
+        for _ in range(6):
+            events.append(next(it))
+        (req,) = get(gw.url + "/admin/requests", headers=AUTH)[1]["requests"]
+        target = "b" if req["decode_instance"] == 0 else "a"
+        assert post(gw.url + f"/admin/requests/{req['req_id']}/migrate", {"target": target}, headers=AUTH)[0] == 202
+        events += list(it)
+        s.close()
+        assert direct[-1]["usage"]["completion_tokens"] == 160 - direct[-1]["usage"]["prompt_tokens"]
+        assert chunk_texts(events) == chunk_texts(direct)
+        assert events[-1]["usage"] == direct[-1]["usage"]

@@ -161,7 +161,9 @@ class Emulator:
                 self.batcher.abort(seq)
 
     def _sequence(self, request: web.Request, parsed: ParsedRequest, ids: list[int]) -> Sequence:
-        max_new = parsed.max_tokens or DEFAULT_MAX_TOKENS
+        # vLLM's defaults: 16 for completions (an explicit null too), the rest of the context for chat
+        max_new = parsed.max_tokens or (max(self.config.max_model_len - len(ids), 1) if parsed.kind == CHAT
+                                        else DEFAULT_MAX_TOKENS)
         if len(ids) + max_new > self.config.max_model_len:
             raise ApiError(400, f"prompt ({len(ids)} tokens) plus max_tokens ({max_new}) exceeds "
                                 f"max_model_len {self.config.max_model_len}", param="max_tokens")

@@ -269,13 +269,19 @@ class Flow:
             if self.leg.done:  # what this read brought goes out with the response's end
                 return await self.out.finish(self.reason)
             await self.out.flush()
-            if self.migrate_to is not None and self.reason is None:
-                await self._migrate()
+            if self.migrate_to is not None:
+                if self._complete():  # nothing left to move: the finish chunk is on its way
+                    self.migrate_to, self.state.migrating = None, False
+                else:
+                    await self._migrate()
 
     def _complete(self) -> bool:
         """The client has the whole answer: a finish reason was relayed, or as many tokens
-        as it asked for (then the reason is ``length``)."""
+        as it asked for, or as a completions request without ``max_tokens`` gets (then
+        the reason is ``length``)."""
         cap = self.parsed.max_tokens
+        if cap is None and self.parsed.kind == COMPLETIONS:
+            cap = self.gw.config.default_max_tokens
         if self.reason is None and cap is not None and self.out.tokens >= cap:
             self.reason = "length"
         return self.reason is not None
@@ -286,8 +292,9 @@ class Flow:
             self.prompt_ids = list(piece.prompt_token_ids)
             self.out.prompt_token_ids = self.prompt_ids
             self.cluster.set_prompt_tokens(self.state, len(self.prompt_ids))
-        if piece.prompt_tokens and not self.out.prompt_tokens and not self.leg.continues:
-            self.out.prompt_tokens = piece.prompt_tokens  # a continuation's prompt holds the output too
+        if piece.prompt_tokens and not self.out.prompt_tokens:
+            # (a continuation's prompt holds the output too: _continuation sets it first)
+            self.out.prompt_tokens = piece.prompt_tokens
         if piece.finish_reason:
             self.reason = piece.finish_reason
         n = piece.tokens
@@ -325,10 +332,8 @@ class Flow:
                                          context_tokens=self.gw.names.context_tokens.get(target))
         if not self.out.prompt_tokens and self.prompt_ids:
             self.out.prompt_tokens = len(self.prompt_ids)
-        leg = StreamLeg(target, COMPLETIONS, self.cluster.url(target) + endpoint(COMPLETIONS),
-                        self._body(target, body), self.headers(target))
-        leg.continues = True
-        return leg
+        return StreamLeg(target, COMPLETIONS, self.cluster.url(target) + endpoint(COMPLETIONS),
+                         self._body(target, body), self.headers(target))
 
     def _move_to(self, target: int, leg: StreamLeg) -> None:
         if self.leg is not None:

@@ -53,9 +53,10 @@ class ModelNames:
                        timeout: aiohttp.ClientTimeout) -> str | None:
         """Ask one engine's ``/v1/models`` for its first model (and its ``max_model_len``,
         which vLLM and the emulator report); None if it does not answer. A configured
-        name is kept."""
+        name is kept. An engine that answered at all, even with an error, is ``asked``."""
         try:
             async with session.get(url + "/v1/models", headers=headers, timeout=timeout) as resp:
+                self.asked.add(iid)
                 if resp.status != 200:
                     return None
                 answer = await resp.json(content_type=None)
@@ -65,7 +66,6 @@ class ModelNames:
         first = data[0] if isinstance(data, list) and data else None
         if not isinstance(first, dict):
             return None
-        self.asked.add(iid)
         context = first.get("max_model_len")
         if isinstance(context, int) and not isinstance(context, bool) and context > 0:
             self.context_tokens[iid] = context

@@ -62,7 +62,19 @@ class Scraper:
         prefills re-check their instance afterwards either way (with the new sample)."""
         ok = await self._probe(iid)
         self.gw.hold.scraped(iid)
+        names = self.gw.names
+        if ok and (iid not in names.by_engine or iid not in names.asked):
+            await self._discover(iid)
         return ok
+
+    async def _discover(self, iid: int) -> None:
+        """The engine's model name (until known) and context length (once per healthy
+        spell: an engine back from a failure may have restarted with another one)."""
+        gw, eng = self.gw, self.gw.cluster.engines[iid]
+        key = eng.spec.api_key
+        timeout = aiohttp.ClientTimeout(total=gw.config.scrape_timeout_s, sock_connect=gw.config.connect_timeout_s)
+        await gw.names.discover(gw.session, iid, eng.spec.url, {"Authorization": f"Bearer {key}"} if key else {},
+                                timeout)
 
     async def _probe(self, iid: int) -> bool:
         gw = self.gw
@@ -79,12 +91,9 @@ class Scraper:
             gw.note_failure(iid)
             return False
         eng.failures = 0
-        if iid not in gw.names.asked:  # its model name and context length, once
-            key = eng.spec.api_key
-            await gw.names.discover(gw.session, iid, eng.spec.url, {"Authorization": f"Bearer {key}"} if key else {},
-                                    timeout)
         gw.cluster.record_scrape(iid, sample)
         if gw.cluster.set_health(iid, True):
+            gw.names.asked.discard(iid)
             log.info("engine %s is healthy again; it takes new work", eng.spec.name)
         gw.metrics.scrapes.labels(eng.spec.name, "ok").inc()
         return True

@@ -153,7 +153,6 @@ class StreamLeg:
         # chunks go to the client as the engine wrote them: False for legs in another
         # format (continuations), None until the first chunk shows the model name
         self.verbatim: bool | None = False
-        self.continues = False  # a continuation: its prompt is the original prompt plus output
 
     async def open(self, session: aiohttp.ClientSession, timeout: aiohttp.ClientTimeout) -> None:
         try:
