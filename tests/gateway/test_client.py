@@ -54,9 +54,10 @@ def test_chat_chunks_with_reasoning_or_tool_calls_count_as_output():
     assert piece_of(CHAT, ROLE).tokens == 0
 
 
-def test_token_ids_that_are_not_a_list_are_a_malformed_answer():
+@pytest.mark.parametrize("ids", [0.0, [1.5], ["7"], [True], [1, None]])
+def test_token_ids_that_are_not_a_list_of_integers_are_a_malformed_answer(ids):
     with pytest.raises(UpstreamError) as err:
-        piece_of(CHAT, {"choices": [{"index": 0, "delta": {"content": "a"}, "token_ids": 0.0}]})
+        piece_of(CHAT, {"choices": [{"index": 0, "delta": {"content": "a"}, "token_ids": ids}]})
     assert err.value.malformed
 
 

@@ -88,10 +88,10 @@ def piece_of(kind: str, payload: Any, raw: bytes = b"") -> Piece:
     text, ids = chunk_text(kind, c), c.get("token_ids")
     if ids is None:  # without ids a chunk that carries any output is one token
         tokens = 1 if text or (kind == CHAT and _other_output(c)) else 0
-    elif isinstance(ids, list):
+    elif isinstance(ids, list) and all(type(t) is int for t in ids):  # they may become a continuation's prompt
         tokens = len(ids)
     else:
-        raise _malformed("'token_ids' is not a list")
+        raise _malformed("'token_ids' is not a list of integers")
     return Piece(text, ids, c.get("finish_reason"), prompt_ids if prompt_ids is not None else
                  c.get("prompt_token_ids"), usage.get("prompt_tokens"), tokens, raw, payload)
 
