@@ -251,10 +251,11 @@ class Flow:
         while True:
             assert self.leg is not None
             leg = self.leg
-            deadline_s = (self.gw.token_timeout_s(leg.instance_id) if leg.received
-                          else self.gw.first_token_timeout_s(self.state.request.prompt_tokens + self.out.tokens))
             try:
-                pieces = await within(deadline_s, f"stream from {self._name(leg.instance_id)}", leg.next_batch())
+                pieces = leg.ready()
+                if not pieces and not leg.done:
+                    pieces = await within(self._read_deadline_s(leg), f"stream from {self._name(leg.instance_id)}",
+                                          leg.next_batch())
             except UpstreamError as err:
                 if self._complete():  # the engine failed after the answer was whole: nothing to recover
                     self.gw.backend_error(leg.instance_id, err)
@@ -274,6 +275,12 @@ class Flow:
                     self.migrate_to, self.state.migrating = None, False
                 else:
                     await self._migrate()
+
+    def _read_deadline_s(self, leg: StreamLeg) -> float:
+        """Before a leg's first token a whole prefill may come first; then the engine's pace."""
+        if leg.received:
+            return self.gw.token_timeout_s(leg.instance_id)
+        return self.gw.first_token_timeout_s(self.state.request.prompt_tokens + self.out.tokens)
 
     def _complete(self) -> bool:
         """The client has the whole answer: a finish reason was relayed, or as many tokens

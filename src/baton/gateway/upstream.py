@@ -167,6 +167,19 @@ class StreamLeg:
             self.close()
             raise err
 
+    def ready(self) -> list[Piece]:
+        """The pieces already received, without waiting (often the whole answer of a short
+        stream, so no read deadline needs arming)."""
+        assert self._resp is not None
+        pieces: list[Piece] = []
+        try:
+            data = self._resp.content.read_nowait()
+            if data:
+                self._feed(data, pieces)
+        except (aiohttp.ClientError, ValueError) as exc:
+            raise UpstreamError(f"{public_url(self.url)}: stream broke: {type(exc).__name__}: {exc}") from None
+        return pieces
+
     async def next_batch(self) -> list[Piece]:
         """Every piece that has arrived (waiting for at least one); after ``[DONE]`` sets
         ``done``. Relaying a batch at once saves a write per token when the engine runs ahead."""
@@ -180,14 +193,17 @@ class StreamLeg:
                     break
                 if not data:
                     raise UpstreamError(f"{public_url(self.url)}: stream ended before [DONE]")
-                self._buf += data
-                *lines, self._buf = self._buf.split(b"\n")
-                for line in lines:
-                    if line:  # every other line of an SSE stream is the blank separator
-                        self._parse(line, pieces)
+                self._feed(data, pieces)
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
             raise UpstreamError(f"{public_url(self.url)}: stream broke: {type(exc).__name__}: {exc}") from None
         return pieces
+
+    def _feed(self, data: bytes, pieces: list[Piece]) -> None:
+        self._buf += data
+        *lines, self._buf = self._buf.split(b"\n")
+        for line in lines:
+            if line:  # every other line of an SSE stream is the blank separator
+                self._parse(line, pieces)
 
     def _parse(self, line: bytes, pieces: list[Piece]) -> None:
         if not line.startswith(b"data:") or self.done:
