@@ -219,20 +219,23 @@ def start(tmp: Path, binary: str | None) -> tuple[list, Server, Server, Proc, Pr
     return mocks, gw, rebuild, bare, router
 
 
+def _served(server, seconds: float, concurrency: int, tokens: int) -> tuple[float, float]:
+    """(requests/s of ``tokens``-token streams, the server process's CPU-seconds per request)."""
+    cpu0, t0 = cpu_s(server.proc.pid), time.perf_counter()
+    rps = asyncio.run(throughput(server.url + "/v1/completions", seconds, concurrency, tokens))
+    return rps, (cpu_s(server.proc.pid) - cpu0) / (rps * (time.perf_counter() - t0))
+
+
 def _rate(server, seconds: float, concurrency: int) -> tuple[float, float]:
     """(requests/s of 8-token streams, the server process's CPU-ms per request)."""
-    cpu0, t0 = cpu_s(server.proc.pid), time.perf_counter()
-    rps = asyncio.run(throughput(server.url + "/v1/completions", seconds, concurrency))
-    served = rps * (time.perf_counter() - t0)
-    return round(rps, 1), round((cpu_s(server.proc.pid) - cpu0) / served * 1e3, 3)
+    rps, cpu = _served(server, seconds, concurrency, 8)
+    return round(rps, 1), round(cpu * 1e3, 3)
 
 
 def _long(gw: Server, seconds: float) -> tuple[float, float]:
     """(relayed tokens/s, gateway CPU-s per million tokens) of 512-token streams."""
-    cpu0, t0 = cpu_s(gw.proc.pid), time.perf_counter()
-    rps = asyncio.run(throughput(gw.url + "/v1/completions", seconds, 32, tokens=512))
-    wall, cpu = time.perf_counter() - t0, cpu_s(gw.proc.pid) - cpu0
-    return round(rps * 512, 1), round(cpu / (rps * wall * 512) * 1e6, 2)
+    rps, cpu = _served(gw, seconds, 32, 512)
+    return round(rps * 512, 1), round(cpu / 512 * 1e6, 2)
 
 
 def measure(args, mocks, gw, rebuild, bare, router) -> dict:

@@ -388,11 +388,10 @@ class Flow:
         while self.recoveries < self.gw.config.max_recoveries:
             self.recoveries += 1
             target = self.gw.choose_decode(self.state, frozenset(self.failed_on))
+            self.out.discard_unsent()  # a failed leg's chunks not yet sent go with it
             if self.can_continue:
-                self.out.discard_unsent()  # a continuation writes the response in the gateway's format
                 leg = self._continuation(target)
             elif self.out.tokens == 0:  # nothing sent yet: the original request can start over
-                self.out.discard_unsent()
                 leg = self._first_leg(target, self.parsed.kind,
                                       handoff.colocated_body(self.parsed, self.gw.wants_ids(target)))
             else:

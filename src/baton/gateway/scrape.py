@@ -40,11 +40,14 @@ def parse_metrics(text: str, names: Mapping[str, str | None], at_s: float) -> Sc
 class Scraper:
     """The gateway's scrape loops: one task per engine, so a hung engine delays only its
     own probe. A failed scrape counts towards the engine's failures like a failed leg; a
-    good one resets them, brings the engine back and learns its model name if unknown."""
+    good one resets them, brings the engine back and learns its model name and context
+    length."""
 
     def __init__(self, gw: Gateway) -> None:
         self.gw = gw
         self.tasks: dict[int, asyncio.Task] = {}
+        cfg = gw.config
+        self.timeout = aiohttp.ClientTimeout(total=cfg.scrape_timeout_s, sock_connect=cfg.connect_timeout_s)
 
     def start(self, iid: int) -> None:
         self.tasks[iid] = asyncio.create_task(self._loop(iid))
@@ -72,17 +75,15 @@ class Scraper:
         spell: an engine back from a failure may have restarted with another one)."""
         gw, eng = self.gw, self.gw.cluster.engines[iid]
         key = eng.spec.api_key
-        timeout = aiohttp.ClientTimeout(total=gw.config.scrape_timeout_s, sock_connect=gw.config.connect_timeout_s)
         await gw.names.discover(gw.session, iid, eng.spec.url, {"Authorization": f"Bearer {key}"} if key else {},
-                                timeout)
+                                self.timeout)
 
     async def _probe(self, iid: int) -> bool:
         gw = self.gw
-        eng, cfg = gw.cluster.engines[iid], gw.config
-        timeout = aiohttp.ClientTimeout(total=cfg.scrape_timeout_s, sock_connect=cfg.connect_timeout_s)
+        eng = gw.cluster.engines[iid]
         try:
             assert gw.session is not None
-            async with gw.session.get(eng.spec.url + "/metrics", timeout=timeout) as resp:
+            async with gw.session.get(eng.spec.url + "/metrics", timeout=self.timeout) as resp:
                 if resp.status != 200:
                     raise ValueError(f"status {resp.status}")
                 sample = parse_metrics(await resp.text(), eng.spec.metric_names, gw.cluster.clock())

@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 
 from baton.core.errors import ConfigError
-from baton.core.paths import cache_dir
 from baton.core.events import Completed, Observation
+from baton.core.paths import cache_dir
 from baton.core.view import ClusterView
 from baton.predict.base import LengthEstimator
 
