@@ -61,6 +61,10 @@ class ClusterView:
     def instance(self, instance_id: int) -> InstanceState:
         return self._instances[instance_id]
 
+    def has_instance(self, instance_id: int) -> bool:
+        """Whether ``instance_id`` is an instance of this cluster (healthy or not)."""
+        return instance_id in self._instances
+
     def instances(self) -> list[InstanceState]:
         return list(self._instances.values())
 
@@ -156,6 +160,13 @@ class ClusterView:
         forgets requests that end; the simulator keeps them, marked done)."""
         st = self._requests.get(req_id)
         return st is not None and not st.done
+
+    def ended_request(self, req_id: int) -> RequestState | None:
+        """A request's state while the runtime can still resolve it, ended or not: in a
+        ``Completed`` observation the request has ended but its placement is readable.
+        None once the runtime has forgotten it (policies keeping ids across calls must
+        expect that live)."""
+        return self._requests.get(req_id)
 
     def active_request_ids(self) -> list[int]:
         return [r for r, s in self._requests.items() if not s.done]

@@ -11,6 +11,7 @@ import numpy as np
 from baton.core.request import Request
 from baton.experiments.config import Experiment
 from baton.metrics.tbt import PERCENTILES
+from baton.profiling.qoe import extras_for
 from baton.sim import simulate
 from baton.sim.simulator import SimResult
 
@@ -67,7 +68,8 @@ def run_experiment(exp: Experiment, closed_form: bool = True,
     when given, is ``exp``'s workload already loaded (so a comparison reads it once)."""
     if requests is None:
         requests = exp.workload.load(exp.seed)
-    result = simulate(requests, exp.cluster, exp.policy, seed=exp.seed,
-                      closed_form=closed_form, progress=progress, info=exp.view, slo=exp.slo)
+    result = simulate(requests, exp.cluster, exp.policy, seed=exp.seed, closed_form=closed_form,
+                      progress=progress, info=exp.view, slo=exp.slo,
+                      extras=extras_for(exp.policy, exp.cluster.preset))
     summary = result.summary(exp.slo, exp.warmup_s)
     return result, RunData.from_result(name or policy_label(exp.policy), result, summary)

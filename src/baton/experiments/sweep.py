@@ -12,6 +12,7 @@ from typing import Any
 
 from baton.core.errors import ConfigError
 from baton.experiments.config import Experiment
+from baton.profiling.qoe import extras_for
 from baton.sim import simulate
 
 # Host-dependent figures, left out so that results compare exactly across executors.
@@ -52,7 +53,9 @@ def run_point(exp: Experiment, rate_rps: float) -> dict[str, float]:
     """Simulate ``exp`` with its arrivals rescaled to ``rate_rps``; returns the summary."""
     exp = replace(exp, workload=replace(exp.workload, rate_rps=rate_rps))
     requests = exp.workload.load(exp.seed)
-    summary = simulate(requests, exp.cluster, exp.policy, seed=exp.seed, info=exp.view, slo=exp.slo).summary(exp.slo, exp.warmup_s)
+    result = simulate(requests, exp.cluster, exp.policy, seed=exp.seed, info=exp.view, slo=exp.slo,
+                      extras=extras_for(exp.policy, exp.cluster.preset))
+    summary = result.summary(exp.slo, exp.warmup_s)
     summary = {k: v for k, v in summary.items() if k not in VOLATILE_KEYS}
     summary["rate_rps"] = rate_rps
     return summary

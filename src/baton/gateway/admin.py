@@ -4,24 +4,22 @@ instance, change a role, show the active policy config."""
 from __future__ import annotations
 
 import hmac
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from baton.core.decisions import Migrate
 from baton.core.errors import ConfigError
 from baton.core.instance import Role
-from baton.gateway.config import parse_engine
+from baton.gateway.config import GatewayConfig, parse_engine
+from baton.gateway.control import Control, InFlight
+from baton.gateway.engines import Engines
+from baton.gateway.scrape import Scraper
 from baton.protocol.errors import ApiError
 from baton.protocol.requests import parse_json
 
-if TYPE_CHECKING:
-    from baton.gateway.flow import Flow
-    from baton.gateway.server import Gateway
 
-
-def _authorise(gw: Gateway, request: web.Request) -> None:
-    token = gw.config.admin_token
+def _authorise(config: GatewayConfig, request: web.Request) -> None:
+    token = config.admin_token
     if not token:
         raise ApiError(403, "admin API disabled: set admin_token in the config or BATON_ADMIN_TOKEN",
                        err_type="permission_error")
@@ -32,10 +30,10 @@ def _authorise(gw: Gateway, request: web.Request) -> None:
         raise ApiError(401, "missing or wrong bearer token", err_type="authentication_error")
 
 
-def _guarded(gw: Gateway, handler):
+def _guarded(config: GatewayConfig, handler):
     async def wrapped(request: web.Request) -> web.Response:
         try:
-            _authorise(gw, request)
+            _authorise(config, request)
             return await handler(request)
         except ApiError as err:
             return web.json_response(err.body(), status=err.status)
@@ -44,94 +42,96 @@ def _guarded(gw: Gateway, handler):
     return wrapped
 
 
-def _instance(gw: Gateway, request: web.Request) -> int:
-    iid = gw.cluster.find(request.match_info["key"])
+def _instance(control: Control, request: web.Request) -> int:
+    iid = control.cluster.find(request.match_info["key"])
     if iid is None:
         raise ApiError(404, f"no instance named {request.match_info['key']!r}", err_type="not_found_error")
     return iid
 
 
-def add_routes(app: web.Application, gw: Gateway) -> None:
+def add_routes(app: web.Application, control: Control, engines: Engines, scraper: Scraper) -> None:
+    cluster, config = control.cluster, control.config
+
     async def list_instances(_request: web.Request) -> web.Response:
-        gw.cluster.now()
-        return web.json_response({"instances": [gw.cluster.describe(i) for i in gw.cluster.instances
-                                                if not gw.cluster.engines[i].removed],
-                                  "in_flight": gw.cluster.totals()})
+        cluster.now()
+        return web.json_response({"instances": [cluster.describe(i) for i in cluster.instances
+                                                if not cluster.engines[i].removed],
+                                  "in_flight": cluster.totals(), "held_prefills": control.hold.held_total()})
 
     async def add_instance(request: web.Request) -> web.Response:
         spec = parse_engine(parse_json(await request.read()), "instance")
         if spec.hidden_states:  # the feed subscribes at start only
             raise ConfigError("instance.hidden_states: only engines in the config file can have a hidden-state feed")
-        if gw.cluster.find(spec.name) is not None:
+        if cluster.find(spec.name) is not None:
             raise ApiError(409, f"an instance named {spec.name!r} exists", err_type="conflict_error")
-        iid = gw.add_engine(spec)
-        await gw.scraper.scrape(iid)
-        gw.scraper.start(iid)
-        return web.json_response(gw.cluster.describe(iid), status=201)
+        iid = engines.add(spec)
+        await scraper.scrape(iid)
+        scraper.start(iid)
+        return web.json_response(cluster.describe(iid), status=201)
 
     async def remove_instance(request: web.Request) -> web.Response:
-        iid = _instance(gw, request)
-        gw.cluster.remove_engine(iid)
-        gw.hold.scraped(iid)  # prefills held there go elsewhere
-        return web.json_response({"removed": gw.cluster.engines[iid].spec.name,
-                                  "draining_requests": gw.cluster.instances[iid].num_requests})
+        iid = _instance(control, request)
+        cluster.remove_engine(iid)
+        control.hold.scraped(iid)  # prefills held there go elsewhere
+        return web.json_response({"removed": cluster.engines[iid].spec.name,
+                                  "draining_requests": cluster.instances[iid].num_requests})
 
     async def change_role(request: web.Request) -> web.Response:
-        iid = _instance(gw, request)
+        iid = _instance(control, request)
         body = parse_json(await request.read())
         try:
             role = Role(body.get("role"))
         except ValueError:
             raise ApiError(400, f"'role' must be prefill, decode or mixed, got {body.get('role')!r}",
                            param="role") from None
-        gw.change_role(iid, role, "admin")
-        gw.cluster.now()
-        return web.json_response(gw.cluster.describe(iid))
+        control.set_role(iid, role, "admin")
+        cluster.now()
+        return web.json_response(cluster.describe(iid))
 
     async def policy(_request: web.Request) -> web.Response:
-        cfg = gw.config
-        return web.json_response({"policy": cfg.policy, "scheduler": gw.scheduler.name,
-                                  "stages": [s.name for s in gw.scheduler.stages],
-                                  "ticks_s": [i for _, i in gw.scheduler.tickers], "preset": cfg.preset,
+        cfg, scheduler = config, control.scheduler
+        return web.json_response({"policy": cfg.policy, "scheduler": scheduler.name,
+                                  "stages": [s.name for s in scheduler.stages],
+                                  "ticks_s": [i for _, i in scheduler.tickers], "preset": cfg.preset,
                                   "pd_protocol": cfg.pd_protocol, "scrape_interval_s": cfg.scrape_interval_s})
 
     async def list_requests(_request: web.Request) -> web.Response:
-        gw.cluster.now()
-        return web.json_response({"requests": [_describe(f, gw.cluster.view.now_s) for f in gw.flows.values()]})
+        cluster.now()
+        return web.json_response({"requests": [_describe(f, cluster.view.now_s) for f in control.flows.values()]})
 
     async def migrate(request: web.Request) -> web.Response:
         """Move one request (an operator's drain or rebalance), like a policy's Migrate."""
         try:
-            flow = gw.flows[int(request.match_info["req_id"])]
+            flow = control.flows[int(request.match_info["req_id"])]
         except (KeyError, ValueError):
             raise ApiError(404, f"no request {request.match_info['req_id']!r} in flight",
                            err_type="not_found_error") from None
         body = parse_json(await request.read())
-        target = gw.cluster.find(str(body.get("target")))
+        target = cluster.find(str(body.get("target")))
         if target is None:
             raise ApiError(404, f"no instance named {body.get('target')!r}", err_type="not_found_error")
-        if not gw.cluster.instances[target].role.decodes:
+        if not cluster.instances[target].role.decodes:
             raise ApiError(409, f"instance {body.get('target')!r} does not decode (role "
-                                f"{gw.cluster.instances[target].role.value})", err_type="invalid_request_error",
+                                f"{cluster.instances[target].role.value})", err_type="invalid_request_error",
                            param="target")
-        gw.execute(Migrate(flow.state.req_id, target), stage_index=-1)
+        control.execute(Migrate(flow.state.req_id, target), stage_index=-1)
         return web.json_response({"req_id": flow.state.req_id, "target": target, "status": "requested"},
                                  status=202)
 
     async def decisions(_request: web.Request) -> web.Response:
-        return web.json_response({"decisions": list(gw.decisions)})
+        return web.json_response({"decisions": list(control.decisions)})
 
-    app.router.add_get("/admin/requests", _guarded(gw, list_requests))
-    app.router.add_post("/admin/requests/{req_id}/migrate", _guarded(gw, migrate))
-    app.router.add_get("/admin/decisions", _guarded(gw, decisions))
-    app.router.add_get("/admin/instances", _guarded(gw, list_instances))
-    app.router.add_post("/admin/instances", _guarded(gw, add_instance))
-    app.router.add_delete("/admin/instances/{key}", _guarded(gw, remove_instance))
-    app.router.add_patch("/admin/instances/{key}", _guarded(gw, change_role))
-    app.router.add_get("/admin/policy", _guarded(gw, policy))
+    app.router.add_get("/admin/requests", _guarded(config, list_requests))
+    app.router.add_post("/admin/requests/{req_id}/migrate", _guarded(config, migrate))
+    app.router.add_get("/admin/decisions", _guarded(config, decisions))
+    app.router.add_get("/admin/instances", _guarded(config, list_instances))
+    app.router.add_post("/admin/instances", _guarded(config, add_instance))
+    app.router.add_delete("/admin/instances/{key}", _guarded(config, remove_instance))
+    app.router.add_patch("/admin/instances/{key}", _guarded(config, change_role))
+    app.router.add_get("/admin/policy", _guarded(config, policy))
 
 
-def _describe(flow: Flow, now_s: float) -> dict:
+def _describe(flow: InFlight, now_s: float) -> dict:
     """A request's live state for the admin API."""
     st = flow.state
     return {"req_id": st.req_id, "x_request_id": flow.client_xid, "path": flow.path,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from baton.core.decisions import Deflect
 from baton.core.events import Completed, PrefillDone
@@ -17,13 +17,12 @@ from baton.core.instance import Role
 from baton.core.request import Phase, RequestState
 from baton.gateway import handoff
 from baton.gateway.client import ClientOut
-from baton.gateway.hidden import tag_body
+from baton.gateway.control import Control
+from baton.gateway.engines import Engines
 from baton.gateway.upstream import Piece, StreamLeg, UpstreamError, endpoint, post_json, within
 from baton.protocol.errors import ApiError
 from baton.protocol.requests import COMPLETIONS, ParsedRequest
 
-if TYPE_CHECKING:
-    from baton.gateway.server import Gateway
 
 log = logging.getLogger("baton.gateway")
 
@@ -32,9 +31,10 @@ class Flow:
     """Drives one request. ``request_migration`` may be called by a policy tick at any
     time; the relay acts on it between two tokens."""
 
-    def __init__(self, gw: Gateway, parsed: ParsedRequest, out: ClientOut, state: RequestState,
-                 xid: str, prompt_ids: list[int] | None) -> None:
-        self.gw, self.cluster, self.parsed, self.out, self.state = gw, gw.cluster, parsed, out, state
+    def __init__(self, control: Control, engines: Engines, parsed: ParsedRequest, out: ClientOut,
+                 state: RequestState, xid: str, prompt_ids: list[int] | None) -> None:
+        self.control, self.engines, self.cluster = control, engines, control.cluster
+        self.parsed, self.out, self.state = parsed, out, state
         self.client_xid = xid  # echoed to the client and shown in admin; never sent to engines
         self.prompt_ids = prompt_ids
         self.failed_on: set[int] = set()  # instances whose leg failed for this request
@@ -50,33 +50,19 @@ class Flow:
         self.last_token_s: float | None = None
         self._prefill_task: asyncio.Task | None = None
 
-    def headers(self, iid: int) -> dict[str, str]:
-        """Headers for one leg: a fresh internal request id (engines key KV handoffs and
-        aborts by it, so two clients' ids must never meet there), and the engine's own
-        credential from the config, never the client's."""
-        out = {"X-Request-Id": f"baton-{self.gw.ids.next()}", "Content-Type": "application/json"}
-        key = self.cluster.engines[iid].spec.api_key
-        if key:
-            out["Authorization"] = f"Bearer {key}"
-        return out
-
     def _body(self, iid: int, body: dict[str, Any]) -> dict[str, Any]:
-        """A leg's body carries the engine's own model name (see ``gateway.models``)."""
-        body = self.gw.names.for_engine(iid, body)
-        if self.cluster.engines[iid].spec.hidden_states:
-            return tag_body(body, self.state.req_id, self.out.tokens)
-        return body
+        return self.engines.body(iid, body, self.state.req_id, self.out.tokens)
 
     def _name(self, iid: int) -> str:
-        return self.cluster.engines[iid].spec.name
+        return self.engines.name(iid)
 
     async def _open(self, leg: StreamLeg) -> None:
         """Send a streamed leg; an engine that does not even answer the headers in the
         first-token deadline counts as hung."""
         try:
-            await within(self.gw.first_token_timeout_s(self.state.request.prompt_tokens + self.out.tokens),
+            await within(self.engines.first_token_timeout_s(self.state.request.prompt_tokens + self.out.tokens),
                          f"opening a stream on {self._name(leg.instance_id)}",
-                         leg.open(self.gw.session, self.gw.upstream_timeout))
+                         leg.open(self.engines.session, self.engines.upstream_timeout))
         except UpstreamError:
             leg.close()
             raise
@@ -85,13 +71,13 @@ class Flow:
         """Book a failed leg. The engine refusing this request fails the request; an
         engine fault is counted, and a request that saw ``max_engine_deaths`` of them is
         not tried again (a request that crashes engines must not take the fleet down)."""
-        self.gw.backend_error(iid, err)
+        self.control.backend_error(iid, err)
         if not err.engine_fault:
             raise err.client_error(what) from None
         self.failed_on.add(iid)
         if not err.connect:
             self.deaths += 1
-        if self.deaths >= self.gw.config.max_engine_deaths:
+        if self.deaths >= self.control.config.max_engine_deaths:
             raise ApiError(502, f"engines failed {self.deaths} times while serving this request; "
                                 "not retrying it", err_type="server_error", code="backend_error")
 
@@ -129,13 +115,16 @@ class Flow:
             self.leg.close()
         if self._prefill_task is not None and not self._prefill_task.done():
             self._prefill_task.cancel()
-        self.cluster.finish(self.state, None if outcome == "ok" else outcome)
-        self.gw.flow_ended(self, outcome)
+        self.control.end(self, outcome, self.out.tokens)
+        if outcome == "ok" and self.out.tokens > 1 and self.first_token_s is not None \
+                and self.last_token_s is not None:
+            m = self.control.metrics
+            m.child(m.tpot, self.path).observe((self.last_token_s - self.first_token_s) / (self.out.tokens - 1))
         log.debug("request %s: %s via %s, %d tokens", self.client_xid, outcome, self.path, self.out.tokens)
 
     # --- placement and first legs --------------------------------------------------------
     async def _place(self) -> None:
-        plan = self.gw.plan(self.state)
+        plan = self.control.plan(self.state)
         p, d = plan.prefill_instance, plan.decode_instance
         if plan.prefill_chunk_limit_tokens is not None:
             self._count_deflection()
@@ -144,7 +133,7 @@ class Flow:
         self.cluster.bind(self.state, p, d, plan.prefill_chunk_limit_tokens)
         if d == p or (d is None and self.cluster.is_role(p, Role.MIXED)):
             await self._colocated(p)
-        elif self.gw.config.pd_protocol == "sglang":
+        elif self.control.config.pd_protocol == "sglang":
             await self._sglang(p, d)
         else:
             await self._nixl(p, d)
@@ -153,26 +142,26 @@ class Flow:
         if self.path != "deflected":
             self.path = "colocated"
         self.state.decode_instance = iid
-        await self._open_decode(iid, handoff.colocated_body(self.parsed, self.gw.wants_ids(iid)), self.parsed.kind)
+        await self._open_decode(iid, handoff.colocated_body(self.parsed, self.engines.wants_ids(iid)), self.parsed.kind)
 
     async def _nixl(self, p: int, d: int | None) -> None:
-        replan = await self.gw.hold.admit(p, self.state.req_id)
+        replan = await self.control.hold.admit(p, self.state.req_id)
         if replan is not None:
             return await self._deflected(replan)
         admitted = p  # the hold counted this leg here; a fallback below does not change that
         inst = self.cluster.instances[p]
-        if self.gw.hold.enabled and (not inst.healthy or not inst.role.prefills):
-            p = self.gw.fallback_prefill(self.state)  # held on an instance that left the prefill side
+        if self.control.hold.enabled and (not inst.healthy or not inst.role.prefills):
+            p = self.control.fallback_prefill(self.state)  # held on an instance that left the prefill side
         self.state.phase = Phase.PREFILL  # sent: no longer movable
         try:
             p, params = await self._prefill_leg(p)
         finally:
-            self.gw.hold.sent_done(admitted)
+            self.control.hold.sent_done(admitted)
         self.cluster.prefill_done(self.state)
-        self.gw.observe(PrefillDone(self.state.req_id, p, self.cluster.now()))
-        target = d if d is not None and self.cluster.instances[d].healthy else self.gw.choose_decode(self.state)
+        self.control.observe(PrefillDone(self.state.req_id, p, self.cluster.now()))
+        target = d if d is not None and self.cluster.instances[d].healthy else self.control.choose_decode(self.state)
         self.cluster.expect_decode(self.state, target)
-        await self._open_decode(target, handoff.decode_body(self.parsed, params, self.gw.wants_ids(target)),
+        await self._open_decode(target, handoff.decode_body(self.parsed, params, self.engines.wants_ids(target)),
                                 self.parsed.kind)
 
     async def _deflected(self, replan: Deflect) -> None:
@@ -184,20 +173,20 @@ class Flow:
 
     def _count_deflection(self) -> None:
         self.path = "deflected"
-        self.gw.metrics.deflections.inc()
+        self.control.metrics.deflections.inc()
 
     async def _prefill_leg(self, p: int) -> tuple[int, dict[str, Any] | None]:
         """Run the prefill leg, moving to another prefill instance on engine faults."""
         body = handoff.prefill_body(self.parsed)
-        for _ in range(self.gw.config.max_recoveries + 1):
+        for _ in range(self.control.config.max_recoveries + 1):
             try:
                 resp = await within(
-                    self.gw.first_token_timeout_s(self.state.request.prompt_tokens), f"prefill on {self._name(p)}",
-                    post_json(self.gw.session, self.cluster.url(p) + endpoint(self.parsed.kind),
-                              self._body(p, body), self.headers(p), self.gw.upstream_timeout))
+                    self.engines.first_token_timeout_s(self.state.request.prompt_tokens), f"prefill on {self._name(p)}",
+                    post_json(self.engines.session, self.cluster.url(p) + endpoint(self.parsed.kind),
+                              self._body(p, body), self.engines.headers(p), self.engines.upstream_timeout))
             except UpstreamError as err:
                 self._leg_failed(p, err, "prefill")
-                p = self.gw.fallback_prefill(self.state, frozenset(self.failed_on))
+                p = self.control.fallback_prefill(self.state, frozenset(self.failed_on))
                 continue
             usage = resp.get("usage") or {}
             if isinstance(usage.get("prompt_tokens"), int):
@@ -207,14 +196,14 @@ class Flow:
         raise ApiError(502, "prefill failed on every instance tried", err_type="server_error", code="backend_error")
 
     async def _sglang(self, p: int, d: int | None) -> None:
-        target = d if d is not None else self.gw.choose_decode(self.state)
+        target = d if d is not None else self.control.choose_decode(self.state)
         spec = self.cluster.engines[p].spec
-        room = int(self.gw.rng.integers(0, 2**63 - 1))
+        room = self.engines.bootstrap_room()
         pre, dec = handoff.sglang_bodies(self.parsed, spec.host, spec.bootstrap_port, room,
-                                         self.gw.wants_ids(target))
+                                         self.engines.wants_ids(target))
         url = self.cluster.url(p) + endpoint(self.parsed.kind)
         self._prefill_task = asyncio.create_task(
-            post_json(self.gw.session, url, self._body(p, pre), self.headers(p), self.gw.upstream_timeout))
+            post_json(self.engines.session, url, self._body(p, pre), self.engines.headers(p), self.engines.upstream_timeout))
         self._prefill_task.add_done_callback(lambda t: self._sglang_prefill_done(p, t))
         self.cluster.expect_decode(self.state, target)
         await self._open_decode(target, dec, self.parsed.kind)
@@ -223,16 +212,16 @@ class Flow:
         if task.cancelled() or self.state.done:
             return
         if task.exception() is not None:
-            self.gw.backend_error(p, task.exception())  # the decode leg then fails or times out
+            self.control.backend_error(p, task.exception())  # the decode leg then fails or times out
             return
         self.cluster.prefill_done(self.state)
-        self.gw.observe(PrefillDone(self.state.req_id, p, self.cluster.now()))
+        self.control.observe(PrefillDone(self.state.req_id, p, self.cluster.now()))
 
     def _first_leg(self, iid: int, kind: str, body: dict[str, Any]) -> StreamLeg:
         """A leg that starts the client's response: relayed verbatim when it turns out to
         speak the client's format (decided at its first chunk)."""
-        leg = StreamLeg(iid, kind, self.cluster.url(iid) + endpoint(kind), self._body(iid, body), self.headers(iid))
-        if self.gw.config.verbatim_relay and self.parsed.stream and kind == self.parsed.kind and not self.out.started:
+        leg = StreamLeg(iid, kind, self.cluster.url(iid) + endpoint(kind), self._body(iid, body), self.engines.headers(iid))
+        if self.control.config.verbatim_relay and self.parsed.stream and kind == self.parsed.kind and not self.out.started:
             leg.verbatim = None
         return leg
 
@@ -258,15 +247,15 @@ class Flow:
                                           leg.next_batch())
             except UpstreamError as err:
                 if self._complete():  # the engine failed after the answer was whole: nothing to recover
-                    self.gw.backend_error(leg.instance_id, err)
+                    self.control.backend_error(leg.instance_id, err)
                     return await self.out.finish(self.reason)
                 await self._recover(self.leg.instance_id, err)
                 continue
             tokens = sum(self._on_piece(piece) for piece in pieces)
             if tokens:  # the accounting once per read: one gap, not a burst of zero gaps
-                self.gw.token_timing(self)
+                self._token_timing()
                 self.cluster.token(self.state, tokens)
-                self.gw.check_watch(self.state)
+                self.control.check_watch(self.state)
             if self.leg.done:  # what this read brought goes out with the response's end
                 return await self.out.finish(self.reason)
             await self.out.flush()
@@ -276,11 +265,24 @@ class Flow:
                 else:
                     await self._migrate()
 
+    def _token_timing(self) -> None:
+        """TTFT at the first relayed token, then one TBT sample per upstream read that
+        carried tokens (several chunks in one read are one gap, not a burst of zeros)."""
+        now, m = self.cluster.clock(), self.control.metrics
+        if self.first_token_s is None:
+            self.first_token_s = now
+            m.child(m.ttft, self.path).observe(now - self.state.request.arrival_s)
+            if self.leg is not None:
+                m.child(m.engine_ttft, self._name(self.leg.instance_id)).observe(now - self.state.request.arrival_s)
+        elif self.last_token_s is not None:
+            m.child(m.tbt, self.path).observe(now - self.last_token_s)
+        self.last_token_s = now
+
     def _read_deadline_s(self, leg: StreamLeg) -> float:
         """Before a leg's first token a whole prefill may come first; then the engine's pace."""
         if leg.received:
-            return self.gw.token_timeout_s(leg.instance_id)
-        return self.gw.first_token_timeout_s(self.state.request.prompt_tokens + self.out.tokens)
+            return self.engines.token_timeout_s(leg.instance_id)
+        return self.engines.first_token_timeout_s(self.state.request.prompt_tokens + self.out.tokens)
 
     def _complete(self) -> bool:
         """The client has the whole answer: a finish reason was relayed, or as many tokens
@@ -288,7 +290,7 @@ class Flow:
         the reason is ``length``)."""
         cap = self.parsed.max_tokens
         if cap is None and self.parsed.kind == COMPLETIONS:
-            cap = self.gw.config.default_max_tokens
+            cap = self.control.config.default_max_tokens
         if self.reason is None and cap is not None and self.out.tokens >= cap:
             self.reason = "length"
         return self.reason is not None
@@ -329,18 +331,18 @@ class Flow:
         if self.state.prefill_instance is not None and self.state.req_id in \
                 self.cluster.instances[self.state.prefill_instance].prefill_queue:
             self.cluster.prefill_done(self.state)
-            self.gw.observe(PrefillDone(self.state.req_id, self.state.prefill_instance, self.cluster.now()))
+            self.control.observe(PrefillDone(self.state.req_id, self.state.prefill_instance, self.cluster.now()))
         self.cluster.start_decode(self.state)
 
     # --- migration and recovery ---------------------------------------------------------------
     def _continuation(self, target: int) -> StreamLeg:
         body = handoff.continuation_body(self.parsed, self.prompt_ids or [], self.generated_ids,
-                                         default_max_tokens=self.gw.config.default_max_tokens,
-                                         context_tokens=self.gw.names.context_tokens.get(target))
+                                         default_max_tokens=self.control.config.default_max_tokens,
+                                         context_tokens=self.engines.names.context_tokens.get(target))
         if not self.out.prompt_tokens and self.prompt_ids:
             self.out.prompt_tokens = len(self.prompt_ids)
         return StreamLeg(target, COMPLETIONS, self.cluster.url(target) + endpoint(COMPLETIONS),
-                         self._body(target, body), self.headers(target))
+                         self._body(target, body), self.engines.headers(target))
 
     def _move_to(self, target: int, leg: StreamLeg) -> None:
         if self.leg is not None:
@@ -363,7 +365,7 @@ class Flow:
     async def _migrate_to(self, target: int | None) -> None:
         source = self.leg.instance_id if self.leg else None
         if target is None or target == source or not self.can_continue or not self.cluster.instances[target].healthy:
-            self.gw.metrics.migrations.labels("refused").inc()
+            self.control.metrics.migrations.labels("refused").inc()
             log.info("request %s: migration to %s refused", self.client_xid,
                      "nowhere" if target is None else self._name(target))
             return
@@ -371,13 +373,13 @@ class Flow:
         try:
             await self._open(leg)
         except UpstreamError as err:
-            self.gw.backend_error(target, err)
-            self.gw.metrics.migrations.labels("failed").inc()
+            self.control.backend_error(target, err)
+            self.control.metrics.migrations.labels("failed").inc()
             log.info("request %s: migration to %s failed; it stays put", self.client_xid, self._name(target))
             return
         self._move_to(target, leg)
         self.state.migrations += 1
-        self.gw.metrics.migrations.labels("ok").inc()
+        self.control.metrics.migrations.labels("ok").inc()
         log.info("request %s: migrated from %s to %s after %d tokens", self.client_xid,
                  "?" if source is None else self._name(source), self._name(target), self.out.tokens)
 
@@ -385,15 +387,15 @@ class Flow:
         """The decode leg on ``iid`` failed: continue elsewhere when that is safe, else
         fail the request."""
         self._leg_failed(iid, err, "decode")
-        while self.recoveries < self.gw.config.max_recoveries:
+        while self.recoveries < self.control.config.max_recoveries:
             self.recoveries += 1
-            target = self.gw.choose_decode(self.state, frozenset(self.failed_on))
+            target = self.control.choose_decode(self.state, frozenset(self.failed_on))
             self.out.discard_unsent()  # a failed leg's chunks not yet sent go with it
             if self.can_continue:
                 leg = self._continuation(target)
             elif self.out.tokens == 0:  # nothing sent yet: the original request can start over
                 leg = self._first_leg(target, self.parsed.kind,
-                                      handoff.colocated_body(self.parsed, self.gw.wants_ids(target)))
+                                      handoff.colocated_body(self.parsed, self.engines.wants_ids(target)))
             else:
                 break
             self._move_to(target, leg)
@@ -402,7 +404,7 @@ class Flow:
             except UpstreamError as err2:
                 self._leg_failed(target, err2, "decode")
                 continue
-            self.gw.metrics.recoveries.inc()
+            self.control.metrics.recoveries.inc()
             log.info("request %s: decode on %s failed (%s); recovered on %s after %d tokens", self.client_xid,
                      self._name(iid), err, self._name(target), self.out.tokens)
             return

@@ -86,3 +86,8 @@ class PrefillHold:
 
     def held(self, instance_id: int) -> int:
         return len(self.waiting.get(instance_id, {}))
+
+    def held_total(self) -> dict[str, int]:
+        """Prefills waiting at the gateway and legs let through and not yet ended (zero
+        when the gateway is idle)."""
+        return {"held": sum(len(w) for w in self.waiting.values()), "sent": sum(self.in_flight.values())}

@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from baton.core import bookings
 from baton.core.info import EngineSample, InfoModel, ViewMode
 from baton.core.instance import InstanceState, Role
 from baton.core.request import Phase, Request, RequestState
@@ -159,35 +160,28 @@ class LiveCluster:
             state.request = replace(state.request, prompt_tokens=prompt_tokens)
 
     def bind(self, state: RequestState, prefill: int, decode: int | None, chunk_limit: int | None) -> None:
-        state.prefill_instance, state.chunk_limit_tokens = prefill, chunk_limit
+        """Place a new request (``core.bookings.bind``) and queue its prompt on ``prefill``."""
+        bookings.bind(self.instances, state, prefill, decode, chunk_limit)
+        self._queue_prefill(state, prefill)
+
+    def _queue_prefill(self, state: RequestState, prefill: int) -> None:
         tokens = state.request.prompt_tokens
         self.instances[prefill].queue_prefill(state.req_id, tokens)
         self._own(prefill, self._blocks(tokens))
         state.visit(prefill)
-        if decode is not None:
-            state.decode_instance, state.bound_early = decode, True
-            if decode != prefill:
-                self.instances[decode].add_shadow(state.req_id, tokens)
 
     def rebind_prefill(self, state: RequestState, prefill: int) -> None:
         """Move a prefill that failed to start onto another instance."""
         self._drop_prefill(state)
-        tokens = state.request.prompt_tokens
         state.prefill_instance = prefill
-        self.instances[prefill].queue_prefill(state.req_id, tokens)
-        self._own(prefill, self._blocks(tokens))
-        state.visit(prefill)
+        self._queue_prefill(state, prefill)
 
     def deflect(self, state: RequestState, instance: int, chunk_limit_tokens: int) -> None:
-        """A queued prefill re-planned onto ``instance``, which also decodes it; an
-        early-bound decode booking on another instance is dropped (as the simulator's
-        deflection does), or its shadow load would stay there for good."""
-        src, d = state.prefill_instance, state.decode_instance
-        if state.bound_early and d is not None and d != src:
-            self.instances[d].drop_shadow(state.req_id)
-        self.rebind_prefill(state, instance)
-        state.chunk_limit_tokens = chunk_limit_tokens
-        state.decode_instance, state.bound_early = instance, True
+        """A queued prefill re-planned onto ``instance``, which also decodes it
+        (``core.bookings.deflect``, as in the simulator)."""
+        self._drop_prefill(state)
+        bookings.deflect(self.instances, state, instance, chunk_limit_tokens)
+        self._queue_prefill(state, instance)
 
     def _drop_prefill(self, state: RequestState) -> None:
         p = state.prefill_instance
@@ -205,12 +199,8 @@ class LiveCluster:
 
     def expect_decode(self, state: RequestState, decode: int) -> None:
         """The decode leg is being sent to ``decode``: its KV is on the way there."""
-        if state.decode_instance is not None and state.decode_instance != decode:
-            self.instances[state.decode_instance].drop_shadow(state.req_id)
-        self.instances[decode].drop_shadow(state.req_id)
-        state.decode_instance = decode
         ctx = state.request.prompt_tokens + state.generated_tokens
-        self.instances[decode].add_incoming(state.req_id, ctx)
+        bookings.kv_heading_to(self.instances, state, decode, ctx)
         self._own(decode, self._blocks(ctx))
 
     def start_decode(self, state: RequestState) -> None:
@@ -262,18 +252,26 @@ class LiveCluster:
         if d is None:
             return
         inst = self.instances[d]
-        inst.drop_shadow(state.req_id)
-        self._drop_incoming(d, state.req_id)
+        self._drop_incoming(d, state.req_id)  # its own blocks first: the booking says how many
+        bookings.drop_bookings(self.instances, state)
         if state.req_id in inst.decodes:
             self._own(d, -inst.decodes.remove(state.req_id)["blocks"])
 
-    def finish(self, state: RequestState, reason: str | None = None) -> None:
-        """Release everything the request holds; ``reason`` marks a rejection or failure."""
+    def end(self, state: RequestState, reason: str | None = None) -> None:
+        """Release everything the request holds; ``reason`` marks a rejection or failure.
+        The ended request stays readable (``ClusterView.ended_request``) until ``forget``."""
         self._drop_prefill(state)
         self.leave_decode(state)
         state.phase = Phase.REJECTED if reason else Phase.FINISHED
         state.reject_reason, state.finish_s = reason, self.now()
+
+    def forget(self, state: RequestState) -> None:
         self.requests.pop(state.req_id, None)
+
+    def finish(self, state: RequestState, reason: str | None = None) -> None:
+        """``end`` and ``forget`` at once."""
+        self.end(state, reason)
+        self.forget(state)
 
     def totals(self) -> dict[str, int]:
         """Sums over instances of everything in flight (all zero when the gateway is idle)."""

@@ -44,6 +44,11 @@ class GatewayMetrics:
         self.inflight = Gauge("baton_inflight_requests", "Requests in flight", registry=r)
         self.scrapes = Counter("baton_scrapes", "Engine metric scrapes by result", ["instance", "result"],
                                registry=r)
+        self.ticks = Counter("baton_policy_ticks", "Policy ticks that ran, by stage index", ["stage"], registry=r)
+        self.tick_errors = Counter("baton_policy_tick_errors", "Policy ticks that raised, by stage index",
+                                   ["stage"], registry=r)
+        self.stale = Counter("baton_stale_decisions", "Decisions about requests that ended before they "
+                             "were carried out, dropped, by kind", ["kind"], registry=r)
         self._children: dict = {}
         self.engine_ttft = Histogram("baton_engine_ttft_seconds", "Time to first token by the instance "
                                      "that produced it", ["instance"], buckets=_LATENCY_BUCKETS_S, registry=r)

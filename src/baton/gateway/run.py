@@ -20,7 +20,7 @@ def serve(config: GatewayConfig) -> None:
         loop_factory = None
     logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("baton.gateway").info(
-        "baton serve: %s on http://%s:%s with policy %r, %d engines (%s)", ", ".join(gw.names.served()),
+        "baton serve: %s on http://%s:%s with policy %r, %d engines (%s)", ", ".join(gw.engines.names.served()),
         config.host, config.port, gw.scheduler.name, len(config.engines),
         ", ".join(f"{e.name}={e.role.value}" for e in config.engines))
     kwargs: dict = {"loop": loop_factory()} if loop_factory else {}

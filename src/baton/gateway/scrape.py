@@ -6,15 +6,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from baton.gateway.control import Control
+from baton.gateway.engines import Engines
 from baton.gateway.live import ScrapeSample
-
-if TYPE_CHECKING:
-    from baton.gateway.server import Gateway
 
 log = logging.getLogger("baton.gateway")
 
@@ -43,29 +41,29 @@ class Scraper:
     good one resets them, brings the engine back and learns its model name and context
     length."""
 
-    def __init__(self, gw: Gateway) -> None:
-        self.gw = gw
+    def __init__(self, control: Control, engines: Engines) -> None:
+        self.control, self.engines, self.cluster = control, engines, control.cluster
         self.tasks: dict[int, asyncio.Task] = {}
-        cfg = gw.config
+        cfg = control.config
         self.timeout = aiohttp.ClientTimeout(total=cfg.scrape_timeout_s, sock_connect=cfg.connect_timeout_s)
 
     def start(self, iid: int) -> None:
         self.tasks[iid] = asyncio.create_task(self._loop(iid))
 
     async def _loop(self, iid: int) -> None:
-        while not self.gw.cluster.engines[iid].removed:
+        while not self.cluster.engines[iid].removed:
             try:
                 await self.scrape(iid)
             except Exception as exc:  # noqa: BLE001 - a scrape bug must not stop health probing
                 log.warning("scrape of instance %s failed: %r", iid, exc)
-            await asyncio.sleep(self.gw.config.scrape_interval_s)
+            await asyncio.sleep(self.control.config.scrape_interval_s)
 
     async def scrape(self, iid: int) -> bool:
         """Read one engine's metrics now; False when it did not answer properly. Held
         prefills re-check their instance afterwards either way (with the new sample)."""
         ok = await self._probe(iid)
-        self.gw.hold.scraped(iid)
-        names = self.gw.names
+        self.control.hold.scraped(iid)
+        names = self.engines.names
         if ok and (iid not in names.by_engine or iid not in names.asked):
             await self._discover(iid)
         return ok
@@ -73,28 +71,25 @@ class Scraper:
     async def _discover(self, iid: int) -> None:
         """The engine's model name (until known) and context length (once per healthy
         spell: an engine back from a failure may have restarted with another one)."""
-        gw, eng = self.gw, self.gw.cluster.engines[iid]
-        key = eng.spec.api_key
-        await gw.names.discover(gw.session, iid, eng.spec.url, {"Authorization": f"Bearer {key}"} if key else {},
-                                self.timeout)
+        await self.engines.names.discover(self.engines.session, iid, self.engines.url(iid),
+                                          self.engines.credential(iid), self.timeout)
 
     async def _probe(self, iid: int) -> bool:
-        gw = self.gw
-        eng = gw.cluster.engines[iid]
+        eng, session, metrics = self.cluster.engines[iid], self.engines.session, self.control.metrics
         try:
-            assert gw.session is not None
-            async with gw.session.get(eng.spec.url + "/metrics", timeout=self.timeout) as resp:
+            assert session is not None
+            async with session.get(eng.spec.url + "/metrics", timeout=self.timeout) as resp:
                 if resp.status != 200:
                     raise ValueError(f"status {resp.status}")
-                sample = parse_metrics(await resp.text(), eng.spec.metric_names, gw.cluster.clock())
+                sample = parse_metrics(await resp.text(), eng.spec.metric_names, self.cluster.clock())
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError):
-            gw.metrics.scrapes.labels(eng.spec.name, "error").inc()
-            gw.note_failure(iid)
+            metrics.scrapes.labels(eng.spec.name, "error").inc()
+            self.control.note_failure(iid)
             return False
         eng.failures = 0
-        gw.cluster.record_scrape(iid, sample)
-        if gw.cluster.set_health(iid, True):
-            gw.names.asked.discard(iid)
+        self.cluster.record_scrape(iid, sample)
+        if self.cluster.set_health(iid, True):
+            self.engines.names.asked.discard(iid)
             log.info("engine %s is healthy again; it takes new work", eng.spec.name)
-        gw.metrics.scrapes.labels(eng.spec.name, "ok").inc()
+        metrics.scrapes.labels(eng.spec.name, "ok").inc()
         return True

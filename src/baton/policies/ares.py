@@ -131,8 +131,9 @@ class Ares(Stage):
 
     # --- the round -------------------------------------------------------------------------
     def _purge(self, view: ClusterView) -> None:
-        """Forget migrations that have finished or were refused."""
-        for rid in [r for r in self.in_flight if not view.request(r).migrating]:
+        """Forget migrations that have finished or were refused, and those of requests
+        that ended (live, an ended request is gone from the view)."""
+        for rid in [r for r in self.in_flight if not view.has_request(r) or not view.request(r).migrating]:
             del self.in_flight[rid]
 
     def _busy(self, ids: np.ndarray) -> np.ndarray:

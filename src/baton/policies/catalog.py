@@ -11,9 +11,12 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from baton.core.errors import ConfigError, did_you_mean
 from baton.policies import (ares, arrow, cascade, colocated, deflect_rules, kairos, least_loaded, llumnix,
                              round_robin, sibyl)
+from baton.perf.model import PerfModel
 from baton.policies.base import PolicyContext, Scheduler, Stage
 
 STAGE_TYPES: Mapping[str, type[Stage]] = {
@@ -114,3 +117,28 @@ def build_scheduler(config: str | Mapping[str, Any], context: PolicyContext) -> 
         raise ConfigError(f"policy: expected a name or a mapping, got {type(config).__name__}")
     built = [_build_stage(s, f"policy.stages[{i}]", context) for i, s in enumerate(stages)]
     return Scheduler(name, built)
+
+
+def scheduler_for(config: str | Mapping[str, Any], perf: PerfModel, seed: int = 0,
+                  ttft_slo_s: float | None = None, tpot_slo_s: float | None = None,
+                  extras: Mapping[str, Any] | None = None) -> Scheduler:
+    """The scheduler a runtime runs: ``config`` built with a generator seeded from
+    ``seed``, the runtime's perf model and SLOs (seconds), and ``extras`` the caller
+    prepared for it (e.g. CascadeInfer's QoE model: ``baton.profiling.qoe.extras_for``).
+    The simulator and the gateway both build their scheduler here."""
+    context = PolicyContext(np.random.default_rng(seed), perf, dict(extras or {}),
+                            ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s)
+    return build_scheduler(config, context)
+
+
+def stage_types(config: str | Mapping[str, Any]) -> list[type[Stage]]:
+    """The stage classes a policy config names (unknown names are skipped: building the
+    scheduler reports them)."""
+    if isinstance(config, str):
+        specs = POLICIES.get(config, [])
+    elif isinstance(config, Mapping) and isinstance(config.get("stages"), list):
+        specs = config["stages"]
+    else:
+        specs = []
+    found = (STAGE_TYPES.get(s.get("stage")) for s in specs if isinstance(s, Mapping))
+    return [cls for cls in found if cls is not None]

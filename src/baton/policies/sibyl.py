@@ -140,9 +140,9 @@ class Sibyl(LeastLoaded):
         if isinstance(observation, Completed):
             self.survival.update(observation.output_tokens)
             self.pending.remove(observation.req_id)
-            inst = view.request(observation.req_id).decode_instance
-            if inst is not None:
-                self.curves.forget(inst, observation.req_id)
+            st = view.ended_request(observation.req_id)  # None once a runtime forgot it
+            if st is not None and st.decode_instance is not None:
+                self.curves.forget(st.decode_instance, observation.req_id)
         elif isinstance(observation, PrefillDone):
             self.pending.set_start(observation.req_id, observation.now_s)
         elif isinstance(observation, DecodeProgress) and observation.mean_iteration_s > 0:

@@ -23,6 +23,7 @@ from baton.core.info import InfoModel, ViewMode
 from baton.core.request import Request
 from baton.perf import build
 from baton.perf.qoe import QoEModel, features
+from baton.policies import stage_types
 from baton.sim import ClusterSpec, EngineConfig, simulate
 
 
@@ -74,3 +75,12 @@ def profile_qoe(preset: str, min_tokens: int = 128, max_tokens: int = 16384, out
 def qoe_for_preset(preset: str) -> QoEModel:
     """The fitted QoE model of a preset, profiled once per process."""
     return profile_qoe(preset).model
+
+
+def extras_for(policy, preset: str) -> dict:
+    """What a policy needs besides its config, for a runtime running ``preset``:
+    CascadeInfer's QoE model (``{"qoe": ...}``) when a stage of ``policy`` reads it, else
+    nothing. The simulator and the gateway are handed this by their callers."""
+    if any(cls.needs_qoe for cls in stage_types(policy)):
+        return {"qoe": qoe_for_preset(preset)}
+    return {}

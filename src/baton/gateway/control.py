@@ -1,0 +1,241 @@
+"""The gateway's control state: policy calls, decision execution, health and per-request
+bookkeeping. No HTTP here (no aiohttp): the server, the flows, the scrape loops and the
+admin API call into ``Control``; it calls back into a request in flight only through the
+small ``InFlight`` protocol.
+
+``Control`` is the gateway's ``core.decisions.Executor``: decisions go through the same
+``dispatch`` the simulator uses, so an unknown decision fails and a stale one (about a
+request that ended between a tick and its decisions) is dropped and counted
+(``baton_stale_decisions_total{kind}``) in both runtimes alike.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from typing import Protocol
+
+from baton.core.decisions import (ArrivalPlan, ChangeRole, Decision, DecisionError, Deflect, Migrate, Watch,
+                                  apply_decode_choice, apply_plan, dispatch)
+from baton.core.events import Completed, DecodeProgress, HiddenState, Observation
+from baton.core.instance import Role
+from baton.core.request import RequestState
+from baton.gateway.config import GatewayConfig
+from baton.gateway.holding import PrefillHold
+from baton.gateway.live import LiveCluster
+from baton.gateway.metrics import GatewayMetrics
+from baton.gateway.upstream import UpstreamError
+from baton.policies.base import Scheduler
+from baton.protocol.errors import ApiError
+
+log = logging.getLogger("baton.gateway")
+
+
+class InFlight(Protocol):
+    """What control needs of a request in flight (``gateway.flow.Flow`` provides it)."""
+
+    state: RequestState
+    client_xid: str
+    path: str
+
+    def request_migration(self, target: int) -> None:
+        """Move the request's decode to ``target`` between two relayed tokens."""
+
+
+class Control:
+    """Policy calls and their consequences for one gateway. Synchronous: every method runs
+    to its end on the event loop, so a policy always reads a consistent view."""
+
+    def __init__(self, config: GatewayConfig, cluster: LiveCluster, scheduler: Scheduler,
+                 metrics: GatewayMetrics) -> None:
+        self.config, self.cluster, self.scheduler, self.metrics = config, cluster, scheduler, metrics
+        self.hold = PrefillHold(cluster, scheduler.replans_prefills, config.prefill_inflight_limit)
+        self.flows: dict[int, InFlight] = {}
+        self.watches: dict[int, tuple[int, int]] = {}  # req id -> (stage index, context tokens)
+        self.decisions: deque[tuple[str, int, int]] = deque(maxlen=config.decisions_log_size)  # admin API
+        metrics.watch(cluster, self.hold)
+        metrics.inflight.set_function(lambda: len(self.flows))
+        metrics.watch_policy(scheduler)
+
+    @property
+    def view(self):
+        return self.cluster.view
+
+    # --- placement -------------------------------------------------------------------------
+    def plan(self, state: RequestState) -> ArrivalPlan:
+        """The scheduler's placement; ApiError 503 when nothing can take the request."""
+        self.cluster.now()
+        plan = self.scheduler.plan_arrival(self.view, state)
+        try:
+            reason = apply_plan(plan, self, self.view)
+        except DecisionError as err:
+            log.error("policy %s: %s", self.scheduler.name, err)
+            reason = "policy_error"
+        if reason is not None:
+            self.metrics.rejected.labels(reason).inc()
+            raise ApiError(503, f"request rejected: {reason}", err_type="server_error")
+        self.decisions.append(("prefill", state.req_id, plan.prefill_instance))
+        if plan.watch_context_tokens is not None and plan.watch_stage is not None:
+            self.watches[state.req_id] = (plan.watch_stage, plan.watch_context_tokens)
+        if plan.decode_instance is not None:
+            self.decisions.append(("decode", state.req_id, plan.decode_instance))
+        return plan
+
+    def choose_decode(self, state: RequestState, exclude: frozenset[int] = frozenset()) -> int:
+        """The policy's decode instance; if it is unhealthy or one this request already
+        saw fail (``exclude``), the least-loaded other healthy one."""
+        self.cluster.now()
+        try:
+            choice = apply_decode_choice(self.scheduler.decode_choice(self.view, state), self, self.view)
+        except DecisionError as err:
+            log.warning("policy %s: %s; the least-loaded instance decodes instead", self.scheduler.name, err)
+            choice = None
+        if choice is None or choice in exclude:
+            ids = [i for i in self.view.decode_ids if i not in exclude]
+            if not ids:
+                raise ApiError(503, "no healthy decode instance", err_type="server_error")
+            choice = min(ids, key=self.view.token_load)
+        self.decisions.append(("decode", state.req_id, choice))
+        return choice
+
+    def fallback_prefill(self, state: RequestState, exclude: frozenset[int] = frozenset()) -> int:
+        """Another prefill instance after a failed prefill leg (least queued prefill work)."""
+        ids = [i for i in self.view.prefill_ids if i not in exclude]
+        if not ids:
+            raise ApiError(503, "no healthy prefill instance", err_type="server_error")
+        choice = min(ids, key=lambda i: self.cluster.instances[i].prefill_queue_tokens)
+        self.cluster.rebind_prefill(state, choice)
+        return choice
+
+    def observe(self, observation: Observation) -> None:
+        if self.scheduler.observes:
+            self.cluster.now()
+            self.scheduler.observe(self.view, observation)
+
+    # --- decisions (core.decisions.Executor) -------------------------------------------------
+    def execute(self, decision: Decision, stage_index: int) -> bool:
+        """Carry out one decision (``core.decisions.dispatch``); False if it was stale."""
+        self.cluster.now()
+        return dispatch(decision, self, self.view, stage_index)
+
+    def change_role(self, decision: ChangeRole, stage_index: int) -> None:
+        self.set_role(decision.instance_id, decision.role, "policy")
+
+    def migrate(self, decision: Migrate, stage_index: int) -> None:
+        flow = self.flows.get(decision.req_id)
+        if flow is None:  # tracked but not served here (an admin call raced its end)
+            return self.note_stale("migrate")
+        flow.state.migrating = True
+        flow.request_migration(decision.target_instance)
+
+    def watch(self, decision: Watch, stage_index: int) -> None:
+        self.watches[decision.req_id] = (stage_index, decision.context_tokens)
+
+    def deflect(self, decision: Deflect, stage_index: int) -> None:
+        if self.hold.deflect(decision):
+            self.decisions.append(("deflect", decision.req_id, decision.instance))
+
+    def note_stale(self, kind: str) -> None:
+        self.metrics.stale.labels(kind).inc()
+
+    def set_role(self, iid: int, role: Role, by: str) -> None:
+        """Flip an instance's role (a policy's ``ChangeRole`` or the admin API)."""
+        before = self.cluster.instances[iid].role
+        if self.cluster.set_role(iid, role):
+            self.metrics.flips.labels(role.value).inc()
+            log.info("instance %s: role %s -> %s (by %s)", self.cluster.engines[iid].spec.name,
+                     before.value, role.value, by)
+
+    def check_watch(self, state: RequestState) -> None:
+        """Tell the stage that asked when a request's context reaches its watch."""
+        watch = self.watches.get(state.req_id)
+        if watch is None or state.request.prompt_tokens + state.generated_tokens < watch[1]:
+            return
+        del self.watches[state.req_id]
+        self.cluster.now()
+        ctx = state.request.prompt_tokens + state.generated_tokens
+        self._run_all(self.scheduler.on_threshold(watch[0], self.view, state.req_id, ctx), watch[0])
+
+    def start(self) -> None:
+        """The scheduler's decisions at time 0."""
+        self.cluster.now()
+        for stage_index, decision in self.scheduler.start(self.view):
+            self.execute(decision, stage_index)
+
+    def tick(self, stage_index: int) -> None:
+        """One periodic tick of a stage. A policy bug is logged and counted, never fatal:
+        the next tick runs as usual."""
+        self.report_progress()
+        self.cluster.now()
+        stage = str(stage_index)
+        try:
+            decisions = self.scheduler.tick(stage_index, self.view)
+        except Exception:  # noqa: BLE001 - a policy bug must not stop its ticks for good
+            log.exception("policy %s: tick of stage %d failed", self.scheduler.name, stage_index)
+            self.metrics.tick_errors.labels(stage).inc()
+            return
+        self.metrics.ticks.labels(stage).inc()
+        self._run_all(decisions, stage_index)
+
+    def _run_all(self, decisions: list[Decision], stage_index: int) -> None:
+        for d in decisions:
+            try:
+                self.execute(d, stage_index)
+            except DecisionError as err:
+                log.error("policy %s, stage %d: %s", self.scheduler.name, stage_index, err)
+
+    def report_progress(self) -> None:
+        """Decode progress per instance since the last report (tokens relayed / requests)."""
+        now = self.cluster.now()
+        for iid, eng in self.cluster.engines.items():
+            inst = self.cluster.instances[iid]
+            if eng.tokens_since_report and inst.decodes.n:
+                iterations = max(1, eng.tokens_since_report // inst.decodes.n)
+                self.observe(DecodeProgress(iid, iterations, inst.recent_iteration_s, now))
+            eng.tokens_since_report = 0
+
+    def hidden_state(self, state: HiddenState) -> bool:
+        """A hidden state from an engine: to the policy if the request is still served here."""
+        if state.req_id not in self.flows:
+            return False
+        self.observe(state)
+        self.metrics.hidden_states.inc()
+        return True
+
+    # --- request lifecycle ---------------------------------------------------------------------
+    def admit(self, flow: InFlight) -> None:
+        self.flows[flow.state.req_id] = flow
+
+    def end(self, flow: InFlight, outcome: str, output_tokens: int) -> None:
+        """Release everything a request holds (bookings first), tell the policy a finished
+        request's true length while its placement is still readable, then forget it."""
+        st = flow.state
+        self.cluster.end(st, None if outcome == "ok" else outcome)
+        self.flows.pop(st.req_id, None)
+        self.watches.pop(st.req_id, None)
+        self.metrics.child(self.metrics.requests, flow.path, outcome).inc()
+        try:
+            if outcome == "ok":
+                self.observe(Completed(st.req_id, output_tokens, self.cluster.clock()))
+        finally:
+            self.cluster.forget(st)
+
+    def backend_error(self, iid: int, err: BaseException) -> None:
+        """Count a failed leg. Only engine faults (no answer, a broken or malformed answer,
+        a 5xx without an error body) count towards health, and only
+        ``unhealthy_after_failures`` in a row (with failed scrapes) take an engine out: a
+        request the engine refuses with an error body fails alone."""
+        up = err if isinstance(err, UpstreamError) else None
+        kind = "connect" if up and up.connect else "timeout" if up and up.timed_out else (
+            "malformed" if up and up.malformed else "http" if up and up.status else "stream")
+        self.metrics.backend_errors.labels(self.cluster.engines[iid].spec.name, kind).inc()
+        log.warning("engine %s: %s error: %s", self.cluster.engines[iid].spec.name, kind, err)
+        if up is None or up.engine_fault:
+            self.note_failure(iid)
+
+    def note_failure(self, iid: int) -> None:
+        eng = self.cluster.engines[iid]
+        eng.failures += 1
+        if eng.failures >= self.config.unhealthy_after_failures and self.cluster.set_health(iid, False):
+            log.warning("engine %s is unhealthy after %d failures in a row; no new work goes to it",
+                        eng.spec.name, eng.failures)
