@@ -1,4 +1,6 @@
-"""core and policies must stay pure: no runtime, asyncio or HTTP imports."""
+"""The import rules of ARCHITECTURE: pure layers import no runtime, the simulator imports
+nothing from the layers above it, only the gateway's run module imports its server, and
+no import cycle anywhere (imports under ``if TYPE_CHECKING:`` and inside functions count)."""
 
 import ast
 from pathlib import Path
@@ -8,17 +10,74 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "baton"
 FORBIDDEN = ("baton.sim", "baton.gateway", "baton.cli", "asyncio", "aiohttp", "http", "httpx",
              "requests", "urllib", "socket", "starlette", "uvicorn", "fastapi")
+ABOVE_SIM = ("baton.profiling", "baton.experiments", "baton.gateway", "baton.cli", "baton.report")
+
+
+def module_name(path: Path) -> str:
+    """``baton.x.y`` of a file under a ``baton`` package folder."""
+    parts = list(path.with_suffix("").parts)
+    parts = parts[len(parts) - 1 - parts[::-1].index("baton"):]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_statements(path: Path) -> list[tuple[str, list[str]]]:
+    """(module, names imported from it) of every import anywhere in a file (under
+    ``if TYPE_CHECKING:`` and inside functions too), relative imports resolved."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [(a.name, []) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                pkg = module_name(path).split(".")
+                pkg = pkg[: len(pkg) - node.level + (path.name == "__init__.py")]
+                base = ".".join(pkg + ([base] if base else []))
+            out.append((base, [a.name for a in node.names]))
+    return out
 
 
 def imports_of(path: Path) -> list[str]:
-    tree = ast.parse(path.read_text())
-    names = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names += [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.append(node.module)
-    return names
+    """Every module a file imports, and ``package.name`` for each name imported from a
+    package (it may be a module)."""
+    return [n for base, names in import_statements(path) for n in [base, *(f"{base}.{a}" for a in names)]]
+
+
+def graph(root: Path = SRC) -> dict[str, set[str]]:
+    """Module -> the project modules it imports. ``from package import module`` points at
+    the module, not at the package's ``__init__``."""
+    mods = {module_name(p): p for p in root.rglob("*.py")}
+    edges: dict[str, set[str]] = {}
+    for m, p in mods.items():
+        found = set()
+        for base, names in import_statements(p):
+            subs = [f"{base}.{a}" for a in names if f"{base}.{a}" in mods]
+            found.update(subs if subs and len(subs) == len(names) else [base, *subs])
+        edges[m] = {n for n in found if n in mods and n != m}
+    return edges
+
+
+def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as a list of modules (first == last), or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(edges.get(m, ())):
+            if state.get(n) == 1:
+                return stack[stack.index(n):] + [n]
+            if n not in state and (found := visit(n)):
+                return found
+        stack.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(edges):
+        if m not in state and (found := visit(m)):
+            return found
+    return None
 
 
 @pytest.mark.parametrize("layer", ["core", "policies", "perf", "predict", "protocol"])
@@ -31,7 +90,38 @@ def test_pure_layers_do_not_import_runtimes(layer):
     assert not offenders, offenders
 
 
-def test_checker_catches_a_forbidden_import(tmp_path):
+def test_simulator_imports_nothing_above_it():
+    offenders = [f"{p.relative_to(SRC)} imports {n}" for p in (SRC / "sim").rglob("*.py")
+                 for n in imports_of(p) if n.startswith(ABOVE_SIM)]
+    assert not offenders, offenders
+
+
+def test_only_the_run_module_imports_the_gateway_server():
+    offenders = [str(p.relative_to(SRC)) for p in SRC.rglob("*.py")
+                 if "baton.gateway.server" in imports_of(p) and p != SRC / "gateway" / "server.py"
+                 and p != SRC / "gateway" / "run.py"]
+    assert not offenders, offenders
+
+
+def test_gateway_control_speaks_no_http():
+    names = imports_of(SRC / "gateway" / "control.py")
+    assert not [n for n in names if n.startswith(("aiohttp", "baton.gateway.flow", "baton.gateway.server"))]
+
+
+def test_no_import_cycle():
+    assert find_cycle(graph()) is None, " -> ".join(find_cycle(graph()) or [])
+
+
+def test_checker_sees_every_kind_of_import(tmp_path):
+    pkg = tmp_path / "baton" / "pkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from baton.pkg.b import B\n")
+    (pkg / "b.py").write_text("def f():\n    from . import a\n")
+    edges = graph(tmp_path / "baton")
+    assert edges["baton.pkg.a"] == {"baton.pkg.b"} and "baton.pkg.a" in edges["baton.pkg.b"]
+    assert find_cycle(edges) in (["baton.pkg.a", "baton.pkg.b", "baton.pkg.a"],
+                                 ["baton.pkg.b", "baton.pkg.a", "baton.pkg.b"])
     bad = tmp_path / "bad.py"
     bad.write_text("import asyncio\nfrom baton.sim.engine import Engine\n")
-    assert imports_of(bad) == ["asyncio", "baton.sim.engine"]
+    assert imports_of(bad)[:2] == ["asyncio", "baton.sim.engine"]
