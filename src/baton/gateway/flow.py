@@ -19,6 +19,7 @@ from baton.gateway import handoff
 from baton.gateway.client import ClientOut
 from baton.gateway.control import Control
 from baton.gateway.engines import Engines
+from baton.gateway.metrics import TokenTimes
 from baton.gateway.upstream import Piece, StreamLeg, UpstreamError, endpoint, post_json, within
 from baton.protocol.errors import ApiError
 from baton.protocol.requests import COMPLETIONS, ParsedRequest
@@ -46,8 +47,7 @@ class Flow:
         self.path = "pd"
         self.recoveries = 0
         self.reason: str | None = None
-        self.first_token_s: float | None = None  # gateway clock, as the client saw them
-        self.last_token_s: float | None = None
+        self.times = TokenTimes()  # as the client saw them
         self._prefill_task: asyncio.Task | None = None
 
     def _body(self, iid: int, body: dict[str, Any]) -> dict[str, Any]:
@@ -116,10 +116,8 @@ class Flow:
         if self._prefill_task is not None and not self._prefill_task.done():
             self._prefill_task.cancel()
         self.control.end(self, outcome, self.out.tokens)
-        if outcome == "ok" and self.out.tokens > 1 and self.first_token_s is not None \
-                and self.last_token_s is not None:
-            m = self.control.metrics
-            m.child(m.tpot, self.path).observe((self.last_token_s - self.first_token_s) / (self.out.tokens - 1))
+        if outcome == "ok":
+            self.control.metrics.finished(self.times, self.path, self.out.tokens)
         log.debug("request %s: %s via %s, %d tokens", self.client_xid, outcome, self.path, self.out.tokens)
 
     # --- placement and first legs --------------------------------------------------------
@@ -253,7 +251,8 @@ class Flow:
                 continue
             tokens = sum(self._on_piece(piece) for piece in pieces)
             if tokens:  # the accounting once per read: one gap, not a burst of zero gaps
-                self._token_timing()
+                self.control.metrics.tokens_relayed(self.times, self.cluster.clock(), self.path,
+                                                    self._name(leg.instance_id), self.state.request.arrival_s)
                 self.cluster.token(self.state, tokens)
                 self.control.check_watch(self.state)
             if self.leg.done:  # what this read brought goes out with the response's end
@@ -264,19 +263,6 @@ class Flow:
                     self.migrate_to, self.state.migrating = None, False
                 else:
                     await self._migrate()
-
-    def _token_timing(self) -> None:
-        """TTFT at the first relayed token, then one TBT sample per upstream read that
-        carried tokens (several chunks in one read are one gap, not a burst of zeros)."""
-        now, m = self.cluster.clock(), self.control.metrics
-        if self.first_token_s is None:
-            self.first_token_s = now
-            m.child(m.ttft, self.path).observe(now - self.state.request.arrival_s)
-            if self.leg is not None:
-                m.child(m.engine_ttft, self._name(self.leg.instance_id)).observe(now - self.state.request.arrival_s)
-        elif self.last_token_s is not None:
-            m.child(m.tbt, self.path).observe(now - self.last_token_s)
-        self.last_token_s = now
 
     def _read_deadline_s(self, leg: StreamLeg) -> float:
         """Before a leg's first token a whole prefill may come first; then the engine's pace."""

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
 _LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56,
                       5.12, 10.24, 20.48, 40.96)
+
+
+@dataclass(slots=True)
+class TokenTimes:
+    """When a request's first and latest tokens were relayed (gateway clock, seconds)."""
+
+    first_s: float | None = None
+    last_s: float | None = None
 
 
 class GatewayMetrics:
@@ -61,6 +71,24 @@ class GatewayMetrics:
         if found is None:
             found = self._children[key] = metric.labels(*labels)
         return found
+
+    def tokens_relayed(self, times: "TokenTimes", now_s: float, path: str, engine: str | None,
+                       arrival_s: float) -> None:
+        """TTFT at a request's first relayed token, then one TBT sample per upstream read
+        that carried tokens (several chunks in one read are one gap, not a burst of zeros)."""
+        if times.first_s is None:
+            times.first_s = now_s
+            self.child(self.ttft, path).observe(now_s - arrival_s)
+            if engine is not None:
+                self.child(self.engine_ttft, engine).observe(now_s - arrival_s)
+        elif times.last_s is not None:
+            self.child(self.tbt, path).observe(now_s - times.last_s)
+        times.last_s = now_s
+
+    def finished(self, times: "TokenTimes", path: str, tokens: int) -> None:
+        """TPOT of a request answered whole: mean gap after its first token."""
+        if tokens > 1 and times.first_s is not None and times.last_s is not None:
+            self.child(self.tpot, path).observe((times.last_s - times.first_s) / (tokens - 1))
 
     def watch(self, cluster, hold=None) -> None:
         """Export per-engine gauges read from ``cluster`` (a ``LiveCluster``) and ``hold``

@@ -191,6 +191,7 @@ class Ares(Stage):
         return (int(rows[r]), int(targets[t]), float(delta[r, t])) if delta[r, t] < -1e-9 else None
 
     def tick(self, view: ClusterView) -> list[Decision]:
+        self._purge(view)
         ids = np.array(view.decode_ids, dtype=np.int64)
         if ids.size < 2:
             return []
@@ -202,7 +203,6 @@ class Ares(Stage):
         capacity = np.array([view.instance(int(i)).kv_blocks_total * view.instance(int(i)).block_size_tokens
                              for i in ids], dtype=np.float64) * self.headroom
         iter_s = np.array([max(view.token_interval_s(int(i)), 1e-4) for i in ids])
-        self._purge(view)
         busy = self._busy(ids)
         need = np.where(self.static, ctx, ctx + remaining)  # the request's final size
         if not self.move_preempted:
