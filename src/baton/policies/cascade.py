@@ -59,7 +59,7 @@ from baton.core.events import DecodeProgress, Observation
 from baton.core.request import Phase, RequestState
 from baton.core.view import ClusterView
 from baton.policies.base import PolicyContext, Stage
-from baton.policies.cascade_plan import PlanCost, exact_plan, heuristic_plan
+from baton.policies.cascade_plan import PlanCost, exact_plan, heuristic_plan, split_point
 
 
 class Cascade(Stage):
@@ -362,25 +362,10 @@ class Cascade(Stage):
             merged = np.sort(np.concatenate([own, np.sort(nxt)[min(m // 2, max(len(nxt) - 1, 0))::m]]))
             if len(merged) < self.freeze_below:
                 continue
-            raw = self._split(merged)
+            raw = split_point(merged, self.refine, self.qoe.d if self.refine == "qoe" else None)
             self.bounds[s] = (1 - self.ema) * self.bounds[s] + self.ema * raw
             if s > 0:
                 self.bounds[s] = max(self.bounds[s], self.bounds[s - 1] + 1)
-
-    def _split(self, ctx: np.ndarray) -> float:
-        """The length where the merged set splits best (refine: qoe, count or memory)."""
-        if self.refine == "count":
-            return float(ctx[len(ctx) // 2])
-        if self.refine == "memory":
-            return float(ctx[int(np.searchsorted(np.cumsum(ctx), ctx.sum() / 2))])
-        # Q(left) + Q(right) at every split at once: with no prefill terms (I = 0) a batch of
-        # n sequences costs n (D0 + D1 n + D4 sum L), so prefix sums give every split
-        d, n = self.qoe.d, len(ctx)
-        left_n = np.arange(1, n, dtype=np.float64)
-        left_sum = np.cumsum(ctx)[:-1]
-        right_n, right_sum = n - left_n, ctx.sum() - left_sum
-        costs = left_n * (d[0] + d[1] * left_n + d[4] * left_sum) + right_n * (d[0] + d[1] * right_n + d[4] * right_sum)
-        return float(ctx[1 + int(np.argmin(costs))])
 
     def _intra_stage(self, view: ClusterView) -> list[Decision]:
         out: list[Decision] = []

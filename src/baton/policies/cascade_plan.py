@@ -175,3 +175,22 @@ def heuristic_plan(cost: PlanCost, instances: int) -> StagePlan:
         if nxt is not None:
             heapq.heappush(heap, (-gain(i, nxt), i, version[i], nxt, version[nxt]))
     return cost.plan_of([tuple(s) for s, ok in zip(stages, alive) if ok])  # type: ignore[misc]
+
+
+def split_point(ctx: np.ndarray, refine: str, d: np.ndarray | None = None) -> float:
+    """Where a sorted set of contexts (tokens) splits best between two stages (range
+    refinement, section 4.3): ``refine`` ``qoe`` minimises Q(left) + Q(right) under the
+    QoE coefficients ``d``; ``count`` / ``memory`` split into equal counts / equal tokens."""
+    if refine == "count":
+        return float(ctx[len(ctx) // 2])
+    if refine == "memory":
+        return float(ctx[int(np.searchsorted(np.cumsum(ctx), ctx.sum() / 2))])
+    # Q(left) + Q(right) at every split at once: with no prefill terms (I = 0) a batch of
+    # n sequences costs n (D0 + D1 n + D4 sum L), so prefix sums give every split
+    assert d is not None
+    n = len(ctx)
+    left_n = np.arange(1, n, dtype=np.float64)
+    left_sum = np.cumsum(ctx)[:-1]
+    right_n, right_sum = n - left_n, ctx.sum() - left_sum
+    costs = left_n * (d[0] + d[1] * left_n + d[4] * left_sum) + right_n * (d[0] + d[1] * right_n + d[4] * right_sum)
+    return float(ctx[1 + int(np.argmin(costs))])
