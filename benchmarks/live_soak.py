@@ -1,0 +1,150 @@
+"""A long live run of one policy: gateway + emulators on 127.0.0.1 under steady traffic.
+
+Starts ``--prefill`` prefill and ``--decode`` decode emulators (or ``--mixed`` colocated
+ones) and ``baton serve`` with ``--policy`` (default ``ares``), then sends Poisson traffic
+at ``--rate`` requests/s for ``--seconds``: token-id prompts of 64-2,048 tokens, outputs of
+16-1,024 tokens (``ignore_eos``), a quarter each completions/chat, streamed or not.
+Every ``--report-s`` seconds it reads the gateway's /metrics and prints the policy's tick
+count (successful and failed), migrations by result, deflections, role flips, stale
+decisions and requests by outcome, so a policy that stops acting shows as a flat line.
+At the end it waits for the requests in flight, then checks the residue (the gateway's
+bookings and held prefills, and the emulators' running and waiting requests) is zero.
+
+Checks (exit 1 when one fails): every request answered 200 with exactly its tokens, the
+policy ticked in every report window (when it has ticks), no tick failed, zero residue.
+
+Usage: python benchmarks/live_soak.py [--policy ares] [--seconds 600] [--rate 10]
+The last line is one JSON object of the run's figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.live import get, metric, servers, start_emulator, start_gateway  # noqa: E402
+
+AUTH = {"Authorization": "Bearer soak"}
+# report key -> (counter family, a label that must match, or None)
+WATCHED = {"ticks": ("baton_policy_ticks", None), "tick_errors": ("baton_policy_tick_errors", None),
+           "migrations_ok": ("baton_migrations", ("result", "ok")),
+           "migrations_failed": ("baton_migrations", ("result", "failed")),
+           "migrations_refused": ("baton_migrations", ("result", "refused")),
+           "deflections": ("baton_deflections", None), "role_flips": ("baton_role_flips", None),
+           "stale": ("baton_stale_decisions", None), "ok": ("baton_requests", ("outcome", "ok")),
+           "ended": ("baton_requests", None)}
+
+
+def scrape(url: str) -> dict[str, float]:
+    """The watched counters (sums over their label sets)."""
+    out = dict.fromkeys(WATCHED, 0.0)
+    for family in text_string_to_metric_families(str(get(url + "/metrics")[1])):
+        for sample in family.samples:
+            if not sample.name.endswith("_total"):
+                continue
+            for key, (name, label) in WATCHED.items():
+                if family.name == name and (label is None or sample.labels.get(label[0]) == label[1]):
+                    out[key] += sample.value
+    return out
+
+
+async def one(session: aiohttp.ClientSession, url: str, rng: random.Random, rid: int) -> str | None:
+    """Send one request; None when it was answered whole, else what went wrong."""
+    prompt, out = rng.randint(64, 2048), rng.randint(16, 1024)
+    ids = [1000 + (rid * 7 + i) % 5000 for i in range(prompt)]
+    chat, stream = rng.random() < 0.5, rng.random() < 0.5
+    body = {"max_tokens": out, "ignore_eos": True, "stream": stream}
+    body.update({"messages": [{"role": "user", "content": "x " * (prompt // 2)}]} if chat else {"prompt": ids})
+    path = "/v1/chat/completions" if chat else "/v1/completions"
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    async with session.post(url + path, json=body, timeout=aiohttp.ClientTimeout(total=600)) as resp:
+        if resp.status != 200:
+            return f"status {resp.status}: {(await resp.text())[:200]}"
+        usage = None
+        if not stream:
+            usage = (await resp.json()).get("usage")
+        else:
+            async for line in resp.content:
+                if line.startswith(b"data: {"):
+                    usage = json.loads(line[6:]).get("usage") or usage
+    got = (usage or {}).get("completion_tokens")
+    return None if got == out else f"{got} tokens instead of {out}"
+
+
+async def traffic(url: str, rate: float, seconds: float, seed: int, report_s: float) -> dict:
+    rng, errors, tasks, rows = random.Random(seed), [], [], []
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        t0 = time.monotonic()
+        next_report, rid = t0 + report_s, 0
+        while time.monotonic() - t0 < seconds:
+            await asyncio.sleep(rng.expovariate(rate))
+            tasks.append(asyncio.create_task(one(session, url, rng, rid)))
+            rid += 1
+            if time.monotonic() >= next_report:
+                rows.append(await asyncio.to_thread(scrape, url))
+                print(f"t={time.monotonic() - t0:5.0f}s sent {rid:5d} " +
+                      " ".join(f"{k}={v:.0f}" for k, v in rows[-1].items()), flush=True)
+                next_report += report_s
+        for res in await asyncio.gather(*tasks, return_exceptions=True):
+            if res is not None:
+                errors.append(repr(res) if isinstance(res, BaseException) else res)
+    return {"sent": rid, "errors": errors, "rows": rows}
+
+
+def residue(gw_url: str, engines) -> dict[str, float]:
+    """What is still booked or running anywhere (all zero when idle)."""
+    body = get(gw_url + "/admin/instances", headers=AUTH)[1]
+    out = {f"gateway_{k}": float(v) for k, v in body["in_flight"].items()}
+    out.update({f"gateway_{k}_prefills": float(v) for k, v in body["held_prefills"].items()})
+    out["engines_running"] = sum(metric(e.url, "vllm:num_requests_running") for e in engines)
+    out["engines_waiting"] = sum(metric(e.url, "vllm:num_requests_waiting") for e in engines)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--policy", default="ares")
+    ap.add_argument("--seconds", type=float, default=600.0)
+    ap.add_argument("--rate", type=float, default=10.0, help="requests/s")
+    ap.add_argument("--prefill", type=int, default=1)
+    ap.add_argument("--decode", type=int, default=2)
+    ap.add_argument("--mixed", type=int, default=0)
+    ap.add_argument("--report-s", type=float, default=10.0)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="baton-soak-"))
+    roles = ["prefill"] * args.prefill + ["decode"] * args.decode + ["mixed"] * args.mixed
+    engines = [start_emulator(work) for _ in roles]
+    gw = start_gateway(work, {"engines": [{"name": f"{r}{i}", "url": e.url, "role": r}
+                                          for i, (e, r) in enumerate(zip(engines, roles))],
+                              "policy": args.policy, "admin_token": "soak", "scrape_interval_s": 0.5})
+    with servers(*engines, gw):
+        run = asyncio.run(traffic(gw.url, args.rate, args.seconds, args.seed, args.report_s))
+        time.sleep(2.0)  # engines finish aborted work and the last scrape lands
+        final, left = scrape(gw.url), residue(gw.url, engines)
+        tracebacks = gw.log.read_text().count("Traceback")
+    ticked = [b["ticks"] - a["ticks"] for a, b in zip(run["rows"], run["rows"][1:])]
+    checks = {"all_answered": not run["errors"], "no_tick_failed": final["tick_errors"] == 0,
+              "ticked_every_window": final["ticks"] == 0 or all(t > 0 for t in ticked),
+              "zero_residue": all(v == 0 for v in left.values()), "no_traceback": tracebacks == 0}
+    for err in run["errors"][:10]:
+        print("error:", err)
+    print("residue:", left, "checks:", checks, "logs in", work)
+    print(json.dumps({"policy": args.policy, "seconds": args.seconds, "rate_rps": args.rate, "sent": run["sent"],
+                      "failed": len(run["errors"]), **final, **checks}))
+    sys.exit(0 if all(checks.values()) else 1)
+
+
+if __name__ == "__main__":
+    main()
