@@ -2,8 +2,12 @@
 
 Starts ``--prefill`` prefill and ``--decode`` decode emulators (or ``--mixed`` colocated
 ones) and ``baton serve`` with ``--policy`` (default ``ares``), then sends Poisson traffic
-at ``--rate`` requests/s for ``--seconds``: token-id prompts of 64-2,048 tokens, outputs of
-16-1,024 tokens (``ignore_eos``), a quarter each completions/chat, streamed or not.
+at ``--rate`` requests/s for ``--seconds``: prompts uniform in [64, ``--prompt-high``]
+tokens, outputs uniform in [``--output-low``, ``--output-high``] (``ignore_eos``), half
+completions (token-id prompts) and half chat, each streamed or not. The defaults are
+ARES's regime, long outputs on few decode instances (256-4,096 tokens at 2 requests/s on
+1P2D), where the simulator migrates a request every few seconds; with short outputs ARES
+rarely finds a move worth its cost, live or simulated.
 Every ``--report-s`` seconds it reads the gateway's /metrics and prints the policy's tick
 count (successful and failed), migrations by result, deflections, role flips, stale
 decisions and requests by outcome, so a policy that stops acting shows as a flat line.
@@ -13,7 +17,8 @@ bookings and held prefills, and the emulators' running and waiting requests) is 
 Checks (exit 1 when one fails): every request answered 200 with exactly its tokens, the
 policy ticked in every report window (when it has ticks), no tick failed, zero residue.
 
-Usage: python benchmarks/live_soak.py [--policy ares] [--seconds 600] [--rate 10]
+Usage: python benchmarks/live_soak.py [--policy ares] [--seconds 600] [--rate 2]
+                                      [--output-low 256] [--output-high 4096] [--prompt-high 1024]
 The last line is one JSON object of the run's figures.
 """
 
@@ -58,9 +63,10 @@ def scrape(url: str) -> dict[str, float]:
     return out
 
 
-async def one(session: aiohttp.ClientSession, url: str, rng: random.Random, rid: int) -> str | None:
+async def one(session: aiohttp.ClientSession, url: str, rng: random.Random, rid: int,
+              shape: argparse.Namespace) -> str | None:
     """Send one request; None when it was answered whole, else what went wrong."""
-    prompt, out = rng.randint(64, 2048), rng.randint(16, 1024)
+    prompt, out = rng.randint(64, shape.prompt_high), rng.randint(shape.output_low, shape.output_high)
     ids = [1000 + (rid * 7 + i) % 5000 for i in range(prompt)]
     chat, stream = rng.random() < 0.5, rng.random() < 0.5
     body = {"max_tokens": out, "ignore_eos": True, "stream": stream}
@@ -82,14 +88,15 @@ async def one(session: aiohttp.ClientSession, url: str, rng: random.Random, rid:
     return None if got == out else f"{got} tokens instead of {out}"
 
 
-async def traffic(url: str, rate: float, seconds: float, seed: int, report_s: float) -> dict:
-    rng, errors, tasks, rows = random.Random(seed), [], [], []
+async def traffic(url: str, args: argparse.Namespace) -> dict:
+    rate, seconds, report_s = args.rate, args.seconds, args.report_s
+    rng, errors, tasks, rows = random.Random(args.seed), [], [], []
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
         t0 = time.monotonic()
         next_report, rid = t0 + report_s, 0
         while time.monotonic() - t0 < seconds:
             await asyncio.sleep(rng.expovariate(rate))
-            tasks.append(asyncio.create_task(one(session, url, rng, rid)))
+            tasks.append(asyncio.create_task(one(session, url, rng, rid, args)))
             rid += 1
             if time.monotonic() >= next_report:
                 rows.append(await asyncio.to_thread(scrape, url))
@@ -116,7 +123,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--policy", default="ares")
     ap.add_argument("--seconds", type=float, default=600.0)
-    ap.add_argument("--rate", type=float, default=10.0, help="requests/s")
+    ap.add_argument("--rate", type=float, default=2.0, help="requests/s")
+    ap.add_argument("--prompt-high", type=int, default=1024)
+    ap.add_argument("--output-low", type=int, default=256)
+    ap.add_argument("--output-high", type=int, default=4096)
     ap.add_argument("--prefill", type=int, default=1)
     ap.add_argument("--decode", type=int, default=2)
     ap.add_argument("--mixed", type=int, default=0)
@@ -130,7 +140,7 @@ def main() -> None:
                                           for i, (e, r) in enumerate(zip(engines, roles))],
                               "policy": args.policy, "admin_token": "soak", "scrape_interval_s": 0.5})
     with servers(*engines, gw):
-        run = asyncio.run(traffic(gw.url, args.rate, args.seconds, args.seed, args.report_s))
+        run = asyncio.run(traffic(gw.url, args))
         time.sleep(2.0)  # engines finish aborted work and the last scrape lands
         final, left = scrape(gw.url), residue(gw.url, engines)
         tracebacks = gw.log.read_text().count("Traceback")
@@ -141,7 +151,8 @@ def main() -> None:
     for err in run["errors"][:10]:
         print("error:", err)
     print("residue:", left, "checks:", checks, "logs in", work)
-    print(json.dumps({"policy": args.policy, "seconds": args.seconds, "rate_rps": args.rate, "sent": run["sent"],
+    print(json.dumps({"policy": args.policy, "seconds": args.seconds, "rate_rps": args.rate,
+                      "output_tokens": [args.output_low, args.output_high], "sent": run["sent"],
                       "failed": len(run["errors"]), **final, **checks}))
     sys.exit(0 if all(checks.values()) else 1)
 
