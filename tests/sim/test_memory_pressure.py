@@ -99,7 +99,7 @@ def test_stop_copy_downtime_is_the_full_context_transfer():
     def take_out(move):
         seen["paused_s"] = sim.now
         original_take_out(move)
-        seen["ctx"] = move.row["ctx"]
+        seen["ctx"] = move.row.ctx
 
     def join(instance_id, st, ctx, generated, blocks):
         if instance_id == 2:

@@ -8,7 +8,7 @@ from typing import Any
 
 from baton.core.errors import ConfigError
 from baton.core.instance import Role
-from baton.sim.engine import EngineConfig
+from baton.sim.engine_types import EngineConfig
 
 
 @dataclass(slots=True, frozen=True)

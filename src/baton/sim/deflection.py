@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from baton.core.decisions import Deflect
 from baton.core.request import Phase
-from baton.sim.engine import PrefillItem
+from baton.sim.engine_types import PrefillItem, PrefillKind
 
 if TYPE_CHECKING:
     from baton.sim.simulator import Simulator
@@ -28,7 +28,7 @@ def deflect(sim: "Simulator", decision: Deflect) -> bool:
     eng = sim.engines[src]
     item = eng.prefills.get(decision.req_id)
     target = sim.instances.get(dst)
-    if item is None or item.admitted or item.done_tokens or item.kind != "fresh" or dst == src \
+    if item is None or item.admitted or item.done_tokens or item.kind is not PrefillKind.FRESH or dst == src \
             or target is None or not target.healthy or decision.chunk_limit_tokens <= 0:
         return False
     del eng.prefills[decision.req_id]
@@ -38,7 +38,7 @@ def deflect(sim: "Simulator", decision: Deflect) -> bool:
         sim.instances[st.decode_instance].drop_shadow(st.req_id)
     st.prefill_instance, st.chunk_limit_tokens = dst, decision.chunk_limit_tokens
     st.decode_instance, st.bound_early = dst, True
-    sim.engines[dst].add_prefill(PrefillItem(st.req_id, item.total_tokens, "fresh", item.stop_at, 0,
+    sim.engines[dst].add_prefill(PrefillItem(st.req_id, item.total_tokens, PrefillKind.FRESH, item.stop_at, 0,
                                              decision.chunk_limit_tokens))
     sim.counters.deflections += 1
     sim.retry_receives(src)

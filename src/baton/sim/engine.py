@@ -25,87 +25,17 @@ Memory pressure follows vLLM v1's scheduler (``v1/core/sched/scheduler.py``):
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from baton.core.decode_table import DecodeTable
 from baton.core.instance import InstanceState, Segment
-from baton.perf.memory import MemoryFlags
 from baton.perf.model import BatchShape, PerfModel, chunk_attn_pairs, length_cv2
+from baton.sim.engine_types import (DecodeJoin, DecodeRow, EngineConfig, PrefillItem, PrefillKind,
+                                    SegmentResult)
 
 MAX_SEGMENT_ITERS = 1 << 30
-
-
-@dataclass(slots=True, frozen=True)
-class EngineConfig:
-    """One engine's flags, named as vLLM's: scheduler limits (tokens per iteration,
-    sequences, tokens per KV block), the longest context it serves (None: no limit), and
-    what sizes its KV cache: ``gpu_memory_utilization``, a KV connector's transfer buffer
-    (``kv_buffer_bytes``), or ``kv_tokens`` set outright (see ``baton.perf.memory``)."""
-
-    max_num_batched_tokens: int = 8192
-    max_num_seqs: int = 256
-    block_size: int = 16
-    max_model_len: int | None = None
-    gpu_memory_utilization: float = 0.9
-    kv_buffer_bytes: float = 0.0
-    kv_tokens: int | None = None
-    reserve_full_sequence: bool = True  # vLLM's scheduler_reserve_full_isl
-
-    def memory_flags(self) -> MemoryFlags:
-        return MemoryFlags(self.gpu_memory_utilization, self.max_num_batched_tokens,
-                           self.max_num_seqs, self.block_size, self.kv_buffer_bytes, self.kv_tokens)
-
-
-@dataclass(slots=True)
-class PrefillItem:
-    """Prefill work queued on this engine. ``kind`` is fresh, recompute or migrate."""
-
-    req_id: int
-    total_tokens: int
-    kind: str
-    stop_at: int
-    generated: int
-    chunk_limit: int | None = None
-    done_tokens: int = 0
-    blocks: int = 0
-    admitted: bool = False
-    admit_seq: int = 0
-
-
-@dataclass(slots=True)
-class DecodeJoin:
-    """A request whose KV is here and that waits for a decode slot."""
-
-    req_id: int
-    ctx: int
-    generated: int
-    stop_at: int
-    blocks: int
-    last_token_s: float | None
-    watch_ctx: int | None = None
-
-
-@dataclass(slots=True)
-class SegmentResult:
-    """What a finished segment produced, for the simulator to act on."""
-
-    iterations: int
-    end_s: float
-    mean_iteration_s: float = 0.0
-    prefilled: list[PrefillItem] = field(default_factory=list)
-    finished: list[int] = field(default_factory=list)
-    thresholds: list[tuple[int, int]] = field(default_factory=list)
-    # token gaps: (iter0_s, slope_s, iterations, rows present before, rows new this segment);
-    # a new row's first gap is in ``first_gaps``, its later ones follow the affine series
-    gaps: tuple[float, float, int, int, int] | None = None
-    first_gaps: list[float] = field(default_factory=list)
-    # rows that had no token yet (PD handoffs: the decode side emits the first token)
-    first_tokens: list[tuple[int, float]] = field(default_factory=list)
-    with_deflected: bool = False  # the batch held a deflected prefill's chunk
 
 
 def _ceil_div(a: np.ndarray | int, b: int):
@@ -168,6 +98,10 @@ class Engine:
 
     def release(self, blocks: int) -> None:
         self.state.kv_blocks_used -= blocks
+
+    def release_held(self, req_id: int) -> None:
+        """Free the blocks kept here for a request's outgoing KV (``held_blocks``)."""
+        self.release(self.held_blocks.pop(req_id))
 
     # --- segment control ---------------------------------------------------------------
     def interrupt(self, now_s: float) -> float | None:
@@ -316,14 +250,14 @@ class Engine:
 
     def preempt(self, req_id: int) -> None:
         """Drop a decode's KV and queue it for recompute at the front of the queue."""
-        row = self.state.decodes.remove(req_id)
-        self.state.kv_blocks_used -= row["blocks"]
+        row = DecodeRow.removed_from(self.state.decodes, req_id)
+        self.state.kv_blocks_used -= row.blocks
         self.new_rows.pop(req_id, None)
         self._cv2 = None
         self.preemptions += 1
         self.preempted.append(req_id)
-        self.add_prefill(PrefillItem(req_id, row["ctx"], "recompute", row["stop_at"],
-                                     row["generated"]), front=True)
+        self.add_prefill(PrefillItem(req_id, row.ctx, PrefillKind.RECOMPUTE, row.stop_at, row.generated),
+                         front=True)
 
     def _admit_waiting(self, n_decodes: int,
                        running: list[tuple[PrefillItem, int]]) -> list[tuple[PrefillItem, int]]:
@@ -423,15 +357,14 @@ class Engine:
             result.thresholds.append((rid, ctx))
             table.set(rid, "watch_ctx", DecodeTable.NO_WATCH)
         for rid in done.tolist():
-            row = table.remove(rid)
-            self.state.kv_blocks_used -= row["blocks"]
+            self.state.kv_blocks_used -= table.remove(rid)["blocks"]
             result.finished.append(rid)
         if len(done):
             self._cv2 = None
 
-    def remove_decode(self, req_id: int) -> dict[str, int]:
+    def remove_decode(self, req_id: int) -> DecodeRow:
         """Take a decode out of the batch (migration); its blocks stay allocated."""
-        row = self.state.decodes.remove(req_id)
+        row = DecodeRow.removed_from(self.state.decodes, req_id)
         self.new_rows.pop(req_id, None)
         self._cv2 = None
         self.count_requests()

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from baton.core.decisions import Migrate, MigrationMode
 from baton.core.request import Phase
-from baton.sim.engine import DecodeJoin, PrefillItem
+from baton.sim.engine_types import DecodeJoin, DecodeRow, PrefillItem, PrefillKind
 
 FLOW_DONE = 1  # the simulator's event priority for flow completions
 
@@ -38,7 +38,7 @@ class Move:
     flow_id: int | None = None
     detaching: bool = False
     final: bool = False
-    row: dict | None = None
+    row: DecodeRow | None = None
 
 
 class Migrator:
@@ -91,7 +91,7 @@ class Migrator:
         del eng.prefills[rid]
         eng.state.drop_prefill(rid)
         eng.count_requests()
-        sim.engines[dst].add_prefill(PrefillItem(rid, item.total_tokens, "migrate", item.stop_at,
+        sim.engines[dst].add_prefill(PrefillItem(rid, item.total_tokens, PrefillKind.MIGRATE, item.stop_at,
                                                  item.generated))
         st.decode_instance = dst
         st.visit(dst)
@@ -130,9 +130,9 @@ class Migrator:
         row = eng.remove_decode(move.req_id)
         move.row = row
         st.phase, st.last_token_s = Phase.TRANSFER, sim.now
-        st.generated_tokens = row["generated"]
+        st.generated_tokens = row.generated
         if move.mode is MigrationMode.RECOMPUTE:
-            eng.release(row["blocks"])
+            eng.release(row.blocks)
             sim.retry_receives(move.src)
             self._finish_move(move)
             # On the target it is a new waiting request, as in vLLM: the reservation that
@@ -140,24 +140,24 @@ class Migrator:
             # blocks while queued could deadlock the FCFS queue ahead of it).
             sim.engines[move.dst].release(move.reserved_blocks)
             sim.engines[move.dst].add_prefill(PrefillItem(
-                move.req_id, row["ctx"], "migrate", row["stop_at"], row["generated"]))
+                move.req_id, row.ctx, PrefillKind.MIGRATE, row.stop_at, row.generated))
             st.decode_instance = move.dst
             st.visit(move.dst)
             sim.kick(move.dst)
             return
-        need = -(-(row["ctx"] - 1) // sim.cluster.engine.block_size)
+        need = -(-(row.ctx - 1) // sim.cluster.engine.block_size)
         if need > move.reserved_blocks and not sim.reserve(move.dst, need - move.reserved_blocks):
             return self._abort(move, row)
         move.reserved_blocks = max(move.reserved_blocks, need)
-        eng.held_blocks[move.req_id] = row["blocks"]
+        eng.held_blocks[move.req_id] = row.blocks
         move.final = True
-        delta = row["ctx"] - move.round_start_ctx
+        delta = row.ctx - move.round_start_ctx
         if move.mode is MigrationMode.STOP_COPY:
-            delta = row["ctx"] - 1  # every token whose KV exists
+            delta = row.ctx - 1  # every token whose KV exists
         move.flow_id = sim.start_flow(move.src, move.dst, sim.perf.kv_bytes(max(delta, 1)),
                                       ("mig", move.req_id))
 
-    def _abort(self, move: Move, row: dict) -> None:
+    def _abort(self, move: Move, row: DecodeRow) -> None:
         """The target cannot hold the grown context: keep decoding on the source."""
         sim = self.sim
         del self.moves[move.req_id]
@@ -166,21 +166,20 @@ class Migrator:
         st = sim.states[move.req_id]
         st.migrating = False
         self._refuse()
-        sim.engines[move.src].add_join(DecodeJoin(move.req_id, row["ctx"], row["generated"],
-                                                  row["stop_at"], row["blocks"], sim.now))
+        sim.engines[move.src].add_join(DecodeJoin(move.req_id, row.ctx, row.generated, row.stop_at,
+                                                  row.blocks, sim.now))
         st.phase = Phase.DECODE
         sim.kick(move.src)
 
     def _complete_live(self, move: Move) -> None:
         sim, row = self.sim, move.row
         assert row is not None
-        src_eng = sim.engines[move.src]
-        src_eng.release(src_eng.held_blocks.pop(move.req_id))
-        need = -(-(row["ctx"] - 1) // sim.cluster.engine.block_size)
+        sim.engines[move.src].release_held(move.req_id)
+        need = -(-(row.ctx - 1) // sim.cluster.engine.block_size)
         sim.engines[move.dst].release(move.reserved_blocks - need)
         self._finish_move(move)
         st = sim.states[move.req_id]
-        sim._join(move.dst, st, row["ctx"], row["generated"], need)
+        sim._join(move.dst, st, row.ctx, row.generated, need)
         sim.retry_receives(move.src)
         sim.kick(move.src)
 

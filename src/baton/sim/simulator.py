@@ -23,7 +23,8 @@ from baton.perf.model import PerfModel
 from baton.policies.base import Scheduler
 from baton.sim.cluster import ClusterSpec
 from baton.sim.deflection import deflect
-from baton.sim.engine import DecodeJoin, Engine, PrefillItem, SegmentResult
+from baton.sim.engine import Engine
+from baton.sim.engine_types import DecodeJoin, PrefillItem, PrefillKind, SegmentResult
 from baton.sim.migration import Migrator
 from baton.sim.network import Network
 
@@ -238,7 +239,7 @@ class Simulator:
         self._first_new_work(p, Role.PREFILL)
         if plan.watch_context_tokens is not None and plan.watch_stage is not None:
             self._watch(Watch(req.req_id, plan.watch_context_tokens), plan.watch_stage)
-        self.engines[p].add_prefill(PrefillItem(req.req_id, req.prompt_tokens, "fresh",
+        self.engines[p].add_prefill(PrefillItem(req.req_id, req.prompt_tokens, PrefillKind.FRESH,
                                                 req.output_tokens, 0, plan.prefill_chunk_limit_tokens))
         self.kick(p)
 
@@ -283,7 +284,7 @@ class Simulator:
 
     def _on_prefilled(self, instance_id: int, item: PrefillItem) -> None:
         st = self.states[item.req_id]
-        if item.kind != "fresh":
+        if item.kind is not PrefillKind.FRESH:
             return self._resume_local(instance_id, item, st)
         st.prefill_end_s = self.now
         if self.scheduler.observes:
@@ -427,8 +428,7 @@ class Simulator:
         tr = self.transfers.pop(rid)
         st = self.states[rid]
         st.transfer_end_s = self.now
-        src_eng = self.engines[tr.src]
-        src_eng.release(src_eng.held_blocks.pop(rid))
+        self.engines[tr.src].release_held(rid)
         self.instances[tr.dst].drop_incoming(rid)
         # As with vLLM's KV connectors, the decode instance recomputes the prompt's last
         # token and samples the first output token: the client sees it from there.
@@ -522,13 +522,12 @@ class Simulator:
                     continue
                 queue.remove(rid)
                 del self.transfers[rid]
-                src_eng = self.engines[tr.src]
-                src_eng.release(src_eng.held_blocks.pop(rid))
+                self.engines[tr.src].release_held(rid)
                 st = self.states[rid]
                 self.instances[dst].drop_shadow(rid)
                 st.phase = Phase.PREFILL
                 self.counters.handoff_recomputes += 1
-                self.engines[dst].add_prefill(PrefillItem(rid, st.request.prompt_tokens, "recompute",
+                self.engines[dst].add_prefill(PrefillItem(rid, st.request.prompt_tokens, PrefillKind.RECOMPUTE,
                                                           st.request.output_tokens, 0))
                 self.retry_receives(tr.src)
                 self.kick(dst)

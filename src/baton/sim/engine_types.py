@@ -1,0 +1,108 @@
+"""The data at a simulated engine's boundary: its flags, the work it is given (queued
+prefills, decodes joining its batch), a decode it gives up (migration), and what a
+segment produced. ``engine.py`` holds the model that acts on them."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from baton.core.decode_table import DecodeTable
+from baton.perf.memory import MemoryFlags
+
+
+@dataclass(slots=True, frozen=True)
+class EngineConfig:
+    """One engine's flags, named as vLLM's: scheduler limits (tokens per iteration,
+    sequences, tokens per KV block), the longest context it serves (None: no limit), and
+    what sizes its KV cache: ``gpu_memory_utilization``, a KV connector's transfer buffer
+    (``kv_buffer_bytes``), or ``kv_tokens`` set outright (see ``baton.perf.memory``)."""
+
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    block_size: int = 16
+    max_model_len: int | None = None
+    gpu_memory_utilization: float = 0.9
+    kv_buffer_bytes: float = 0.0
+    kv_tokens: int | None = None
+    reserve_full_sequence: bool = True  # vLLM's scheduler_reserve_full_isl
+
+    def memory_flags(self) -> MemoryFlags:
+        return MemoryFlags(self.gpu_memory_utilization, self.max_num_batched_tokens,
+                           self.max_num_seqs, self.block_size, self.kv_buffer_bytes, self.kv_tokens)
+
+
+class PrefillKind(enum.Enum):
+    """Why a prefill is queued: a new request (``FRESH``; it may be deflected), a context
+    recomputed where it was preempted or stuck (``RECOMPUTE``), or one recomputed on the
+    target of a migration (``MIGRATE``). Only a fresh prefill's end hands off to decode."""
+
+    FRESH = "fresh"
+    RECOMPUTE = "recompute"
+    MIGRATE = "migrate"
+
+
+@dataclass(slots=True)
+class PrefillItem:
+    """Prefill work queued on this engine."""
+
+    req_id: int
+    total_tokens: int
+    kind: PrefillKind
+    stop_at: int
+    generated: int
+    chunk_limit: int | None = None
+    done_tokens: int = 0
+    blocks: int = 0
+    admitted: bool = False
+    admit_seq: int = 0
+
+
+@dataclass(slots=True)
+class DecodeJoin:
+    """A request whose KV is here and that waits for a decode slot."""
+
+    req_id: int
+    ctx: int
+    generated: int
+    stop_at: int
+    blocks: int
+    last_token_s: float | None
+    watch_ctx: int | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class DecodeRow:
+    """A decode taken out of its batch: context and output so far (tokens), the output
+    length it stops at, and the KV blocks it held there."""
+
+    req_id: int
+    ctx: int
+    generated: int
+    stop_at: int
+    blocks: int
+
+    @classmethod
+    def removed_from(cls, table: DecodeTable, req_id: int) -> DecodeRow:
+        """Remove ``req_id``'s row from ``table`` and return it."""
+        row = table.remove(req_id)
+        return cls(req_id, row["ctx"], row["generated"], row["stop_at"], row["blocks"])
+
+
+@dataclass(slots=True)
+class SegmentResult:
+    """What a finished segment produced, for the simulator to act on."""
+
+    iterations: int
+    end_s: float
+    mean_iteration_s: float = 0.0
+    prefilled: list[PrefillItem] = field(default_factory=list)
+    finished: list[int] = field(default_factory=list)
+    thresholds: list[tuple[int, int]] = field(default_factory=list)
+    # token gaps: (iter0_s, slope_s, iterations, rows present before, rows new this segment);
+    # a new row's first gap is in ``first_gaps``, its later ones follow the affine series
+    gaps: tuple[float, float, int, int, int] | None = None
+    first_gaps: list[float] = field(default_factory=list)
+    # rows that had no token yet (PD handoffs: the decode side emits the first token)
+    first_tokens: list[tuple[int, float]] = field(default_factory=list)
+    with_deflected: bool = False  # the batch held a deflected prefill's chunk
