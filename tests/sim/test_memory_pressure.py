@@ -94,7 +94,7 @@ def test_stop_copy_downtime_is_the_full_context_transfer():
     perf, s = sched(lambda c: Mover(c, "stop-copy"))
     sim = Simulator(cluster, perf, s, [Request(0, 0.0, 300, 800)], sample_interval_s=0.5)
     seen = {}
-    original_take_out, original_join = sim.migrator._take_out, sim._join
+    original_take_out, original_join = sim.migrator._take_out, sim.join
 
     def take_out(move):
         seen["paused_s"] = sim.now
@@ -106,7 +106,7 @@ def test_stop_copy_downtime_is_the_full_context_transfer():
             seen["joined_s"] = sim.now
         original_join(instance_id, st, ctx, generated, blocks)
 
-    sim.migrator._take_out, sim._join = take_out, join
+    sim.migrator._take_out, sim.join = take_out, join
     res = sim.run()
     assert res.records[0].finished and sim.states[0].path == [0, 1, 2]
     transfer_s = perf.kv_bytes(seen["ctx"] - 1) / cluster.nic_bytes_per_s

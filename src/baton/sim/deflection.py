@@ -4,30 +4,26 @@ there (no KV transfer)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from baton.core.decisions import Deflect
 from baton.core.request import Phase
 from baton.sim.engine_types import PrefillItem, PrefillKind
-
-if TYPE_CHECKING:
-    from baton.sim.simulator import Simulator
+from baton.sim.port import SimPort
 
 
-def deflect(sim: "Simulator", decision: Deflect) -> bool:
+def deflect(port: SimPort, decision: Deflect) -> bool:
     """Move the queued prefill; False (nothing done) once it has started, or if the target
     is unusable. A request bound early elsewhere is re-bound to the target. A ``Deflect``
     naming the instance a deflected prefill already runs on changes its chunk limit
     (the batch it shares changed), started or not."""
-    st = sim.states.get(decision.req_id)
+    st = port.states.get(decision.req_id)
     if st is not None and st.prefill_instance == decision.instance and st.chunk_limit_tokens is not None:
-        return _retune(sim, decision)
+        return _retune(port, decision)
     if st is None or st.phase is not Phase.WAITING or st.prefill_instance is None:
         return False
     src, dst = st.prefill_instance, decision.instance
-    eng = sim.engines[src]
+    eng = port.engines[src]
     item = eng.prefills.get(decision.req_id)
-    target = sim.instances.get(dst)
+    target = port.instances.get(dst)
     if item is None or item.admitted or item.done_tokens or item.kind is not PrefillKind.FRESH or dst == src \
             or target is None or not target.healthy or decision.chunk_limit_tokens <= 0:
         return False
@@ -35,21 +31,21 @@ def deflect(sim: "Simulator", decision: Deflect) -> bool:
     eng.state.drop_prefill(decision.req_id)
     eng.count_requests()
     if st.bound_early and st.decode_instance is not None and st.decode_instance != src:
-        sim.instances[st.decode_instance].drop_shadow(st.req_id)
+        port.instances[st.decode_instance].drop_shadow(st.req_id)
     st.prefill_instance, st.chunk_limit_tokens = dst, decision.chunk_limit_tokens
     st.decode_instance, st.bound_early = dst, True
-    sim.engines[dst].add_prefill(PrefillItem(st.req_id, item.total_tokens, PrefillKind.FRESH, item.stop_at, 0,
+    port.engines[dst].add_prefill(PrefillItem(st.req_id, item.total_tokens, PrefillKind.FRESH, item.stop_at, 0,
                                              decision.chunk_limit_tokens))
-    sim.counters.deflections += 1
-    sim.retry_receives(src)
-    sim.kick(dst)
+    port.counters.deflections += 1
+    port.retry_receives(src)
+    port.kick(dst)
     return True
 
 
-def _retune(sim: "Simulator", decision: Deflect) -> bool:
-    item = sim.engines[decision.instance].prefills.get(decision.req_id)
+def _retune(port: SimPort, decision: Deflect) -> bool:
+    item = port.engines[decision.instance].prefills.get(decision.req_id)
     if item is None or decision.chunk_limit_tokens <= 0:
         return False
     item.chunk_limit = decision.chunk_limit_tokens
-    sim.states[decision.req_id].chunk_limit_tokens = decision.chunk_limit_tokens
+    port.states[decision.req_id].chunk_limit_tokens = decision.chunk_limit_tokens
     return True

@@ -12,16 +12,11 @@ cannot be placed is refused and counted, and the request keeps running where it 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from baton.core.decisions import Migrate, MigrationMode
 from baton.core.request import Phase
 from baton.sim.engine_types import DecodeJoin, DecodeRow, PrefillItem, PrefillKind
-
-FLOW_DONE = 1  # the simulator's event priority for flow completions
-
-if TYPE_CHECKING:
-    from baton.sim.simulator import Simulator
+from baton.sim.port import FlowKind, FlowTag, SimPort
 
 
 @dataclass(slots=True)
@@ -42,33 +37,33 @@ class Move:
 
 
 class Migrator:
-    """Executes ``Migrate`` decisions inside a ``Simulator``."""
+    """Executes ``Migrate`` decisions in the simulated cluster behind ``port``."""
 
-    def __init__(self, sim: "Simulator", max_rounds: int = 4, final_delta_tokens: int = 16) -> None:
-        self.sim = sim
+    def __init__(self, port: SimPort, max_rounds: int = 4, final_delta_tokens: int = 16) -> None:
+        self.port = port
         self.max_rounds = max_rounds
         self.final_delta_tokens = final_delta_tokens
         self.moves: dict[int, Move] = {}
 
     def _refuse(self) -> None:
-        self.sim.counters.migrations_refused += 1
+        self.port.counters.migrations_refused += 1
 
     def start(self, decision: Migrate) -> None:
-        sim, rid = self.sim, decision.req_id
-        st = sim.states.get(rid)
+        port, rid = self.port, decision.req_id
+        st = port.states.get(rid)
         dst = decision.target_instance
         if st is not None and decision.mode is MigrationMode.RECOMPUTE and st.phase is Phase.PREFILL \
                 and st.generated_tokens > 0:
             return self._move_waiting(rid, dst)
         if (st is None or st.phase is not Phase.DECODE or rid in self.moves
                 or st.decode_instance is None or st.decode_instance == dst
-                or dst not in sim.instances or not sim.instances[dst].healthy
-                or rid not in sim.instances[st.decode_instance].decodes):
+                or dst not in port.instances or not port.instances[dst].healthy
+                or rid not in port.instances[st.decode_instance].decodes):
             return self._refuse()
-        ctx = sim.view.context_tokens(rid)
-        bs = sim.cluster.engine.block_size
+        ctx = port.view.context_tokens(rid)
+        bs = port.block_size
         blocks = -(-(ctx + self.max_rounds * bs) // bs)
-        if not sim.reserve(dst, blocks):
+        if not port.reserve(dst, blocks):
             return self._refuse()
         move = Move(rid, st.decode_instance, dst, decision.mode, blocks, round_start_ctx=ctx)
         self.moves[rid] = move
@@ -76,48 +71,50 @@ class Migrator:
         if decision.mode is not MigrationMode.LIVE:
             self._detach_at_boundary(move)
         else:
-            move.flow_id = sim.start_flow(move.src, dst, sim.perf.kv_bytes(ctx - 1), ("mig", rid))
+            move.flow_id = port.start_flow(move.src, dst, port.perf.kv_bytes(ctx - 1),
+                                           FlowTag(FlowKind.MIGRATION, rid))
 
     def _move_waiting(self, rid: int, dst: int) -> None:
         """A preempted request waiting to recompute has no KV: move it from its queue to
         the target's (refused if it is already being recomputed or the target is bad)."""
-        sim, st = self.sim, self.sim.states[rid]
+        port = self.port
+        st = port.states[rid]
         src = st.decode_instance
-        eng = sim.engines.get(src) if src is not None else None
+        eng = port.engines.get(src) if src is not None else None
         item = eng.prefills.get(rid) if eng is not None else None
-        if item is None or item.admitted or dst == src or dst not in sim.instances \
-                or not sim.instances[dst].healthy:
+        if item is None or item.admitted or dst == src or dst not in port.instances \
+                or not port.instances[dst].healthy:
             return self._refuse()
         del eng.prefills[rid]
         eng.state.drop_prefill(rid)
         eng.count_requests()
-        sim.engines[dst].add_prefill(PrefillItem(rid, item.total_tokens, PrefillKind.MIGRATE, item.stop_at,
+        port.engines[dst].add_prefill(PrefillItem(rid, item.total_tokens, PrefillKind.MIGRATE, item.stop_at,
                                                  item.generated))
         st.decode_instance = dst
         st.visit(dst)
         st.migrations += 1
-        sim.counters.migrations += 1
-        sim.retry_receives(src)  # its queue head moved on
-        sim.kick(dst)
+        port.counters.migrations += 1
+        port.retry_receives(src)  # its queue head moved on
+        port.kick(dst)
 
     def _detach_at_boundary(self, move: Move) -> None:
         move.detaching = True
-        self.sim.kick(move.src)
+        self.port.kick(move.src)
 
-    def flow_done(self, tag: tuple) -> None:
-        move = self.moves.get(tag[1])
+    def flow_done(self, tag: FlowTag) -> None:
+        move = self.moves.get(tag.req_id)
         if move is None:
             return
         if move.final:
             return self._complete_live(move)
-        ctx = self.sim.view.context_tokens(move.req_id)
+        ctx = self.port.view.context_tokens(move.req_id)
         delta = ctx - move.round_start_ctx
         if delta <= self.final_delta_tokens or move.round >= self.max_rounds:
             return self._detach_at_boundary(move)
         move.round += 1
         move.round_start_ctx = ctx
-        move.flow_id = self.sim.start_flow(move.src, move.dst, self.sim.perf.kv_bytes(delta),
-                                           ("mig", move.req_id))
+        move.flow_id = self.port.start_flow(move.src, move.dst, self.port.perf.kv_bytes(delta),
+                                            FlowTag(FlowKind.MIGRATION, move.req_id))
 
     def at_boundary(self, instance_id: int) -> None:
         """Called after a segment of ``instance_id`` ends: take out requests leaving it."""
@@ -125,28 +122,28 @@ class Migrator:
             self._take_out(move)
 
     def _take_out(self, move: Move) -> None:
-        sim = self.sim
-        eng, st = sim.engines[move.src], sim.states[move.req_id]
+        port = self.port
+        eng, st = port.engines[move.src], port.states[move.req_id]
         row = eng.remove_decode(move.req_id)
         move.row = row
-        st.phase, st.last_token_s = Phase.TRANSFER, sim.now
+        st.phase, st.last_token_s = Phase.TRANSFER, port.now
         st.generated_tokens = row.generated
         if move.mode is MigrationMode.RECOMPUTE:
             eng.release(row.blocks)
-            sim.retry_receives(move.src)
+            port.retry_receives(move.src)
             self._finish_move(move)
             # On the target it is a new waiting request, as in vLLM: the reservation that
             # made sure it fits is given back, and admission allocates its chunks (holding
             # blocks while queued could deadlock the FCFS queue ahead of it).
-            sim.engines[move.dst].release(move.reserved_blocks)
-            sim.engines[move.dst].add_prefill(PrefillItem(
+            port.engines[move.dst].release(move.reserved_blocks)
+            port.engines[move.dst].add_prefill(PrefillItem(
                 move.req_id, row.ctx, PrefillKind.MIGRATE, row.stop_at, row.generated))
             st.decode_instance = move.dst
             st.visit(move.dst)
-            sim.kick(move.dst)
+            port.kick(move.dst)
             return
-        need = -(-(row.ctx - 1) // sim.cluster.engine.block_size)
-        if need > move.reserved_blocks and not sim.reserve(move.dst, need - move.reserved_blocks):
+        need = -(-(row.ctx - 1) // port.block_size)
+        if need > move.reserved_blocks and not port.reserve(move.dst, need - move.reserved_blocks):
             return self._abort(move, row)
         move.reserved_blocks = max(move.reserved_blocks, need)
         eng.held_blocks[move.req_id] = row.blocks
@@ -154,55 +151,53 @@ class Migrator:
         delta = row.ctx - move.round_start_ctx
         if move.mode is MigrationMode.STOP_COPY:
             delta = row.ctx - 1  # every token whose KV exists
-        move.flow_id = sim.start_flow(move.src, move.dst, sim.perf.kv_bytes(max(delta, 1)),
-                                      ("mig", move.req_id))
+        move.flow_id = port.start_flow(move.src, move.dst, port.perf.kv_bytes(max(delta, 1)),
+                                      FlowTag(FlowKind.MIGRATION, move.req_id))
 
     def _abort(self, move: Move, row: DecodeRow) -> None:
         """The target cannot hold the grown context: keep decoding on the source."""
-        sim = self.sim
+        port = self.port
         del self.moves[move.req_id]
-        sim.engines[move.dst].release(move.reserved_blocks)
-        sim.retry_receives(move.dst)
-        st = sim.states[move.req_id]
+        port.engines[move.dst].release(move.reserved_blocks)
+        port.retry_receives(move.dst)
+        st = port.states[move.req_id]
         st.migrating = False
         self._refuse()
-        sim.engines[move.src].add_join(DecodeJoin(move.req_id, row.ctx, row.generated, row.stop_at,
-                                                  row.blocks, sim.now))
+        port.engines[move.src].add_join(DecodeJoin(move.req_id, row.ctx, row.generated, row.stop_at,
+                                                  row.blocks, port.now))
         st.phase = Phase.DECODE
-        sim.kick(move.src)
+        port.kick(move.src)
 
     def _complete_live(self, move: Move) -> None:
-        sim, row = self.sim, move.row
+        port, row = self.port, move.row
         assert row is not None
-        sim.engines[move.src].release_held(move.req_id)
-        need = -(-(row.ctx - 1) // sim.cluster.engine.block_size)
-        sim.engines[move.dst].release(move.reserved_blocks - need)
+        port.engines[move.src].release_held(move.req_id)
+        need = -(-(row.ctx - 1) // port.block_size)
+        port.engines[move.dst].release(move.reserved_blocks - need)
         self._finish_move(move)
-        st = sim.states[move.req_id]
-        sim._join(move.dst, st, row.ctx, row.generated, need)
-        sim.retry_receives(move.src)
-        sim.kick(move.src)
+        st = port.states[move.req_id]
+        port.join(move.dst, st, row.ctx, row.generated, need)
+        port.retry_receives(move.src)
+        port.kick(move.src)
 
     def _finish_move(self, move: Move) -> None:
-        sim = self.sim
+        port = self.port
         del self.moves[move.req_id]
-        st = sim.states[move.req_id]
+        st = port.states[move.req_id]
         st.migrating = False
         st.migrations += 1
-        sim.counters.migrations += 1
+        port.counters.migrations += 1
 
     def cancel(self, req_id: int) -> None:
-        """The request finished before its migration completed: undo the reservation."""
+        """The request finished, or lost its KV to a preemption, before its migration
+        completed: undo the reservation and stop the copy."""
         move = self.moves.pop(req_id, None)
         if move is None:
             return
-        sim = self.sim
-        sim.engines[move.dst].release(move.reserved_blocks)
-        if move.flow_id is not None and move.flow_id in sim.net.flows:
-            moved = sim.net.bytes_moved
-            for t, other in sim.net.finish(sim.now, move.flow_id):
-                sim.push(t, FLOW_DONE, (other.flow_id, other.version))
+        port = self.port
+        port.engines[move.dst].release(move.reserved_blocks)
+        if move.flow_id is not None:
             # the bytes never sent leave both totals (transfer_bytes is their difference)
-            sim.counters.migration_bytes -= moved - sim.net.bytes_moved
-        sim.states[req_id].migrating = False
-        sim.retry_receives(move.dst)
+            port.counters.migration_bytes -= port.stop_flow(move.flow_id)
+        port.states[req_id].migrating = False
+        port.retry_receives(move.dst)

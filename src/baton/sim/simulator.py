@@ -26,7 +26,8 @@ from baton.sim.deflection import deflect
 from baton.sim.engine import Engine
 from baton.sim.engine_types import DecodeJoin, PrefillItem, PrefillKind, SegmentResult
 from baton.sim.migration import Migrator
-from baton.sim.network import Network
+from baton.sim.network import Flow, Network
+from baton.sim.port import FlowKind, FlowTag
 
 # Event priorities at equal times: iteration boundaries first, so that anything arriving
 # at a boundary sees the finished iteration and joins the next one.
@@ -97,6 +98,7 @@ class Simulator:
         roles = cluster.roles()
         configs = [cluster.engine_for(role) for role in roles]
         blocks = [perf.kv_tokens_for(cfg.memory_flags()) // bs for cfg in configs]
+        self.block_size = bs
         self.instances = {i: InstanceState(i, role, blocks[i], bs) for i, role in enumerate(roles)}
         self.engines = {i: Engine(s, configs[i], perf, closed_form) for i, s in self.instances.items()}
         self.states: dict[int, RequestState] = {}
@@ -104,7 +106,6 @@ class Simulator:
         self.net = Network(cluster.nic_bytes_per_s, cluster.nic_latency_s)
         self.migrator = Migrator(self)
         self.transfers: dict[int, Transfer] = {}
-        self.flow_owner: dict[int, tuple[str, int]] = {}
         self.receive_wait: dict[int, deque[int]] = {i: deque() for i in self.instances}
         self.watch_owner: dict[int, int] = {}
         self.pending_watch: dict[int, int] = {}
@@ -303,7 +304,7 @@ class Simulator:
             # colocated: the prefill's own iteration samples the first token
             st.first_token_s = st.last_token_s = self.now
             st.generated_tokens = 1
-            return self._join(instance_id, st, st.request.prompt_tokens + 1, 1, item.blocks)
+            return self.join(instance_id, st, st.request.prompt_tokens + 1, 1, item.blocks)
         self.engines[instance_id].held_blocks[st.req_id] = item.blocks
         tr = self.transfers.get(st.req_id)
         if tr is None:
@@ -333,7 +334,7 @@ class Simulator:
         if generated >= item.stop_at:
             self.engines[instance_id].release(item.blocks)
             return self.finish(st)
-        self._join(instance_id, st, item.total_tokens + 1, generated, item.blocks)
+        self.join(instance_id, st, item.total_tokens + 1, generated, item.blocks)
 
     def _first_new_work(self, instance_id: int, role: Role) -> None:
         """Time from a role change to the first work of the new role placed there."""
@@ -342,7 +343,8 @@ class Simulator:
             self.counters.flip_first_work_s.append(self.now - flip[0])
             del self._flipped[instance_id]
 
-    def _join(self, instance_id: int, st: RequestState, ctx: int, generated: int, blocks: int) -> None:
+    def join(self, instance_id: int, st: RequestState, ctx: int, generated: int, blocks: int) -> None:
+        """``st``'s KV is here (``ctx`` tokens in ``blocks`` already taken): join the decode batch."""
         self._first_new_work(instance_id, Role.DECODE)
         st.phase, st.decode_instance = Phase.DECODE_WAIT, instance_id
         st.visit(instance_id)
@@ -381,7 +383,7 @@ class Simulator:
         if not self.reserve(dst, blocks):
             self.receive_wait[dst].append(rid)
             return
-        self._start_flow(tr)
+        self._send_prompt_kv(tr)
 
     def reserve(self, instance_id: int, blocks: int) -> bool:
         """Reserve KV blocks on an instance now, cutting its segment to stay consistent."""
@@ -390,7 +392,7 @@ class Simulator:
         self.kick(instance_id)
         return True
 
-    def _start_flow(self, tr: Transfer) -> None:
+    def _send_prompt_kv(self, tr: Transfer) -> None:
         st = self.states[tr.req_id]
         st.transfer_start_s = self.now
         if st.phase is not Phase.PREFILL:
@@ -399,26 +401,37 @@ class Simulator:
         self.instances[tr.dst].add_incoming(tr.req_id, st.request.prompt_tokens)
         nbytes = self.perf.kv_bytes(st.request.prompt_tokens)
         tr.alone_s = self.perf.transfer_time_s(nbytes, self.cluster.nic_bytes_per_s)
-        self.start_flow(tr.src, tr.dst, nbytes, ("pd", tr.req_id))
+        self.start_flow(tr.src, tr.dst, nbytes, FlowTag(FlowKind.HANDOFF, tr.req_id))
 
-    def start_flow(self, src: int, dst: int, nbytes: float, tag: tuple) -> int:
+    def start_flow(self, src: int, dst: int, nbytes: float, tag: FlowTag) -> int:
         """Start a KV flow; migration flows count towards ``migration_bytes``."""
-        if tag[0] == "mig":
+        if tag.kind is FlowKind.MIGRATION:
             self.counters.migration_bytes += nbytes
         started, changed = self.net.start(self.now, src, dst, nbytes, tag)
+        self._reschedule(changed)
+        return started.flow_id
+
+    def stop_flow(self, flow_id: int) -> float:
+        """End a flow now, through or not; returns the bytes it never sent."""
+        if flow_id not in self.net.flows:
+            return 0.0
+        moved = self.net.bytes_moved
+        self._reschedule(self.net.finish(self.now, flow_id))
+        return moved - self.net.bytes_moved
+
+    def _reschedule(self, changed: list[tuple[float, Flow]]) -> None:
+        """Flows whose rates changed end at new times (older events go stale by version)."""
         for t, flow in changed:
             self.push(t, FLOW_DONE, (flow.flow_id, flow.version))
-        return started.flow_id
 
     def _on_flow_done(self, flow_id: int, version: int) -> None:
         flow = self.net.flows.get(flow_id)
         if flow is None or flow.version != version:
             return
-        for t, other in self.net.finish(self.now, flow_id):
-            self.push(t, FLOW_DONE, (other.flow_id, other.version))
-        kind, rid = flow.tag[0], flow.tag[1]
-        if kind != "pd":
+        self._reschedule(self.net.finish(self.now, flow_id))
+        if flow.tag.kind is FlowKind.MIGRATION:
             return self.migrator.flow_done(flow.tag)
+        rid = flow.tag.req_id
         tr = self.transfers[rid]
         tr.bytes_done = True
         if tr.prefill_done:
@@ -432,7 +445,7 @@ class Simulator:
         self.instances[tr.dst].drop_incoming(rid)
         # As with vLLM's KV connectors, the decode instance recomputes the prompt's last
         # token and samples the first output token: the client sees it from there.
-        self._join(tr.dst, st, st.request.prompt_tokens, 0, tr.dst_blocks)
+        self.join(tr.dst, st, st.request.prompt_tokens, 0, tr.dst_blocks)
         self.retry_receives(tr.src)
         self.kick(tr.src)
 
@@ -446,7 +459,7 @@ class Simulator:
             if not self.engines[instance_id].reserve(self.now, tr.dst_blocks):
                 break
             queue.popleft()
-            self._start_flow(tr)
+            self._send_prompt_kv(tr)
             started = True
         eng = self.engines[instance_id]
         if (started and eng.busy) or (not eng.busy and eng.waiting):
