@@ -2,8 +2,9 @@
 
 from baton.sim.cluster import ClusterSpec, cluster_from_dict
 from baton.sim.engine_types import EngineConfig
+from baton.sim.recorder import SimResult
 from baton.sim.runner import simulate
-from baton.sim.simulator import SimResult, SimulationError, Simulator
+from baton.sim.simulator import SimulationError, Simulator
 
 __all__ = ["ClusterSpec", "EngineConfig", "SimResult", "SimulationError", "Simulator",
            "cluster_from_dict", "simulate"]

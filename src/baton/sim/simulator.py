@@ -7,9 +7,7 @@ import heapq
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-
-import numpy as np
+from dataclasses import dataclass
 
 from baton.core.decisions import ChangeRole, Decision, Deflect, Migrate, Watch
 from baton.core.errors import BatonError, ConfigError
@@ -18,16 +16,17 @@ from baton.core.events import Completed, DecodeProgress, PrefillDone
 from baton.core.instance import InstanceState, Role
 from baton.core.request import Phase, Request, RequestState
 from baton.core.view import ClusterView
-from baton.metrics import SLO, GapHistogram, LoadSeries, RequestRecord, RunCounters, summarize
+from baton.metrics import RunCounters
 from baton.perf.model import PerfModel
 from baton.policies.base import Scheduler
 from baton.sim.cluster import ClusterSpec
 from baton.sim.deflection import deflect
 from baton.sim.engine import Engine
-from baton.sim.engine_types import DecodeJoin, PrefillItem, PrefillKind, SegmentResult
+from baton.sim.engine_types import DecodeJoin, PrefillItem, PrefillKind
 from baton.sim.migration import Migrator
 from baton.sim.network import Flow, Network
 from baton.sim.port import FlowKind, FlowTag
+from baton.sim.recorder import Recorder, SimResult
 
 # Event priorities at equal times: iteration boundaries first, so that anything arriving
 # at a boundary sees the finished iteration and joins the next one.
@@ -50,34 +49,6 @@ class Transfer:
     bytes_done: bool = False
     prefill_done: bool = False
     alone_s: float = 0.0
-
-
-@dataclass(slots=True)
-class SimResult:
-    """Records and aggregates of one run."""
-
-    records: list[RequestRecord]
-    tbt: GapHistogram
-    counters: RunCounters
-    load: LoadSeries
-    makespan_s: float
-    wall_s: float
-    decode_columns: list[int]
-    output_tokens: int
-    role_log: list[tuple[float, int, str]] = field(default_factory=list)  # (time s, instance, new role)
-    tbt_deflected: GapHistogram | None = None
-    policy_report: dict[str, float] = field(default_factory=dict)  # the policy's own figures
-
-    def summary(self, slo: SLO, warmup_s: float | None = None) -> dict[str, float]:
-        out = summarize(self.records, self.tbt, self.counters, self.load, slo, self.makespan_s,
-                        self.decode_columns, warmup_s)
-        out["wall_s"] = self.wall_s
-        out["events"] = self.counters.events
-        hist = self.tbt_deflected
-        out["deflected_tbt_p95_s"] = hist.percentile_s(95) if hist is not None and hist.total else float("nan")
-        out["deflected_tbt_p99_s"] = hist.percentile_s(99) if hist is not None and hist.total else float("nan")
-        out.update(self.policy_report)
-        return out
 
 
 class Simulator:
@@ -110,12 +81,8 @@ class Simulator:
         self.watch_owner: dict[int, int] = {}
         self.pending_watch: dict[int, int] = {}
         self.counters = RunCounters()
-        self._flipped: dict[int, tuple[float, Role]] = {}  # instance -> (flip time, new role) until new work
-        self.role_log: list[tuple[float, int, str]] = [(0.0, i, r.value) for i, r in enumerate(cluster.roles())]
-        self.tbt = GapHistogram()
-        self.tbt_deflected = GapHistogram()  # gaps of iterations that carried a deflected prefill chunk
-        self.load = LoadSeries(sample_interval_s)
-        self.records: list[RequestRecord] = []
+        self.recorder = Recorder(self.view, self.instances, self.counters, sample_interval_s)
+        self.sample_interval_s = sample_interval_s
         self._heap: list[tuple[float, int, int, int, tuple]] = []
         self._seq = 0
         self._work = 0  # pending events that are not periodic (a stall has none left)
@@ -166,13 +133,8 @@ class Simulator:
             raise SimulationError(f"simulation stalled at t={self.now:.3f}s with {self._open} "
                                   f"requests open (e.g. {stuck})")
         self._on_sample()
-        self.counters.preemptions = sum(e.preemptions for e in self.engines.values())
-        self.counters.transfer_bytes = self.net.bytes_moved - self.counters.migration_bytes
-        decode_cols = [i for i, s in self.instances.items() if s.role.decodes]
-        out_tokens = sum(r.output_tokens for r in self.records if r.finished)
-        return SimResult(sorted(self.records, key=lambda r: r.req_id), self.tbt, self.counters,
-                         self.load, self.now, time.perf_counter() - wall0, decode_cols, out_tokens,
-                         self.role_log, self.tbt_deflected, self.scheduler.report())
+        return self.recorder.result(self.now, wall0, sum(e.preemptions for e in self.engines.values()),
+                                    self.net.bytes_moved, self.scheduler.report())
 
     def kick(self, instance_id: int) -> None:
         """Make an engine notice new work: plan if idle, else cut its segment."""
@@ -237,7 +199,7 @@ class Simulator:
             st.decode_instance, st.bound_early = plan.decode_instance, True
             if plan.decode_instance != p:
                 self.instances[plan.decode_instance].add_shadow(req.req_id, req.prompt_tokens)
-        self._first_new_work(p, Role.PREFILL)
+        self.recorder.new_work(self.now, p, Role.PREFILL)
         if plan.watch_context_tokens is not None and plan.watch_stage is not None:
             self._watch(Watch(req.req_id, plan.watch_context_tokens), plan.watch_stage)
         self.engines[p].add_prefill(PrefillItem(req.req_id, req.prompt_tokens, PrefillKind.FRESH,
@@ -255,7 +217,7 @@ class Simulator:
         if version != eng.version or not eng.busy:
             return
         result = eng.finish(self.now)
-        self._record_gaps(result)
+        self.recorder.segment_gaps(result)
         for rid, t in result.first_tokens:
             self.states[rid].first_token_s = t
         for rid in result.finished:
@@ -273,15 +235,6 @@ class Simulator:
                 instance_id, result.iterations, result.mean_iteration_s, self.now))
         self.retry_receives(instance_id)
         self.kick(instance_id)
-
-    def _record_gaps(self, result: SegmentResult) -> None:
-        if result.gaps is None:
-            return
-        iter0, slope, k, old, new = result.gaps
-        for hist in (self.tbt, self.tbt_deflected) if result.with_deflected else (self.tbt,):
-            hist.add_affine(iter0, slope, k, old)
-            hist.add_affine(iter0 + slope, slope, k - 1, new)
-            hist.add(result.first_gaps)
 
     def _on_prefilled(self, instance_id: int, item: PrefillItem) -> None:
         st = self.states[item.req_id]
@@ -328,7 +281,7 @@ class Simulator:
         if st.first_token_s is None:
             st.first_token_s = self.now  # preempted before the decode side's first token
         else:
-            self.tbt.add([self.now - st.last_token_s])
+            self.recorder.gap(self.now - st.last_token_s)
         st.last_token_s = self.now
         generated = item.generated + 1
         if generated >= item.stop_at:
@@ -336,21 +289,14 @@ class Simulator:
             return self.finish(st)
         self.join(instance_id, st, item.total_tokens + 1, generated, item.blocks)
 
-    def _first_new_work(self, instance_id: int, role: Role) -> None:
-        """Time from a role change to the first work of the new role placed there."""
-        flip = self._flipped.get(instance_id)
-        if flip is not None and flip[1] is role:
-            self.counters.flip_first_work_s.append(self.now - flip[0])
-            del self._flipped[instance_id]
-
     def join(self, instance_id: int, st: RequestState, ctx: int, generated: int, blocks: int) -> None:
         """``st``'s KV is here (``ctx`` tokens in ``blocks`` already taken): join the decode batch."""
-        self._first_new_work(instance_id, Role.DECODE)
+        self.recorder.new_work(self.now, instance_id, Role.DECODE)
         st.phase, st.decode_instance = Phase.DECODE_WAIT, instance_id
         st.visit(instance_id)
         self.instances[instance_id].add_incoming(st.req_id, ctx)
         if st.decode_start_s is None:
-            self._note_decode_start(st, instance_id, ctx)
+            self.recorder.decode_start(instance_id, ctx)
         watch = self.pending_watch.pop(st.req_id, None)
         self.engines[instance_id].add_join(DecodeJoin(
             st.req_id, ctx, generated, st.request.output_tokens, blocks,
@@ -359,19 +305,6 @@ class Simulator:
         if st.decode_start_s is None:
             st.decode_start_s = self.now
         self.kick(instance_id)
-
-    def _note_decode_start(self, st: RequestState, dst: int, ctx: int) -> None:
-        """Optimal-assignment ratio at decode start: was ``dst`` the least loaded decode
-        instance, counting on it everything but this request (by requests and by tokens)?"""
-        ids = self.view.decode_ids
-        if dst not in ids:
-            return
-        self.counters.decode_starts += 1
-        view = self.view
-        count = {i: view.own_requests(i) - (i == dst) for i in ids}
-        tokens = {i: view.token_load(i) - (ctx if i == dst else 0) for i in ids}
-        self.counters.least_by_count += count[dst] <= min(count.values())
-        self.counters.least_by_tokens += tokens[dst] <= min(tokens.values())
 
     # --- PD transfers ------------------------------------------------------------------
     def _begin_transfer(self, rid: int, src: int, dst: int) -> None:
@@ -471,7 +404,7 @@ class Simulator:
         st.generated_tokens = st.request.output_tokens
         self.migrator.cancel(st.req_id)
         self.watch_owner.pop(st.req_id, None)
-        self.records.append(RequestRecord.from_state(st))
+        self.recorder.ended(st)
         self._open -= 1
         if self.scheduler.observes:
             self.scheduler.observe(self.view, Completed(st.req_id, st.request.output_tokens, self.now))
@@ -480,7 +413,7 @@ class Simulator:
         st.phase, st.reject_reason = Phase.REJECTED, reason
         if st.decode_instance is not None:
             self.instances[st.decode_instance].drop_shadow(st.req_id)
-        self.records.append(RequestRecord.from_state(st))
+        self.recorder.ended(st)
         self._open -= 1
 
     # --- policy ticks and decisions ------------------------------------------------------
@@ -496,10 +429,7 @@ class Simulator:
             inst = self.instances[decision.instance_id]
             if inst.role is not decision.role:
                 inst.role = decision.role
-                self.counters.role_changes += 1
-                self.counters.flip_exposed_requests += inst.num_requests
-                self.role_log.append((self.now, decision.instance_id, decision.role.value))
-                self._flipped[decision.instance_id] = (self.now, decision.role)
+                self.recorder.role_changed(self.now, decision.instance_id, decision.role, inst.num_requests)
                 self.view.invalidate_roles()
         elif isinstance(decision, Watch):
             self._watch(decision, stage_index)
@@ -562,15 +492,13 @@ class Simulator:
             self.instances[i].sample = sample
 
     def _on_sample(self) -> None:
-        self.load.times_s.append(self.now)
-        self.load.rows.append(np.array([s.token_load(self.now) for s in self.instances.values()],
-                                       dtype=np.float64))
+        self.recorder.sample(self.now)
         if self._progress is not None:
-            self._progress(self.now, len(self.records), len(self.requests))
+            self._progress(self.now, len(self.recorder.records), len(self.requests))
         if self._open > 0 and self._work == 0 and not self.net.flows \
                 and not any(e.busy for e in self.engines.values()) and not self._recompute_a_stuck_handoff():
             stuck = [s.req_id for s in self.states.values() if not s.done][:5]
             raise SimulationError(f"simulation stalled at t={self.now:.3f}s: {self._open} requests open "
                                   f"(e.g. {stuck}) and nothing left to run")
         if self._open > 0:
-            self.push(self.now + self.load.interval_s, SAMPLE, ())
+            self.push(self.now + self.sample_interval_s, SAMPLE, ())

@@ -1,0 +1,122 @@
+"""What a simulated run measures, kept apart from running it: per-request records, token
+gaps, load samples, the role log, and the counters that only measurement fills. The
+simulator tells the ``Recorder`` what happened; it reads the cluster's state and never
+calls back, so nothing it does can change a run."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from baton.core.instance import InstanceState, Role
+from baton.core.request import RequestState
+from baton.core.view import ClusterView
+from baton.metrics import SLO, GapHistogram, LoadSeries, RequestRecord, RunCounters, summarize
+from baton.sim.engine_types import SegmentResult
+
+
+@dataclass(slots=True)
+class SimResult:
+    """Records and aggregates of one run."""
+
+    records: list[RequestRecord]
+    tbt: GapHistogram
+    counters: RunCounters
+    load: LoadSeries
+    makespan_s: float
+    wall_s: float
+    decode_columns: list[int]
+    output_tokens: int
+    role_log: list[tuple[float, int, str]] = field(default_factory=list)  # (time s, instance, new role)
+    tbt_deflected: GapHistogram | None = None
+    policy_report: dict[str, float] = field(default_factory=dict)  # the policy's own figures
+
+    def summary(self, slo: SLO, warmup_s: float | None = None) -> dict[str, float]:
+        out = summarize(self.records, self.tbt, self.counters, self.load, slo, self.makespan_s,
+                        self.decode_columns, warmup_s)
+        out["wall_s"] = self.wall_s
+        out["events"] = self.counters.events
+        hist = self.tbt_deflected
+        out["deflected_tbt_p95_s"] = hist.percentile_s(95) if hist is not None and hist.total else float("nan")
+        out["deflected_tbt_p99_s"] = hist.percentile_s(99) if hist is not None and hist.total else float("nan")
+        out.update(self.policy_report)
+        return out
+
+
+class Recorder:
+    """Measures one run; ``result`` assembles its ``SimResult``. Times are simulated
+    seconds, passed in by the simulator."""
+
+    def __init__(self, view: ClusterView, instances: Mapping[int, InstanceState], counters: RunCounters,
+                 sample_interval_s: float) -> None:
+        self.view, self.instances, self.counters = view, instances, counters
+        self.records: list[RequestRecord] = []
+        self.tbt = GapHistogram()
+        self.tbt_deflected = GapHistogram()  # gaps of iterations that carried a deflected prefill chunk
+        self.load = LoadSeries(sample_interval_s)
+        self.role_log: list[tuple[float, int, str]] = [(0.0, i, s.role.value) for i, s in instances.items()]
+        self._flipped: dict[int, tuple[float, Role]] = {}  # instance -> (flip time, new role) until new work
+
+    def ended(self, st: RequestState) -> None:
+        """A request finished or was rejected."""
+        self.records.append(RequestRecord.from_state(st))
+
+    def segment_gaps(self, result: SegmentResult) -> None:
+        """The token gaps of a segment's decode rows."""
+        if result.gaps is None:
+            return
+        iter0, slope, k, old, new = result.gaps
+        for hist in (self.tbt, self.tbt_deflected) if result.with_deflected else (self.tbt,):
+            hist.add_affine(iter0, slope, k, old)
+            hist.add_affine(iter0 + slope, slope, k - 1, new)
+            hist.add(result.first_gaps)
+
+    def gap(self, gap_s: float) -> None:
+        """One token gap outside a decode segment (a recompute's token)."""
+        self.tbt.add([gap_s])
+
+    def role_changed(self, now_s: float, instance_id: int, role: Role, exposed_requests: int) -> None:
+        self.counters.role_changes += 1
+        self.counters.flip_exposed_requests += exposed_requests
+        self.role_log.append((now_s, instance_id, role.value))
+        self._flipped[instance_id] = (now_s, role)
+
+    def new_work(self, now_s: float, instance_id: int, role: Role) -> None:
+        """Work of ``role`` placed on an instance: time from its flip to the first such."""
+        flip = self._flipped.get(instance_id)
+        if flip is not None and flip[1] is role:
+            self.counters.flip_first_work_s.append(now_s - flip[0])
+            del self._flipped[instance_id]
+
+    def decode_start(self, dst: int, ctx: int) -> None:
+        """Optimal-assignment ratio at decode start: was ``dst`` the least loaded decode
+        instance, counting on it everything but this request (by requests and by tokens)?"""
+        ids = self.view.decode_ids
+        if dst not in ids:
+            return
+        self.counters.decode_starts += 1
+        view = self.view
+        count = {i: view.own_requests(i) - (i == dst) for i in ids}
+        tokens = {i: view.token_load(i) - (ctx if i == dst else 0) for i in ids}
+        self.counters.least_by_count += count[dst] <= min(count.values())
+        self.counters.least_by_tokens += tokens[dst] <= min(tokens.values())
+
+    def sample(self, now_s: float) -> None:
+        """Every instance's token load now."""
+        self.load.times_s.append(now_s)
+        self.load.rows.append(np.array([s.token_load(now_s) for s in self.instances.values()],
+                                       dtype=np.float64))
+
+    def result(self, makespan_s: float, wall_start: float, preemptions: int, bytes_moved: float,
+               policy_report: dict[str, float]) -> SimResult:
+        """The run's result; ``wall_start`` is ``time.perf_counter()`` when it began."""
+        self.counters.preemptions = preemptions
+        self.counters.transfer_bytes = bytes_moved - self.counters.migration_bytes
+        decode_cols = [i for i, s in self.instances.items() if s.role.decodes]
+        out_tokens = sum(r.output_tokens for r in self.records if r.finished)
+        return SimResult(sorted(self.records, key=lambda r: r.req_id), self.tbt, self.counters,
+                         self.load, makespan_s, time.perf_counter() - wall_start, decode_cols, out_tokens,
+                         self.role_log, self.tbt_deflected, policy_report)
