@@ -66,8 +66,8 @@ def assert_all_ended(sim, result, n_requests: int) -> None:
 
 def assert_drained(sim) -> None:
     """Memory conserved: every block, queue, transfer and reservation released."""
-    assert not sim.migrator.moves and not sim.transfers
-    assert not any(sim.receive_wait.values())
+    assert not sim.migrator.moves and not sim.handoffs.transfers
+    assert not any(sim.handoffs.receive_wait.values())
     for i, inst in sim.instances.items():
         assert inst.kv_blocks_used == 0 and inst.decodes.n == 0, i
         assert inst.prefill_queue_tokens == 0 and inst.incoming_tokens == 0 and inst.shadow_tokens == 0

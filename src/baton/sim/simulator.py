@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from baton.core.decisions import ChangeRole, Decision, Deflect, Migrate, Watch
 from baton.core.errors import BatonError, ConfigError
@@ -23,6 +21,7 @@ from baton.sim.cluster import ClusterSpec
 from baton.sim.deflection import deflect
 from baton.sim.engine import Engine
 from baton.sim.engine_types import DecodeJoin, PrefillItem, PrefillKind
+from baton.sim.handoffs import Handoffs
 from baton.sim.migration import Migrator
 from baton.sim.network import Flow, Network
 from baton.sim.port import FlowKind, FlowTag
@@ -36,19 +35,6 @@ PERIODIC = frozenset({TICK, SAMPLE, SCRAPE, PUBLISH})  # recur on their own; not
 
 class SimulationError(BatonError):
     """The simulation reached an impossible state (a bug, reported with context)."""
-
-
-@dataclass(slots=True)
-class Transfer:
-    """A prefill-to-decode KV handoff."""
-
-    req_id: int
-    src: int
-    dst: int
-    dst_blocks: int
-    bytes_done: bool = False
-    prefill_done: bool = False
-    alone_s: float = 0.0
 
 
 class Simulator:
@@ -76,8 +62,7 @@ class Simulator:
         self.view = ClusterView(self.instances, self.states, info)
         self.net = Network(cluster.nic_bytes_per_s, cluster.nic_latency_s)
         self.migrator = Migrator(self)
-        self.transfers: dict[int, Transfer] = {}
-        self.receive_wait: dict[int, deque[int]] = {i: deque() for i in self.instances}
+        self.handoffs = Handoffs(self, cluster.nic_bytes_per_s, cluster.layerwise_tail)
         self.watch_owner: dict[int, int] = {}
         self.pending_watch: dict[int, int] = {}
         self.counters = RunCounters()
@@ -118,7 +103,7 @@ class Simulator:
             self.push(0.0, SCRAPE, ())
         self._open = len(self.requests)
         handlers = {SEG_END: self._on_segment_end, FLOW_DONE: self._on_flow_done,
-                    XFER_DONE: self._on_transfer_done, ARRIVAL: self._on_arrival,
+                    XFER_DONE: self.handoffs.complete, ARRIVAL: self._on_arrival,
                     TICK: self._on_tick, SAMPLE: self._on_sample, SCRAPE: self._on_scrape,
                     PUBLISH: self._on_publish}
         while self._heap and self._open > 0:
@@ -171,7 +156,7 @@ class Simulator:
                 st.phase = Phase.PREFILL
                 st.visit(instance_id)
                 if st.bound_early and st.decode_instance != instance_id:
-                    self._begin_transfer(rid, instance_id, st.decode_instance)
+                    self.handoffs.begin(rid, instance_id, st.decode_instance)
         eng.started = []
         return changed
 
@@ -258,14 +243,9 @@ class Simulator:
             st.first_token_s = st.last_token_s = self.now
             st.generated_tokens = 1
             return self.join(instance_id, st, st.request.prompt_tokens + 1, 1, item.blocks)
-        self.engines[instance_id].held_blocks[st.req_id] = item.blocks
-        tr = self.transfers.get(st.req_id)
-        if tr is None:
-            self._begin_transfer(st.req_id, instance_id, dst)
-            tr = self.transfers[st.req_id]
-        tr.prefill_done = True
-        if tr.bytes_done:
-            self.push(self.now + tr.alone_s * self.cluster.layerwise_tail, XFER_DONE, (st.req_id,))
+        done_s = self.handoffs.prefill_done(st.req_id, instance_id, dst, item.blocks)
+        if done_s is not None:
+            self.push(done_s, XFER_DONE, (st.req_id,))
 
     def _decode_choice(self, st: RequestState) -> int | None:
         """Late binding; role changes the policy asks for with it apply first."""
@@ -306,35 +286,13 @@ class Simulator:
             st.decode_start_s = self.now
         self.kick(instance_id)
 
-    # --- PD transfers ------------------------------------------------------------------
-    def _begin_transfer(self, rid: int, src: int, dst: int) -> None:
-        """Reserve the decode side's blocks and start moving the prompt's KV."""
-        st = self.states[rid]
-        blocks = -(-st.request.prompt_tokens // self.cluster.engine.block_size)
-        tr = Transfer(rid, src, dst, blocks)
-        self.transfers[rid] = tr
-        if not self.reserve(dst, blocks):
-            self.receive_wait[dst].append(rid)
-            return
-        self._send_prompt_kv(tr)
-
+    # --- KV moving in: reservations and flows (PD handoffs: handoffs.py) -----------------
     def reserve(self, instance_id: int, blocks: int) -> bool:
         """Reserve KV blocks on an instance now, cutting its segment to stay consistent."""
         if not self.engines[instance_id].reserve(self.now, blocks):
             return False
         self.kick(instance_id)
         return True
-
-    def _send_prompt_kv(self, tr: Transfer) -> None:
-        st = self.states[tr.req_id]
-        st.transfer_start_s = self.now
-        if st.phase is not Phase.PREFILL:
-            st.phase = Phase.TRANSFER
-        self.instances[tr.dst].drop_shadow(tr.req_id)
-        self.instances[tr.dst].add_incoming(tr.req_id, st.request.prompt_tokens)
-        nbytes = self.perf.kv_bytes(st.request.prompt_tokens)
-        tr.alone_s = self.perf.transfer_time_s(nbytes, self.cluster.nic_bytes_per_s)
-        self.start_flow(tr.src, tr.dst, nbytes, FlowTag(FlowKind.HANDOFF, tr.req_id))
 
     def start_flow(self, src: int, dst: int, nbytes: float, tag: FlowTag) -> int:
         """Start a KV flow; migration flows count towards ``migration_bytes``."""
@@ -364,39 +322,12 @@ class Simulator:
         self._reschedule(self.net.finish(self.now, flow_id))
         if flow.tag.kind is FlowKind.MIGRATION:
             return self.migrator.flow_done(flow.tag)
-        rid = flow.tag.req_id
-        tr = self.transfers[rid]
-        tr.bytes_done = True
-        if tr.prefill_done:
-            self.push(self.now, XFER_DONE, (rid,))
-
-    def _on_transfer_done(self, rid: int) -> None:
-        tr = self.transfers.pop(rid)
-        st = self.states[rid]
-        st.transfer_end_s = self.now
-        self.engines[tr.src].release_held(rid)
-        self.instances[tr.dst].drop_incoming(rid)
-        # As with vLLM's KV connectors, the decode instance recomputes the prompt's last
-        # token and samples the first output token: the client sees it from there.
-        self.join(tr.dst, st, st.request.prompt_tokens, 0, tr.dst_blocks)
-        self.retry_receives(tr.src)
-        self.kick(tr.src)
+        if self.handoffs.bytes_done(flow.tag.req_id):
+            self.push(self.now, XFER_DONE, (flow.tag.req_id,))
 
     def retry_receives(self, instance_id: int) -> None:
-        """Blocks may have freed up on an instance: start transfers waiting to come in,
-        and wake the engine if requests wait in its queue."""
-        queue = self.receive_wait[instance_id]
-        started = False
-        while queue:
-            tr = self.transfers[queue[0]]
-            if not self.engines[instance_id].reserve(self.now, tr.dst_blocks):
-                break
-            queue.popleft()
-            self._send_prompt_kv(tr)
-            started = True
-        eng = self.engines[instance_id]
-        if (started and eng.busy) or (not eng.busy and eng.waiting):
-            self.kick(instance_id)  # the segment assumed those blocks free / work can start
+        """Blocks may have freed up on an instance: start KV waiting to come in."""
+        self.handoffs.retry_receives(instance_id)
 
     # --- ends ----------------------------------------------------------------------------
     def finish(self, st: RequestState) -> None:
@@ -452,31 +383,6 @@ class Simulator:
         else:
             self.pending_watch[decision.req_id] = decision.context_tokens
 
-    def _recompute_a_stuck_handoff(self) -> bool:
-        """Nothing runs, yet a prefilled request waits for blocks on its decode instance
-        while its KV holds blocks on the source (two such handoffs in opposite directions
-        wait for each other). As vLLM's prefill side frees KV nobody pulls after a timeout
-        and the decode side then computes the prompt itself, the source gives its KV up
-        and the request recomputes on its decode instance. True if one was released."""
-        for dst, queue in self.receive_wait.items():
-            for rid in list(queue):
-                tr = self.transfers[rid]
-                if not tr.prefill_done:
-                    continue
-                queue.remove(rid)
-                del self.transfers[rid]
-                self.engines[tr.src].release_held(rid)
-                st = self.states[rid]
-                self.instances[dst].drop_shadow(rid)
-                st.phase = Phase.PREFILL
-                self.counters.handoff_recomputes += 1
-                self.engines[dst].add_prefill(PrefillItem(rid, st.request.prompt_tokens, PrefillKind.RECOMPUTE,
-                                                          st.request.output_tokens, 0))
-                self.retry_receives(tr.src)
-                self.kick(dst)
-                return True
-        return False
-
     def _on_scrape(self) -> None:
         """Read every engine's metrics; policies see them ``delay_s`` later."""
         samples = tuple((i, inst.engine_sample(self.now)) for i, inst in self.instances.items())
@@ -496,7 +402,7 @@ class Simulator:
         if self._progress is not None:
             self._progress(self.now, len(self.recorder.records), len(self.requests))
         if self._open > 0 and self._work == 0 and not self.net.flows \
-                and not any(e.busy for e in self.engines.values()) and not self._recompute_a_stuck_handoff():
+                and not any(e.busy for e in self.engines.values()) and not self.handoffs.recompute_a_stuck_one():
             stuck = [s.req_id for s in self.states.values() if not s.done][:5]
             raise SimulationError(f"simulation stalled at t={self.now:.3f}s: {self._open} requests open "
                                   f"(e.g. {stuck}) and nothing left to run")
