@@ -1,9 +1,10 @@
-"""The discrete-event simulator: builds the ClusterView, calls the scheduler, executes
-its decisions, and records what happened to every request."""
+"""The discrete-event simulator: builds the ClusterView, runs the event loop, carries
+every request through its life (arrival, prefill, decode, end), calls the scheduler and
+executes its decisions. Its helpers act on the cluster through ``SimPort`` (PD handoffs,
+migrations, deflections); the ``Recorder`` measures."""
 
 from __future__ import annotations
 
-import heapq
 import time
 from collections.abc import Callable
 
@@ -17,6 +18,8 @@ from baton.core.view import ClusterView
 from baton.metrics import RunCounters
 from baton.perf.model import PerfModel
 from baton.policies.base import Scheduler
+from baton.sim.clock import (ARRIVAL, FLOW_DONE, PUBLISH, SAMPLE, SCRAPE, SEG_END, TICK, XFER_DONE,
+                             EventQueue)
 from baton.sim.cluster import ClusterSpec
 from baton.sim.deflection import deflect
 from baton.sim.engine import Engine
@@ -26,11 +29,6 @@ from baton.sim.migration import Migrator
 from baton.sim.network import Flow, Network
 from baton.sim.port import FlowKind, FlowTag
 from baton.sim.recorder import Recorder, SimResult
-
-# Event priorities at equal times: iteration boundaries first, so that anything arriving
-# at a boundary sees the finished iteration and joins the next one.
-SEG_END, FLOW_DONE, XFER_DONE, ARRIVAL, TICK, SAMPLE, SCRAPE, PUBLISH = range(8)
-PERIODIC = frozenset({TICK, SAMPLE, SCRAPE, PUBLISH})  # recur on their own; not progress
 
 
 class SimulationError(BatonError):
@@ -68,9 +66,7 @@ class Simulator:
         self.counters = RunCounters()
         self.recorder = Recorder(self.view, self.instances, self.counters, sample_interval_s)
         self.sample_interval_s = sample_interval_s
-        self._heap: list[tuple[float, int, int, int, tuple]] = []
-        self._seq = 0
-        self._work = 0  # pending events that are not periodic (a stall has none left)
+        self.events = EventQueue()
         self.now = 0.0
         self._open = 0
         self._progress = progress
@@ -81,13 +77,7 @@ class Simulator:
         lens = [n for n in lens if n is not None]
         self._max_model_len = min(lens) if lens else None
 
-    # --- event plumbing ----------------------------------------------------------------
-    def push(self, t: float, prio: int, payload: tuple) -> None:
-        self._seq += 1
-        if prio not in PERIODIC:
-            self._work += 1
-        heapq.heappush(self._heap, (t, prio, self._seq, prio, payload))
-
+    # --- event loop ----------------------------------------------------------------------
     def run(self) -> SimResult:
         """Process every event; every request ends finished or rejected."""
         wall0 = time.perf_counter()
@@ -95,21 +85,19 @@ class Simulator:
         for stage_index, decision in self.scheduler.start(self.view):
             self.execute(decision, stage_index)
         for i, r in enumerate(self.requests):
-            self.push(r.arrival_s, ARRIVAL, (i,))
+            self.events.push(r.arrival_s, ARRIVAL, (i,))
         for stage_index, interval in self.scheduler.tickers:
-            self.push(interval, TICK, (stage_index, interval))
-        self.push(0.0, SAMPLE, ())
+            self.events.push(interval, TICK, (stage_index, interval))
+        self.events.push(0.0, SAMPLE, ())
         if self.info.mode.scraped:
-            self.push(0.0, SCRAPE, ())
+            self.events.push(0.0, SCRAPE, ())
         self._open = len(self.requests)
         handlers = {SEG_END: self._on_segment_end, FLOW_DONE: self._on_flow_done,
                     XFER_DONE: self.handoffs.complete, ARRIVAL: self._on_arrival,
                     TICK: self._on_tick, SAMPLE: self._on_sample, SCRAPE: self._on_scrape,
                     PUBLISH: self._on_publish}
-        while self._heap and self._open > 0:
-            t, _, _, kind, payload = heapq.heappop(self._heap)
-            if kind not in PERIODIC:
-                self._work -= 1
+        while self.events and self._open > 0:
+            t, kind, payload = self.events.pop()
             self.now = self.view.now_s = t
             self.counters.events += 1
             handlers[kind](*payload)
@@ -127,13 +115,13 @@ class Simulator:
         if not eng.busy:
             end = eng.plan(self.now)
             if end is not None:
-                self.push(end, SEG_END, (instance_id, eng.version))
+                self.events.push(end, SEG_END, (instance_id, eng.version))
             if self._after_plan(instance_id, eng):
                 self.retry_receives(instance_id)  # blocks freed, or the waiting queue moved
         else:
             end = eng.interrupt(self.now)
             if end is not None:
-                self.push(end, SEG_END, (instance_id, eng.version))
+                self.events.push(end, SEG_END, (instance_id, eng.version))
 
     def _after_plan(self, instance_id: int, eng: Engine) -> bool:
         """Book prefill starts and preemptions; True if something was preempted or
@@ -245,7 +233,7 @@ class Simulator:
             return self.join(instance_id, st, st.request.prompt_tokens + 1, 1, item.blocks)
         done_s = self.handoffs.prefill_done(st.req_id, instance_id, dst, item.blocks)
         if done_s is not None:
-            self.push(done_s, XFER_DONE, (st.req_id,))
+            self.events.push(done_s, XFER_DONE, (st.req_id,))
 
     def _decode_choice(self, st: RequestState) -> int | None:
         """Late binding; role changes the policy asks for with it apply first."""
@@ -313,7 +301,7 @@ class Simulator:
     def _reschedule(self, changed: list[tuple[float, Flow]]) -> None:
         """Flows whose rates changed end at new times (older events go stale by version)."""
         for t, flow in changed:
-            self.push(t, FLOW_DONE, (flow.flow_id, flow.version))
+            self.events.push(t, FLOW_DONE, (flow.flow_id, flow.version))
 
     def _on_flow_done(self, flow_id: int, version: int) -> None:
         flow = self.net.flows.get(flow_id)
@@ -323,7 +311,7 @@ class Simulator:
         if flow.tag.kind is FlowKind.MIGRATION:
             return self.migrator.flow_done(flow.tag)
         if self.handoffs.bytes_done(flow.tag.req_id):
-            self.push(self.now, XFER_DONE, (flow.tag.req_id,))
+            self.events.push(self.now, XFER_DONE, (flow.tag.req_id,))
 
     def retry_receives(self, instance_id: int) -> None:
         """Blocks may have freed up on an instance: start KV waiting to come in."""
@@ -351,7 +339,7 @@ class Simulator:
     def _on_tick(self, stage_index: int, interval_s: float) -> None:
         for d in self.scheduler.tick(stage_index, self.view):
             self.execute(d, stage_index)
-        self.push(self.now + interval_s, TICK, (stage_index, interval_s))
+        self.events.push(self.now + interval_s, TICK, (stage_index, interval_s))
 
     def execute(self, decision: Decision, stage_index: int) -> None:
         """Carry out one policy decision."""
@@ -387,11 +375,11 @@ class Simulator:
         """Read every engine's metrics; policies see them ``delay_s`` later."""
         samples = tuple((i, inst.engine_sample(self.now)) for i, inst in self.instances.items())
         if self.info.delay_s > 0:
-            self.push(self.now + self.info.delay_s, PUBLISH, (samples,))
+            self.events.push(self.now + self.info.delay_s, PUBLISH, (samples,))
         else:
             self._on_publish(samples)
         if self._open > 0:
-            self.push(self.now + self.info.scrape_interval_s, SCRAPE, ())
+            self.events.push(self.now + self.info.scrape_interval_s, SCRAPE, ())
 
     def _on_publish(self, samples: tuple) -> None:
         for i, sample in samples:
@@ -401,10 +389,10 @@ class Simulator:
         self.recorder.sample(self.now)
         if self._progress is not None:
             self._progress(self.now, len(self.recorder.records), len(self.requests))
-        if self._open > 0 and self._work == 0 and not self.net.flows \
+        if self._open > 0 and self.events.work == 0 and not self.net.flows \
                 and not any(e.busy for e in self.engines.values()) and not self.handoffs.recompute_a_stuck_one():
             stuck = [s.req_id for s in self.states.values() if not s.done][:5]
             raise SimulationError(f"simulation stalled at t={self.now:.3f}s: {self._open} requests open "
                                   f"(e.g. {stuck}) and nothing left to run")
         if self._open > 0:
-            self.push(self.now + self.sample_interval_s, SAMPLE, ())
+            self.events.push(self.now + self.sample_interval_s, SAMPLE, ())
