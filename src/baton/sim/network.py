@@ -8,17 +8,19 @@ the simulator reschedules completion events by version number.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(slots=True)
 class Flow:
-    """Bytes moving from ``src`` to ``dst``; ``tag`` tells the simulator what it is for."""
+    """Bytes moving from ``src`` to ``dst``; ``tag`` tells the simulator what it is for
+    (the network never reads it)."""
 
     flow_id: int
     src: int
     dst: int
     bytes_left: float
-    tag: tuple
+    tag: Any
     rate: float = 0.0
     updated_s: float = 0.0
     version: int = 0
@@ -35,7 +37,7 @@ class Network:
         self.bytes_moved = 0.0
 
     def start(self, now_s: float, src: int, dst: int, num_bytes: float,
-              tag: tuple) -> tuple[Flow, list[tuple[float, Flow]]]:
+              tag: Any) -> tuple[Flow, list[tuple[float, Flow]]]:
         """Start a flow; returns it and (completion time, flow) for every flow whose time changed."""
         self._settle(now_s)
         self._next_id += 1

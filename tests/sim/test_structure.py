@@ -1,0 +1,45 @@
+"""The simulator's layout: its helpers act through the SimPort and never import the
+simulator; the Recorder only measures; no module grows past 400 lines."""
+
+from baton.sim.port import SimPort
+from tests.sim.helpers import req, run
+from tests.test_layering import SRC, graph
+
+SIM = SRC / "sim"
+HELPERS = ("migration", "deflection", "handoffs")
+EDGES = graph()
+
+
+def sim_imports(name: str) -> set[str]:
+    """The baton.sim modules a sim module imports (short names)."""
+    mod = "baton.sim" if name == "__init__" else f"baton.sim.{name}"
+    return {n.removeprefix("baton.sim.") for n in EDGES[mod] if n.startswith("baton.sim.")}
+
+
+def test_only_the_entry_points_import_the_simulator():
+    importers = sorted(p.stem for p in SIM.glob("*.py") if "simulator" in sim_imports(p.stem))
+    assert importers == ["__init__", "runner"]
+
+
+def test_helpers_reach_the_simulator_only_through_the_port():
+    for name in HELPERS:
+        assert sim_imports(name) <= {"port", "engine", "engine_types", "network"}, name
+
+
+def test_the_recorder_and_the_lower_modules_never_import_upwards():
+    assert sim_imports("recorder") <= {"engine_types"}
+    assert sim_imports("port") <= {"engine", "engine_types"}
+    assert sim_imports("engine") <= {"engine_types"}
+    for name in ("clock", "network", "engine_types"):
+        assert not sim_imports(name), name
+
+
+def test_the_simulator_offers_every_member_of_the_port():
+    sim, _ = run([req(0, 0.0, 100, 5)])
+    members = {n for n in vars(SimPort) if not n.startswith("_")}
+    assert members and not {n for n in members if not hasattr(sim, n)}
+
+
+def test_no_simulator_module_reaches_400_lines():
+    sizes = {p.name: len(p.read_text().splitlines()) for p in SIM.glob("*.py")}
+    assert all(n < 400 for n in sizes.values()), sizes
