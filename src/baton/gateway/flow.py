@@ -12,7 +12,7 @@ import logging
 from typing import Any
 
 from baton.core.decisions import Deflect
-from baton.core.events import Completed, PrefillDone
+from baton.core.events import PrefillDone
 from baton.core.instance import Role
 from baton.core.request import Phase, RequestState
 from baton.gateway import handoff

@@ -4,6 +4,7 @@ there (no KV transfer)."""
 
 from __future__ import annotations
 
+from baton.core import bookings
 from baton.core.decisions import Deflect
 from baton.core.request import Phase
 from baton.sim.engine_types import PrefillItem, PrefillKind
@@ -30,10 +31,7 @@ def deflect(port: SimPort, decision: Deflect) -> bool:
     del eng.prefills[decision.req_id]
     eng.state.drop_prefill(decision.req_id)
     eng.count_requests()
-    if st.bound_early and st.decode_instance is not None and st.decode_instance != src:
-        port.instances[st.decode_instance].drop_shadow(st.req_id)
-    st.prefill_instance, st.chunk_limit_tokens = dst, decision.chunk_limit_tokens
-    st.decode_instance, st.bound_early = dst, True
+    bookings.deflect(port.instances, st, dst, decision.chunk_limit_tokens)
     port.engines[dst].add_prefill(PrefillItem(st.req_id, item.total_tokens, PrefillKind.FRESH, item.stop_at, 0,
                                              decision.chunk_limit_tokens))
     port.counters.deflections += 1

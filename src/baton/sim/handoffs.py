@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from baton.core import bookings
 from baton.core.request import Phase
 from baton.sim.engine_types import PrefillItem, PrefillKind
 from baton.sim.port import FlowKind, FlowTag, SimPort
@@ -76,7 +77,7 @@ class Handoffs:
         st = port.states[rid]
         st.transfer_end_s = port.now
         port.engines[tr.src].release_held(rid)
-        port.instances[tr.dst].drop_incoming(rid)
+        bookings.kv_arrived(port.instances, st, tr.dst)
         # As with vLLM's KV connectors, the decode instance recomputes the prompt's last
         # token and samples the first output token: the client sees it from there.
         port.join(tr.dst, st, st.request.prompt_tokens, 0, tr.dst_blocks)
@@ -89,8 +90,7 @@ class Handoffs:
         st.transfer_start_s = port.now
         if st.phase is not Phase.PREFILL:
             st.phase = Phase.TRANSFER
-        port.instances[tr.dst].drop_shadow(tr.req_id)
-        port.instances[tr.dst].add_incoming(tr.req_id, st.request.prompt_tokens)
+        bookings.kv_heading_to(port.instances, st, tr.dst, st.request.prompt_tokens)
         nbytes = port.perf.kv_bytes(st.request.prompt_tokens)
         tr.alone_s = port.perf.transfer_time_s(nbytes, self.nic_bytes_per_s)
         port.start_flow(tr.src, tr.dst, nbytes, FlowTag(FlowKind.HANDOFF, tr.req_id))

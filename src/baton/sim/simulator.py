@@ -8,7 +8,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from baton.core.decisions import ChangeRole, Decision, Deflect, Migrate, Watch
+from baton.core import bookings
+from baton.core.decisions import (ChangeRole, Decision, Deflect, Migrate, Watch, apply_decode_choice, apply_plan,
+                                  check_usable, dispatch)
 from baton.core.errors import BatonError, ConfigError
 from baton.core.info import InfoModel
 from baton.core.events import Completed, DecodeProgress, PrefillDone
@@ -21,7 +23,7 @@ from baton.policies.base import Scheduler
 from baton.sim.clock import (ARRIVAL, FLOW_DONE, PUBLISH, SAMPLE, SCRAPE, SEG_END, TICK, XFER_DONE,
                              EventQueue)
 from baton.sim.cluster import ClusterSpec
-from baton.sim.deflection import deflect
+from baton.sim import deflection
 from baton.sim.engine import Engine
 from baton.sim.engine_types import DecodeJoin, PrefillItem, PrefillKind
 from baton.sim.handoffs import Handoffs
@@ -63,6 +65,7 @@ class Simulator:
         self.handoffs = Handoffs(self, cluster.nic_bytes_per_s, cluster.layerwise_tail)
         self.watch_owner: dict[int, int] = {}
         self.pending_watch: dict[int, int] = {}
+        self.stale_decisions: dict[str, int] = {}  # by kind: about requests that had ended
         self.counters = RunCounters()
         self.recorder = Recorder(self.view, self.instances, self.counters, sample_interval_s)
         self.sample_interval_s = sample_interval_s
@@ -158,32 +161,18 @@ class Simulator:
         if req.prompt_tokens + req.output_tokens > self._max_tokens:
             return self.reject(st, "exceeds_kv_capacity")
         plan = self.scheduler.plan_arrival(self.view, st)
-        for change in plan.role_changes:
-            self.execute(change, -1)
-        if plan.rejected:
-            return self.reject(st, plan.reject_reason or "rejected")
+        reason = apply_plan(plan, self, self.view)
+        if reason is not None:
+            return self.reject(st, reason)
         p = plan.prefill_instance
-        if p is None:
-            return self.reject(st, "no_prefill_instance")
-        self._check_instance(p, "prefill")
-        st.prefill_instance, st.chunk_limit_tokens = p, plan.prefill_chunk_limit_tokens
-        if plan.decode_instance is not None:
-            self._check_instance(plan.decode_instance, "decode")
-            st.decode_instance, st.bound_early = plan.decode_instance, True
-            if plan.decode_instance != p:
-                self.instances[plan.decode_instance].add_shadow(req.req_id, req.prompt_tokens)
+        assert p is not None
+        bookings.bind(self.instances, st, p, plan.decode_instance, plan.prefill_chunk_limit_tokens)
         self.recorder.new_work(self.now, p, Role.PREFILL)
         if plan.watch_context_tokens is not None and plan.watch_stage is not None:
-            self._watch(Watch(req.req_id, plan.watch_context_tokens), plan.watch_stage)
+            self.watch(Watch(req.req_id, plan.watch_context_tokens), plan.watch_stage)
         self.engines[p].add_prefill(PrefillItem(req.req_id, req.prompt_tokens, PrefillKind.FRESH,
                                                 req.output_tokens, 0, plan.prefill_chunk_limit_tokens))
         self.kick(p)
-
-    def _check_instance(self, instance_id: int, what: str) -> None:
-        inst = self.instances.get(instance_id)
-        if inst is None or not inst.healthy:
-            raise SimulationError(f"policy {self.scheduler.name!r} chose {what} instance "
-                                  f"{instance_id}, which does not exist or is unhealthy")
 
     def _on_segment_end(self, instance_id: int, version: int) -> None:
         eng = self.engines[instance_id]
@@ -220,11 +209,12 @@ class Simulator:
             st.first_token_s = st.last_token_s = self.now
             self.engines[instance_id].release(item.blocks)
             return self.finish(st)
-        dst = st.decode_instance if st.bound_early else self._decode_choice(st)
+        dst = st.decode_instance if st.bound_early else apply_decode_choice(
+            self.scheduler.decode_choice(self.view, st), self, self.view)
         if dst is None:
             self.engines[instance_id].release(item.blocks)
             return self.reject(st, "no_decode_instance")
-        self._check_instance(dst, "decode")
+        check_usable(self.view, dst, "decode")
         st.decode_instance = dst
         if dst == instance_id:
             # colocated: the prefill's own iteration samples the first token
@@ -234,15 +224,6 @@ class Simulator:
         done_s = self.handoffs.prefill_done(st.req_id, instance_id, dst, item.blocks)
         if done_s is not None:
             self.events.push(done_s, XFER_DONE, (st.req_id,))
-
-    def _decode_choice(self, st: RequestState) -> int | None:
-        """Late binding; role changes the policy asks for with it apply first."""
-        choice = self.scheduler.decode_choice(self.view, st)
-        if choice is None:
-            return None
-        for change in choice.role_changes:
-            self.execute(change, -1)
-        return choice.instance
 
     def _resume_local(self, instance_id: int, item: PrefillItem, st: RequestState) -> None:
         """A recompute (after preemption or migration) ended: it emits one token."""
@@ -330,8 +311,7 @@ class Simulator:
 
     def reject(self, st: RequestState, reason: str) -> None:
         st.phase, st.reject_reason = Phase.REJECTED, reason
-        if st.decode_instance is not None:
-            self.instances[st.decode_instance].drop_shadow(st.req_id)
+        bookings.drop_bookings(self.instances, st)
         self.recorder.ended(st)
         self._open -= 1
 
@@ -341,25 +321,29 @@ class Simulator:
             self.execute(d, stage_index)
         self.events.push(self.now + interval_s, TICK, (stage_index, interval_s))
 
-    def execute(self, decision: Decision, stage_index: int) -> None:
-        """Carry out one policy decision."""
-        if isinstance(decision, ChangeRole):
-            self._check_instance(decision.instance_id, "role-change")
-            inst = self.instances[decision.instance_id]
-            if inst.role is not decision.role:
-                inst.role = decision.role
-                self.recorder.role_changed(self.now, decision.instance_id, decision.role, inst.num_requests)
-                self.view.invalidate_roles()
-        elif isinstance(decision, Watch):
-            self._watch(decision, stage_index)
-        elif isinstance(decision, Migrate):
-            self.migrator.start(decision)
-        elif isinstance(decision, Deflect):
-            deflect(self, decision)
-        else:
-            raise SimulationError(f"policy {self.scheduler.name!r} returned an unknown decision {decision!r}")
+    def execute(self, decision: Decision, stage_index: int) -> bool:
+        """Carry out one policy decision (``core.decisions.dispatch``); False if stale."""
+        return dispatch(decision, self, self.view, stage_index)
 
-    def _watch(self, decision: Watch, stage_index: int) -> None:
+    # --- core.decisions.Executor ---------------------------------------------------------
+    def change_role(self, decision: ChangeRole, stage_index: int) -> None:
+        check_usable(self.view, decision.instance_id, "role-change")
+        inst = self.instances[decision.instance_id]
+        if inst.role is not decision.role:
+            inst.role = decision.role
+            self.recorder.role_changed(self.now, decision.instance_id, decision.role, inst.num_requests)
+            self.view.invalidate_roles()
+
+    def migrate(self, decision: Migrate, stage_index: int) -> None:
+        self.migrator.start(decision)
+
+    def deflect(self, decision: Deflect, stage_index: int) -> None:
+        deflection.deflect(self, decision)
+
+    def note_stale(self, kind: str) -> None:
+        self.stale_decisions[kind] = self.stale_decisions.get(kind, 0) + 1
+
+    def watch(self, decision: Watch, stage_index: int) -> None:
         st = self.states.get(decision.req_id)
         if st is None or st.done:
             return
