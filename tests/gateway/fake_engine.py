@@ -16,8 +16,9 @@ id p and text " p"), except where the request's ``user`` field asks it to misbeh
 
 With ``logprobs`` set, each streamed choice carries a completions-style logprobs object.
 
-``POST /fake/metrics-hang`` makes /metrics hang; ``GET /fake/requests`` lists the
-requests received (path, headers, body).
+``POST /fake/metrics-hang`` makes /metrics hang; ``POST /fake/metrics-values`` with
+``{"kv_cache_usage_perc": "NaN"}`` (any metric, any text) sets what /metrics reports (0 by
+default); ``GET /fake/requests`` lists the requests received (path, headers, body).
 
 Run: ``python -m tests.gateway.fake_engine --port P``.
 """
@@ -37,6 +38,7 @@ class Fake:
     def __init__(self) -> None:
         self.requests: list[dict] = []
         self.metrics_hang = False
+        self.values = {n: "0" for n in ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc")}
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -46,17 +48,21 @@ class Fake:
         app.router.add_get("/health", lambda _r: web.json_response({"ok": True}))
         app.router.add_get("/fake/requests", lambda _r: web.json_response(self.requests))
         app.router.add_post("/fake/metrics-hang", self.hang_metrics)
+        app.router.add_post("/fake/metrics-values", self.set_values)
         return app
 
     async def hang_metrics(self, _request: web.Request) -> web.Response:
         self.metrics_hang = True
         return web.json_response({"ok": True})
 
+    async def set_values(self, request: web.Request) -> web.Response:
+        self.values.update({str(k): str(v) for k, v in (await request.json()).items()})
+        return web.json_response(self.values)
+
     async def metrics(self, _request: web.Request) -> web.Response:
         if self.metrics_hang:
             await asyncio.sleep(3600)
-        text = "".join(f"vllm:{n}{{model_name=\"{MODEL}\"}} 0\n" for n in
-                       ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc"))
+        text = "".join(f"vllm:{n}{{model_name=\"{MODEL}\"}} {v}\n" for n, v in self.values.items())
         return web.Response(text=text)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:

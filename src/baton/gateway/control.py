@@ -210,11 +210,12 @@ class Control:
         """Release everything a request holds (bookings first), tell the policy a finished
         request's true length while its placement is still readable, then forget it."""
         st = flow.state
-        self.cluster.end(st, None if outcome == "ok" else outcome)
+        # what admits new requests goes first, so a failure below cannot leak a slot
         self.flows.pop(st.req_id, None)
         self.watches.pop(st.req_id, None)
         self.metrics.child(self.metrics.requests, flow.path, outcome).inc()
         try:
+            self.cluster.end(st, None if outcome == "ok" else outcome)
             if outcome == "ok":
                 self.observe(Completed(st.req_id, output_tokens, self.cluster.clock()))
         finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Mapping
 
 import aiohttp
@@ -35,6 +36,21 @@ def parse_metrics(text: str, names: Mapping[str, str | None], at_s: float) -> Sc
                         sums.get("preemptions"))
 
 
+def implausible(sample: ScrapeSample) -> str | None:
+    """Why a scraped sample cannot be true (a value that is not finite, a negative count,
+    a KV usage outside [0, 1]), or None. Such a sample is rejected whole: one NaN would
+    poison every KV computation made from it."""
+    for name in ("running", "waiting", "kv_usage", "preemptions"):
+        value = getattr(sample, name)
+        if value is None:
+            continue
+        if not math.isfinite(value):
+            return f"{name} is {value}"
+        if value < 0 or (name == "kv_usage" and value > 1):
+            return f"{name} out of range ({value})"
+    return None
+
+
 class Scraper:
     """The gateway's scrape loops: one task per engine, so a hung engine delays only its
     own probe. A failed scrape counts towards the engine's failures like a failed leg; a
@@ -44,6 +60,7 @@ class Scraper:
     def __init__(self, control: Control, engines: Engines) -> None:
         self.control, self.engines, self.cluster = control, engines, control.cluster
         self.tasks: dict[int, asyncio.Task] = {}
+        self._rejected: dict[int, str] = {}  # instance -> why its last sample was rejected
         cfg = control.config
         self.timeout = aiohttp.ClientTimeout(total=cfg.scrape_timeout_s, sock_connect=cfg.connect_timeout_s)
 
@@ -86,8 +103,17 @@ class Scraper:
             metrics.scrapes.labels(eng.spec.name, "error").inc()
             self.control.note_failure(iid)
             return False
-        eng.failures = 0
-        self.cluster.record_scrape(iid, sample)
+        eng.failures = 0  # it answered: healthy, whatever it says
+        bad = implausible(sample)
+        if bad is not None:
+            metrics.scrapes.labels(eng.spec.name, "rejected").inc()
+            if self._rejected.get(iid) != bad:  # one line per new reason, not per scrape
+                log.warning("engine %s: scraped metrics rejected (%s); policies keep its last good sample",
+                            eng.spec.name, bad)
+            self._rejected[iid] = bad
+        else:
+            self._rejected.pop(iid, None)
+            self.cluster.record_scrape(iid, sample)
         if self.cluster.set_health(iid, True):
             self.engines.names.asked.discard(iid)
             log.info("engine %s is healthy again; it takes new work", eng.spec.name)

@@ -1,0 +1,51 @@
+"""Gateway hardening, round 2 (engines that lie): each case failed on the code before it."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+
+from baton.gateway.live import ScrapeSample
+from baton.gateway.scrape import implausible
+from tests.gateway.test_chaos import AUTH, FAST, IDS, expected, idle
+from tests.live import metric, post, servers, start_fake, start_gateway, wait_until
+
+
+@pytest.mark.parametrize("sample,reason", [
+    (ScrapeSample(0.0, running=3, waiting=0, kv_usage=0.4), None),
+    (ScrapeSample(0.0), None),  # an engine without these metrics
+    (ScrapeSample(0.0, kv_usage=math.nan), "kv_usage is nan"),
+    (ScrapeSample(0.0, kv_usage=math.inf), "kv_usage is inf"),
+    (ScrapeSample(0.0, kv_usage=1.5), "kv_usage out of range (1.5)"),
+    (ScrapeSample(0.0, running=-1), "running out of range (-1)"),
+    (ScrapeSample(0.0, waiting=-math.inf), "waiting is -inf"),
+])
+def test_implausible_scraped_values_are_named(sample, reason):
+    assert implausible(sample) == reason
+
+
+def test_nan_or_inf_engine_metrics_neither_fail_requests_nor_leak_slots(tmp_path):
+    """N1: with kv_cache_usage_perc NaN on one engine and +Inf on the other, every
+    request placed on them got a 500, its cleanup raised, and the leaked flows filled
+    ``max_inflight`` for good (429 for everyone, even after the metric was normal)."""
+    a, b = start_fake(tmp_path), start_fake(tmp_path)
+    engines = [{"name": "a", "url": a.url, "role": "mixed"}, {"name": "b", "url": b.url, "role": "mixed"}]
+    gw = start_gateway(tmp_path, {**FAST, "engines": engines, "policy": "colocated", "max_inflight": 4})
+    with servers(a, b, gw):
+        for engine, value in ((a, "NaN"), (b, "+Inf")):
+            post(engine.url + "/fake/metrics-values", {"kv_cache_usage_perc": value})
+        time.sleep(3 * FAST["scrape_interval_s"])  # both engines scraped since
+        answers = [post(gw.url + "/v1/completions", {"prompt": IDS, "max_tokens": 5}) for _ in range(8)]
+        for engine in (a, b):
+            post(engine.url + "/fake/metrics-values", {"kv_cache_usage_perc": "0.25"})
+        assert wait_until(lambda: idle(gw), timeout_s=5)
+        after = post(gw.url + "/v1/completions", {"prompt": IDS, "max_tokens": 5})
+        rejected = metric(gw.url, 'baton_scrapes_total{instance="b",result="rejected"}')
+        log = gw.log.read_text()
+    assert [status for status, _ in answers] == [200] * 8
+    assert all(body["choices"][0]["text"] == expected(4, 5) for _, body in answers)
+    assert after[0] == 200
+    assert rejected >= 1
+    assert "Traceback" not in log and log.count("scraped metrics rejected (kv_usage is nan)") == 1
