@@ -10,7 +10,7 @@ import pytest
 from baton.gateway.live import ScrapeSample
 from baton.gateway.scrape import implausible
 from tests.gateway.test_chaos import AUTH, FAST, IDS, expected, idle
-from tests.live import metric, post, servers, start_fake, start_gateway, wait_until
+from tests.live import get, metric, post, servers, start_fake, start_gateway, wait_until
 
 
 @pytest.mark.parametrize("sample,reason", [
@@ -49,3 +49,28 @@ def test_nan_or_inf_engine_metrics_neither_fail_requests_nor_leak_slots(tmp_path
     assert after[0] == 200
     assert rejected >= 1
     assert "Traceback" not in log and log.count("scraped metrics rejected (kv_usage is nan)") == 1
+
+
+def test_the_admin_api_sends_no_environment_variable_outside_the_allowlist(tmp_path):
+    """N9: ``POST /admin/instances`` with ``api_key_env`` sent any of the gateway's
+    environment variables as a bearer token to any URL, and its error told whether a
+    variable existed. Only ``admin_env_allowlist`` names are read now, with one error for
+    every other name, set or not."""
+    a, sink = start_fake(tmp_path), start_fake(tmp_path)
+    env = {"BATON_SECRET": "s3cret", "ENGINE_KEY": "k3y"}
+    gw = start_gateway(tmp_path, {**FAST, "engines": [{"name": "a", "url": a.url, "role": "mixed"}],
+                                  "policy": "colocated", "admin_env_allowlist": ["ENGINE_KEY", "UNSET_KEY"]}, env)
+    add = lambda name, var: post(gw.url + "/admin/instances", {"name": name, "url": sink.url, "role": "mixed",  # noqa: E731
+                                                               "api_key_env": var}, headers=AUTH)
+    with servers(a, sink, gw):
+        secret, missing = add("x", "BATON_SECRET"), add("y", "NOT_SET_ANYWHERE")
+        unset = add("z", "UNSET_KEY")
+        allowed = add("ok", "ENGINE_KEY")
+        for _ in range(4):  # colocated over a and ok: some reach the sink as "ok"
+            post(gw.url + "/v1/completions", {"prompt": IDS, "max_tokens": 2})
+        seen = {r["headers"].get("Authorization") for r in get(sink.url + "/fake/requests")[1]}
+    assert secret[0] == missing[0] == unset[0] == 400
+    assert secret[1]["error"]["message"].replace("BATON_SECRET", "V") == \
+        missing[1]["error"]["message"].replace("NOT_SET_ANYWHERE", "V")
+    assert "s3cret" not in str(secret[1]) and allowed[0] == 201
+    assert seen == {"Bearer k3y"}  # the allowed key, and never the secret

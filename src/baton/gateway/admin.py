@@ -59,7 +59,7 @@ def add_routes(app: web.Application, control: Control, engines: Engines, scraper
                                   "in_flight": cluster.totals(), "held_prefills": control.hold.held_total()})
 
     async def add_instance(request: web.Request) -> web.Response:
-        spec = parse_engine(parse_json(await request.read()), "instance")
+        spec = parse_engine(parse_json(await request.read()), "instance", frozenset(config.admin_env_allowlist))
         if spec.hidden_states:  # the feed subscribes at start only
             raise ConfigError("instance.hidden_states: only engines in the config file can have a hidden-state feed")
         if cluster.find(spec.name) is not None:

@@ -94,6 +94,9 @@ class GatewayConfig:
     # model name) gets that leg's chunks as the engine wrote them (token id lists nulled
     # when the client did not ask for them); False rebuilds every chunk (the slow path)
     verbatim_relay: bool = True
+    # environment variables an admin-API call may name as an engine's api_key_env (none by
+    # default: any other name is refused with one message, set or not)
+    admin_env_allowlist: tuple[str, ...] = ()
 
 
 def public_url(url: str) -> str:
@@ -111,8 +114,9 @@ def _require(cond: bool, where: str, msg: str) -> None:
         raise ConfigError(f"{where}: {msg}")
 
 
-def parse_engine(raw: Any, where: str) -> EngineSpec:
-    """One ``engines[i]`` entry (also the body of the admin API's add-instance call)."""
+def parse_engine(raw: Any, where: str, env_allowlist: frozenset[str] | None = None) -> EngineSpec:
+    """One ``engines[i]`` entry (also the body of the admin API's add-instance call, which
+    passes ``env_allowlist``: the only variables its ``api_key_env`` may name)."""
     _require(isinstance(raw, Mapping), where, "expected a mapping with url and role")
     unknown = sorted(set(raw) - {"url", "role", "name", "type", "model", "kv_blocks", "bootstrap_port",
                                  "metric_names", "api_key", "api_key_env", "hidden_states"})
@@ -139,8 +143,11 @@ def parse_engine(raw: Any, where: str) -> EngineSpec:
     _require(not name.isdigit(), f"{where}.name", f"must not be all digits, got {name!r}")
     key = raw.get("api_key")
     if raw.get("api_key_env") is not None:
-        key = os.environ.get(str(raw["api_key_env"]))
-        _require(key is not None, f"{where}.api_key_env", f"environment variable {raw['api_key_env']} is not set")
+        env = str(raw["api_key_env"])
+        key = os.environ.get(env) if env_allowlist is None or env in env_allowlist else None
+        # one message whether the variable exists or not: the admin API must not tell
+        _require(key is not None, f"{where}.api_key_env", f"environment variable {env} is not set" if
+                 env_allowlist is None else f"environment variable {env} is not in admin_env_allowlist or not set")
     _require(key is None or isinstance(key, str), f"{where}.api_key", "expected a string")
     hidden = raw.get("hidden_states")
     _require(hidden is None or (isinstance(hidden, str) and hidden.startswith(("tcp://", "ipc://"))),
@@ -167,7 +174,7 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 def parse_config(raw: Any, source: str = "config") -> GatewayConfig:
     """Validate a parsed YAML document."""
     _require(isinstance(raw, Mapping), source, "expected a mapping at the top level")
-    unknown = sorted(set(raw) - set(_SCALARS) - {"engines", "policy"})
+    unknown = sorted(set(raw) - set(_SCALARS) - {"engines", "policy", "admin_env_allowlist"})
     _require(not unknown, f"{source}: {unknown[0] if unknown else ''}", "unknown key")
     engines = raw.get("engines")
     _require(isinstance(engines, list) and bool(engines), f"{source}: engines", "expected a non-empty list")
@@ -180,7 +187,10 @@ def parse_config(raw: Any, source: str = "config") -> GatewayConfig:
             ok = isinstance(raw[key], typ) and (typ is bool or not isinstance(raw[key], bool))
             _require(ok, key, f"expected {getattr(typ, '__name__', 'a number')}, got {raw[key]!r}")
             kwargs[key] = raw[key]
-    cfg = GatewayConfig(specs, policy=raw.get("policy", "least-loaded"), **kwargs)
+    allow = raw.get("admin_env_allowlist") or []
+    _require(isinstance(allow, list) and all(isinstance(v, str) for v in allow), "admin_env_allowlist",
+             "expected a list of environment variable names")
+    cfg = GatewayConfig(specs, policy=raw.get("policy", "least-loaded"), admin_env_allowlist=tuple(allow), **kwargs)
     _require(cfg.log_level.upper() in LOG_LEVELS, "log_level", f"expected one of {', '.join(LOG_LEVELS)}")
     _require(cfg.pd_protocol in PD_PROTOCOLS, "pd_protocol", f"expected one of {', '.join(PD_PROTOCOLS)}")
     for key in ("scrape_interval_s", "scrape_timeout_s", "max_inflight", "max_body_bytes", "upstream_timeout_s",
