@@ -13,6 +13,7 @@ id p and text " p"), except where the request's ``user`` field asks it to misbeh
   connection is dropped, or goes silent, before [DONE];
 - ``tokens-then-die``: every token asked for but no finish reason, then the connection is
   dropped.
+- ``huge-usage``: a normal answer whose ``usage.prompt_tokens`` says 10^10.
 
 With ``logprobs`` set, each streamed choice carries a completions-style logprobs object.
 
@@ -78,7 +79,10 @@ class Fake:
         if not body.get("stream"):
             if shape is not None:
                 return web.json_response(shape)
-            return web.json_response(self._answer(prompt, n))
+            answer = self._answer(prompt, n)
+            if mode == "huge-usage":
+                answer["usage"]["prompt_tokens"] = 10**10
+            return web.json_response(answer)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         if shape is not None:

@@ -12,7 +12,7 @@ from baton.core.instance import Role
 from baton.gateway.config import EngineSpec, GatewayConfig
 from baton.gateway.control import Control
 from baton.gateway.live import LiveCluster
-from baton.gateway.metrics import GatewayMetrics
+from baton.gateway.metrics import GatewayMetrics, TokenTimes
 from baton.perf import build
 from baton.policies import PolicyContext, Scheduler, Stage, scheduler_for
 from tests.gateway.test_live import Clock, run_request
@@ -25,6 +25,7 @@ class Served:
 
     def __init__(self, state):
         self.state, self.client_xid, self.path, self.moved_to = state, "x", "pd", []
+        self.times = TokenTimes()
 
     def request_migration(self, target):
         self.moved_to.append(target)

@@ -74,3 +74,21 @@ def test_the_admin_api_sends_no_environment_variable_outside_the_allowlist(tmp_p
         missing[1]["error"]["message"].replace("NOT_SET_ANYWHERE", "V")
     assert "s3cret" not in str(secret[1]) and allowed[0] == 201
     assert seen == {"Bearer k3y"}  # the allowed key, and never the secret
+
+
+def test_an_engines_absurd_prompt_count_is_bounded(tmp_path):
+    """N6: a prefill engine's ``usage.prompt_tokens`` of 10^10 was taken as the prompt's
+    length; the decode leg's first-token deadline then costed a 10^10-token prefill on the
+    event loop (O(n): seconds of stall for every request). Engine numbers are clamped to
+    what the request can be, and the deadline is O(1) in the context length."""
+    p, d = start_fake(tmp_path), start_fake(tmp_path)
+    engines = [{"name": "p", "url": p.url, "role": "prefill"}, {"name": "d", "url": d.url, "role": "decode"}]
+    gw = start_gateway(tmp_path, {**FAST, "engines": engines, "policy": "least-loaded"})
+    with servers(p, d, gw):
+        by_ids = post(gw.url + "/v1/completions", {"prompt": IDS, "max_tokens": 3, "user": "huge-usage"}, timeout=3)
+        by_text = post(gw.url + "/v1/completions", {"prompt": "a b c d", "max_tokens": 3, "user": "huge-usage"},
+                       timeout=3)
+        assert wait_until(lambda: idle(gw), timeout_s=5)
+    assert by_ids[0] == by_text[0] == 200
+    assert by_ids[1]["usage"]["prompt_tokens"] == len(IDS)
+    assert by_text[1]["usage"]["prompt_tokens"] <= 131072

@@ -23,7 +23,7 @@ from baton.core.request import RequestState
 from baton.gateway.config import GatewayConfig
 from baton.gateway.holding import PrefillHold
 from baton.gateway.live import LiveCluster
-from baton.gateway.metrics import GatewayMetrics
+from baton.gateway.metrics import GatewayMetrics, TokenTimes
 from baton.gateway.upstream import UpstreamError
 from baton.policies.base import Scheduler
 from baton.protocol.errors import ApiError
@@ -37,6 +37,7 @@ class InFlight(Protocol):
     state: RequestState
     client_xid: str
     path: str
+    times: TokenTimes
 
     def request_migration(self, target: int) -> None:
         """Move the request's decode to ``target`` between two relayed tokens."""
@@ -217,6 +218,7 @@ class Control:
         try:
             self.cluster.end(st, None if outcome == "ok" else outcome)
             if outcome == "ok":
+                self.metrics.finished(flow.times, flow.path, output_tokens)
                 self.observe(Completed(st.req_id, output_tokens, self.cluster.clock()))
         finally:
             self.cluster.forget(st)

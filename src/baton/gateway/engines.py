@@ -89,6 +89,9 @@ class Engines:
         """How long a leg may take to its first token: a whole prefill may come first.
         The prefill is costed for the context rounded up to a multiple of 64 tokens and
         remembered (the perf model is too slow to call per request)."""
+        cap = 4 * self.config.max_prompt_tokens  # beyond it, linear: O(1) whatever an engine claims
+        if context_tokens > cap:
+            return self.first_token_timeout_s(cap) * context_tokens / cap
         bucket = -(-max(context_tokens, 1) // 64) * 64
         found = self._first_token_s.get(bucket)
         if found is None:

@@ -20,7 +20,8 @@ from baton.gateway.client import ClientOut
 from baton.gateway.control import Control
 from baton.gateway.engines import Engines
 from baton.gateway.metrics import TokenTimes
-from baton.gateway.upstream import Piece, StreamLeg, UpstreamError, endpoint, post_json, within
+from baton.gateway.upstream import (Piece, StreamLeg, UpstreamError, endpoint, plausible_prompt_tokens,
+                                    post_json, within)
 from baton.protocol.errors import ApiError
 from baton.protocol.requests import COMPLETIONS, ParsedRequest
 
@@ -116,8 +117,6 @@ class Flow:
         if self._prefill_task is not None and not self._prefill_task.done():
             self._prefill_task.cancel()
         self.control.end(self, outcome, self.out.tokens)
-        if outcome == "ok":
-            self.control.metrics.finished(self.times, self.path, self.out.tokens)
         log.debug("request %s: %s via %s, %d tokens", self.client_xid, outcome, self.path, self.out.tokens)
 
     # --- placement and first legs --------------------------------------------------------
@@ -186,10 +185,11 @@ class Flow:
                 self._leg_failed(p, err, "prefill")
                 p = self.control.fallback_prefill(self.state, frozenset(self.failed_on))
                 continue
-            usage = resp.get("usage") or {}
-            if isinstance(usage.get("prompt_tokens"), int):
-                self.cluster.set_prompt_tokens(self.state, usage["prompt_tokens"])
-                self.out.prompt_tokens = usage["prompt_tokens"]
+            counted = plausible_prompt_tokens((resp.get("usage") or {}).get("prompt_tokens"), self.prompt_ids,
+                                              self.control.config.max_prompt_tokens)
+            if counted is not None:
+                self.cluster.set_prompt_tokens(self.state, counted)
+                self.out.prompt_tokens = counted
             return p, resp.get("kv_transfer_params")
         raise ApiError(502, "prefill failed on every instance tried", err_type="server_error", code="backend_error")
 
@@ -289,7 +289,8 @@ class Flow:
             self.cluster.set_prompt_tokens(self.state, len(self.prompt_ids))
         if piece.prompt_tokens and not self.out.prompt_tokens:
             # (a continuation's prompt holds the output too: _continuation sets it first)
-            self.out.prompt_tokens = piece.prompt_tokens
+            self.out.prompt_tokens = plausible_prompt_tokens(piece.prompt_tokens, self.prompt_ids,
+                                                             self.control.config.max_prompt_tokens) or 0
         if piece.finish_reason:
             self.reason = piece.finish_reason
         n = piece.tokens

@@ -246,3 +246,12 @@ async def within(seconds: float, what: str, call):
 
 
 _TIMEOUT = getattr(asyncio, "timeout", None)
+
+
+def plausible_prompt_tokens(counted: object, prompt_ids: list[int] | None, limit: int) -> int | None:
+    """An engine's prompt token count, if it can be true: a positive integer; the prompt
+    ids' length when they are known; at most ``limit`` (``max_prompt_tokens``: longer
+    prompts are refused at the door). An engine's number is never used unbounded."""
+    if not isinstance(counted, int) or isinstance(counted, bool) or counted < 1:
+        return None
+    return len(prompt_ids) if prompt_ids is not None else min(counted, limit)
