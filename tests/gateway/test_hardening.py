@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import socket
 import time
 
 import pytest
@@ -92,3 +93,34 @@ def test_an_engines_absurd_prompt_count_is_bounded(tmp_path):
     assert by_ids[0] == by_text[0] == 200
     assert by_ids[1]["usage"]["prompt_tokens"] == len(IDS)
     assert by_text[1]["usage"]["prompt_tokens"] <= 131072
+
+
+def test_slow_bodies_cannot_lock_other_clients_out(tmp_path):
+    """N5: connections still sending their body counted towards ``max_inflight``; a few
+    trickling connections made every legitimate request a 429. Now only requests whose
+    body arrived count; bodies being received are capped apart, per client address too."""
+    a = start_fake(tmp_path)
+    gw = start_gateway(tmp_path, {**FAST, "body_timeout_s": 5.0, "engines": [{"name": "a", "url": a.url,
+                                  "role": "mixed"}], "policy": "colocated", "max_inflight": 8,
+                                  "max_body_reads_per_client": 4})
+    head = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 100\r\n\r\n{")
+    with servers(a, gw):
+        tricklers = []
+        for _ in range(12):  # from another address on the loopback
+            s = socket.create_connection(("127.0.0.1", gw.port), timeout=5, source_address=("127.0.0.2", 0))
+            s.sendall(head)
+            tricklers.append(s)
+        time.sleep(0.3)
+        answers = [post(gw.url + "/v1/completions", {"prompt": IDS, "max_tokens": 2}) for _ in range(10)]
+        refused = 0
+        for s in tricklers:
+            s.settimeout(0.5)
+            try:
+                refused += s.recv(64).startswith(b"HTTP/1.1 429")
+            except OSError:
+                pass
+            s.close()
+        rejected = metric(gw.url, 'baton_rejected_total{reason="body_reads"}')
+    assert [status for status, _ in answers] == [200] * 10
+    assert refused == 8 and rejected == 8  # 4 bodies from that address are read, the rest refused

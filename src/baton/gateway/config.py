@@ -80,6 +80,9 @@ class GatewayConfig:
     token_timeout_min_s: float = 5.0
     header_timeout_s: float = 10.0      # a connection must send its request head in this time
     body_timeout_s: float = 10.0        # and its body in this time (408 otherwise)
+    # bodies still arriving do not count towards max_inflight; they are capped apart (429)
+    max_body_reads: int = 256
+    max_body_reads_per_client: int = 32  # per client address
     max_prompt_tokens: int = 131072     # longer token-id (or estimated text) prompts are a 400
     default_max_tokens: int = 16
     decisions_log_size: int = 10_000
@@ -165,7 +168,7 @@ _SCALARS = {"host": str, "port": int, "model": str, "preset": str, "pd_protocol"
             "header_timeout_s": (int, float), "body_timeout_s": (int, float), "max_prompt_tokens": int,
             "default_max_tokens": int, "decisions_log_size": int, "block_size": int, "seed": int,
             "log_level": str, "access_log": bool, "verbatim_relay": bool, "ttft_slo_s": (int, float), "tpot_slo_s": (int, float),
-            "prefill_inflight_limit": int}
+            "prefill_inflight_limit": int, "max_body_reads": int, "max_body_reads_per_client": int}
 
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -197,7 +200,8 @@ def parse_config(raw: Any, source: str = "config") -> GatewayConfig:
                 "connect_timeout_s", "block_size", "unhealthy_after_failures", "max_engine_deaths",
                 "default_max_tokens", "decisions_log_size", "first_token_timeout_factor",
                 "first_token_timeout_base_s", "token_timeout_factor", "token_timeout_min_s",
-                "header_timeout_s", "body_timeout_s", "max_prompt_tokens", "prefill_inflight_limit"):
+                "header_timeout_s", "body_timeout_s", "max_prompt_tokens", "prefill_inflight_limit",
+                "max_body_reads", "max_body_reads_per_client"):
         _require(getattr(cfg, key) > 0, key, "must be positive")
     for key in ("ttft_slo_s", "tpot_slo_s"):
         _require(getattr(cfg, key) is None or getattr(cfg, key) > 0, key, "must be positive")

@@ -91,6 +91,7 @@ class Gateway:
         self.control = Control(config, self.cluster, scheduler, GatewayMetrics())
         self.scraper = Scraper(self.control, self.engines)
         self.reading = 0  # connections whose request body is still being read
+        self.reading_by: dict[str, int] = {}  # the same, per client address
         self.hidden: HiddenStateFeed | None = None
         self._tasks: list[asyncio.Task] = []
 
@@ -168,11 +169,20 @@ class Gateway:
         return await self._serve(request, CHAT)
 
     async def _read(self, request: web.Request, kind: str):
-        """Read, parse and validate a body. Connections still sending one count towards
-        ``max_inflight`` and have ``body_timeout_s`` to finish."""
-        if len(self.control.flows) + self.reading >= self.config.max_inflight:
+        """Read, parse and validate a body. Only requests whose body has arrived count
+        towards ``max_inflight``: bodies still arriving are capped apart, in all and per
+        client address (slow senders cannot lock others out), and have
+        ``body_timeout_s`` to finish."""
+        if len(self.control.flows) >= self.config.max_inflight:
             raise self._overload()
+        client = request.remote or ""
+        if self.reading >= self.config.max_body_reads or \
+                self.reading_by.get(client, 0) >= self.config.max_body_reads_per_client:
+            self.metrics.rejected.labels("body_reads").inc()
+            raise ApiError(429, "too many request bodies being received; retry later",
+                           err_type="rate_limit_exceeded", code="429")
         self.reading += 1
+        self.reading_by[client] = self.reading_by.get(client, 0) + 1
         try:
             raw = await asyncio.wait_for(request.read(), self.config.body_timeout_s)
         except web.HTTPRequestEntityTooLarge:
@@ -182,6 +192,9 @@ class Gateway:
                            code="request_timeout") from None
         finally:
             self.reading -= 1
+            self.reading_by[client] -= 1
+            if not self.reading_by[client]:
+                del self.reading_by[client]
         parsed = parse_request(kind, parse_json(raw))
         parsed.body, dropped = split_fields(parsed.body)
         for name in dropped:
