@@ -5,13 +5,14 @@ from __future__ import annotations
 import math
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from baton.gateway.live import ScrapeSample
 from baton.gateway.scrape import implausible
 from tests.gateway.test_chaos import AUTH, FAST, IDS, expected, idle
-from tests.live import get, metric, post, request, servers, start_fake, start_gateway, wait_until
+from tests.live import get, metric, post, request, servers, start_emulator, start_fake, start_gateway, wait_until
 
 
 @pytest.mark.parametrize("sample,reason", [
@@ -124,3 +125,18 @@ def test_slow_bodies_cannot_lock_other_clients_out(tmp_path):
         rejected = metric(gw.url, 'baton_rejected_total{reason="body_reads"}')
     assert [status for status, _ in answers] == [200] * 10
     assert refused == 8 and rejected == 8  # 4 bodies from that address are read, the rest refused
+
+
+def test_a_burst_queued_on_one_prefill_engine_is_not_taken_for_a_hang(tmp_path):
+    """N10: the first-token deadline ignored the queue ahead, so a burst on a busy
+    prefill engine timed out the later prefills (the engine declared hung, 503s). The
+    deadline now includes the prefill work the gateway has queued on that instance."""
+    p, d = start_emulator(tmp_path), start_emulator(tmp_path)
+    engines = [{"name": "p", "url": p.url, "role": "prefill"}, {"name": "d", "url": d.url, "role": "decode"}]
+    gw = start_gateway(tmp_path, {**FAST, "engines": engines, "policy": "least-loaded", "admin_token": "t0ken"})
+    body = {"prompt": list(range(1000, 3000)), "max_tokens": 2}
+    with servers(p, d, gw), ThreadPoolExecutor(40) as pool:
+        answers = list(pool.map(lambda _: post(gw.url + "/v1/completions", body, timeout=60), range(40)))
+        timeouts = metric(gw.url, 'baton_backend_errors_total{instance="p",kind="timeout"}')
+    assert [status for status, _ in answers] == [200] * 40
+    assert timeouts == 0

@@ -85,9 +85,15 @@ class Engines:
         return self.cluster.engines[iid].spec.engine_type == "vllm"
 
     # --- deadlines ---------------------------------------------------------------------------
+    def first_token_deadline_s(self, iid: int, context_tokens: int) -> float:
+        """A leg's first-token deadline on instance ``iid``: its own prefill and the
+        prefill work queued there before it (the gateway's own bookings), so a burst that
+        queues many prompts is not taken for a hung engine."""
+        return self.first_token_timeout_s(context_tokens + self.cluster.instances[iid].prefill_queue_tokens)
+
     def first_token_timeout_s(self, context_tokens: int) -> float:
-        """How long a leg may take to its first token: a whole prefill may come first.
-        The prefill is costed for the context rounded up to a multiple of 64 tokens and
+        """How long a leg may take to its first token when a prefill of ``context_tokens``
+        comes first. Costed for the context rounded up to a multiple of 64 tokens and
         remembered (the perf model is too slow to call per request)."""
         cap = 4 * self.config.max_prompt_tokens  # beyond it, linear: O(1) whatever an engine claims
         if context_tokens > cap:

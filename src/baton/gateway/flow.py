@@ -58,10 +58,10 @@ class Flow:
         return self.engines.name(iid)
 
     async def _open(self, leg: StreamLeg) -> None:
-        """Send a streamed leg; an engine that does not even answer the headers in the
-        first-token deadline counts as hung."""
+        """Send a streamed leg; no headers by the first-token deadline: a hung engine."""
         try:
-            await within(self.engines.first_token_timeout_s(self.state.request.prompt_tokens + self.out.tokens),
+            await within(self.engines.first_token_deadline_s(leg.instance_id,
+                                                              self.state.request.prompt_tokens + self.out.tokens),
                          f"opening a stream on {self._name(leg.instance_id)}",
                          leg.open(self.engines.session, self.engines.upstream_timeout))
         except UpstreamError:
@@ -178,7 +178,7 @@ class Flow:
         for _ in range(self.control.config.max_recoveries + 1):
             try:
                 resp = await within(
-                    self.engines.first_token_timeout_s(self.state.request.prompt_tokens), f"prefill on {self._name(p)}",
+                    self.engines.first_token_deadline_s(p, self.state.request.prompt_tokens), f"prefill on {self._name(p)}",
                     post_json(self.engines.session, self.cluster.url(p) + endpoint(self.parsed.kind),
                               self._body(p, body), self.engines.headers(p), self.engines.upstream_timeout))
             except UpstreamError as err:
@@ -268,7 +268,7 @@ class Flow:
         """Before a leg's first token a whole prefill may come first; then the engine's pace."""
         if leg.received:
             return self.engines.token_timeout_s(leg.instance_id)
-        return self.engines.first_token_timeout_s(self.state.request.prompt_tokens + self.out.tokens)
+        return self.engines.first_token_deadline_s(leg.instance_id, self.state.request.prompt_tokens + self.out.tokens)
 
     def _complete(self) -> bool:
         """The client has the whole answer: a finish reason was relayed, or as many tokens
