@@ -1,0 +1,186 @@
+"""One conformance case per policy (the table ``CASES``): the cluster it needs, the trace
+that makes it act, whether its placements must match the simulator's exactly, and what it
+must do. A policy added to the catalog without a row here fails
+``test_cases.py::test_every_catalog_policy_has_a_case``.
+
+``EXACT`` (deterministic) means: no random draws, and every decision depends only on the
+router's own bookings (request counts, queued prompt tokens, contexts of the decodes it
+relays), never on scraped engine metrics or on the phase of a periodic tick. Their live
+placements must equal the simulator's request by request. ``DISTRIBUTION``: every other
+policy; its placements must spread over the instances as the simulator's do (see
+``test_conformance.py``). The reason is in each row (``why``).
+
+Timing. Every case runs on ``PRESET`` slowed ``time_scale`` times (3 for EXACT, 2 for the
+others) in all three runtimes alike, the gateway's policy included (its SLOs and the
+trace's arrivals stretched alike), so that the live run's timing noise on a loaded
+2-core machine is small next to the trace's margins. EXACT traces come in two waves whose
+decisions sit far from any completion (the first wave's short answers end before the
+second wave arrives, its long ones after the second wave is placed). Every trace is
+checked in the simulator under perturbed timing (``test_cases.py``): EXACT traces keep
+every placement, acting traces still act, the others keep their spread.
+
+``acts``: the actions the policy exists to take on its trace ("migrations",
+"deflections", "flips"), each of which must happen live and in the simulator; any action
+not listed must happen in neither.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from baton.core.request import Request
+from tests.conformance.harness import slowed_preset
+
+PRESET = "llama-3.1-8b@a100-80g"
+SCRAPE_INTERVAL_S = 1.0
+EXACT_TIME_SCALE = 3.0  # bookings-only policies: slow engines give timing noise no purchase
+TIME_SCALE = 2.0
+LEAD_S = 0.1  # the gateway's first scrapes are done when the trace starts; ticks keep their phase
+EXACT, DISTRIBUTION = "exact", "distribution"
+TVD_TOLERANCE = 0.2  # see test_conformance.py
+MIGRATES, DEFLECTS, FLIPS = frozenset({"migrations"}), frozenset({"deflections"}), frozenset({"flips"})
+SLO = (0.5, 0.05)  # TTFT, TPOT (s) at the preset's own speed
+
+
+def trace(rows: list[tuple[float, int, int]]) -> tuple[Request, ...]:
+    """(arrival s, prompt tokens, output tokens) rows as requests 0, 1, ..."""
+    return tuple(Request(i, t, p, o) for i, (t, p, o) in enumerate(rows))
+
+
+@dataclass(frozen=True)
+class Case:
+    """A policy on a cluster (``prefill``/``decode``/``mixed`` instances, ids in that
+    order in both runtimes) with its trace."""
+
+    name: str
+    policy: Any  # a catalog name or a {name, stages} mapping
+    cluster: tuple[int, int, int]
+    trace: tuple[Request, ...]
+    compare: str
+    why: str
+    acts: frozenset[str] = frozenset()
+    slo_s: tuple[float, float] | None = None  # (TTFT, TPOT) on PRESET, for SLO-aware policies
+
+    @property
+    def time_scale(self) -> float:
+        """How many times slower than ``PRESET`` the case's engines run (arrivals, SLOs
+        and the preset itself stretched alike in both runtimes)."""
+        return EXACT_TIME_SCALE if self.compare == EXACT else TIME_SCALE
+
+    @property
+    def preset(self) -> str:
+        return slowed_preset(PRESET, self.time_scale)
+
+    def slo(self) -> tuple[float, float] | None:
+        return (self.slo_s[0] * self.time_scale, self.slo_s[1] * self.time_scale) if self.slo_s else None
+
+    def requests(self) -> list[Request]:
+        """The trace in both runtimes' clocks (0: the gateway is built, the simulation
+        starts): ``LEAD_S`` later, arrivals stretched by ``time_scale``."""
+        return [Request(r.req_id, LEAD_S + r.arrival_s * self.time_scale, r.prompt_tokens, r.output_tokens)
+                for r in self.trace]
+
+    def engines(self) -> list[tuple[str, str, int]]:
+        """(name, role, max batched tokens) of each emulator, in instance-id order."""
+        p, d, m = self.cluster
+        return ([(f"p{k}", "prefill", 8192) for k in range(p)] + [(f"d{k}", "decode", 8192) for k in range(d)]
+                + [(f"m{k}", "mixed", 8192) for k in range(m)])
+
+
+# 1P2D, two waves (EXACT: robust for every PD policy below; deflect-short deflects 4)
+PD = trace([(0.0, 2200, 108), (0.15, 1000, 337), (0.3, 1000, 82), (0.45, 150, 331), (0.6, 150, 56),
+            (0.75, 150, 43), (1.8, 300, 20), (1.95, 1000, 60), (2.1, 2200, 90), (2.25, 1000, 40),
+            (2.4, 1500, 20), (2.55, 600, 60)])
+# 1P2D: a 9,000-token prompt keeps 9,000 tokens queued on p0 while 1-3 arrive (deflected)
+QUEUE = trace([(0.0, 9000, 40), (0.15, 300, 340), (0.3, 300, 380), (0.45, 1000, 60), (1.6, 2200, 90),
+               (1.75, 150, 90), (1.9, 1500, 20), (2.05, 2200, 90), (2.2, 1000, 90), (2.35, 600, 60),
+               (2.5, 1500, 20), (2.65, 300, 40)])
+# 1P2D: a burst of 3,500-token prompts queues p0 past the TTFT SLO (0.5 s at the preset's speed)
+BURST = trace([(0.0, 200, 300), (0.1, 3500, 10), (0.2, 3500, 30), (0.3, 3500, 30), (0.4, 3500, 30),
+               (0.5, 3500, 10), (0.6, 200, 200), (1.4, 1000, 60), (1.55, 500, 60), (1.7, 300, 30),
+               (1.85, 2000, 40), (2.0, 1000, 30)])
+# 1P2D: a 7,000-token prompt first, then long answers with small prompts, short ones only
+# after several rebalancing rounds: a placement by (scraped) KV usage leaves the decode
+# loads uneven as requests end, so a rebalancer has moves to make (ARES without a learned
+# survival table: the first completion would teach it that answers are short)
+IMBALANCE = trace([(0.0, 7000, 100), (1.2, 200, 380), (1.35, 300, 340), (1.5, 200, 340), (1.65, 150, 380),
+                   (3.2, 800, 20), (3.32, 1200, 20), (3.44, 1200, 30), (3.56, 300, 20), (3.68, 500, 30),
+                   (3.8, 300, 30), (3.92, 500, 20)])
+# 1P2D: six long answers placed within the first scrape interval (stale KV usage: they
+# herd) and before any completion teaches the survival table
+LONG_FIRST = trace([(0.0, 300, 420), (0.1, 1500, 400), (0.2, 200, 430), (0.3, 2500, 410), (0.4, 250, 420),
+                    (0.5, 600, 400), (1.15, 300, 60), (1.27, 1000, 40), (1.39, 500, 60), (1.51, 700, 40),
+                    (1.63, 400, 50), (1.75, 900, 30)])
+# 4 mixed, two waves (colocated placement)
+MIXED = trace([(0.0, 300, 368), (0.15, 600, 95), (0.3, 2200, 369), (0.45, 1000, 352), (0.6, 1000, 56),
+               (0.75, 600, 43), (0.9, 200, 400), (1.05, 150, 400), (1.8, 2200, 60), (1.95, 2200, 60),
+               (2.1, 600, 60), (2.25, 1500, 90)])
+# 4 mixed: 6,000-token prompts with short answers keep m1-m3 busy while four long answers
+# pile up on m0 (all seven in flight at the first tick, when CascadeInfer plans its stages);
+# then m1-m3 drain and m0 is the outlier
+DRAIN = trace([(0.0, 300, 300), (0.05, 6000, 60), (0.1, 6000, 60), (0.15, 6000, 60), (0.2, 150, 300),
+               (0.25, 300, 300), (0.3, 200, 300), (1.4, 600, 40), (1.55, 2200, 20), (1.7, 150, 20),
+               (1.85, 1500, 60), (2.0, 1000, 40)])
+# 4 mixed: the same start, then answers long enough to grow across the stage bounds that
+# CascadeInfer planned at its first tick (handovers between stages)
+GROWTH = trace([(0.0, 150, 350), (0.05, 6000, 60), (0.1, 6000, 60), (0.15, 6000, 60), (0.2, 800, 350),
+                (0.25, 300, 350), (0.3, 400, 350), (1.4, 300, 250), (1.52, 300, 250), (1.64, 150, 150),
+                (1.76, 600, 40), (1.88, 300, 250)])
+
+PD1P2D, PD1P3D, MIXED4 = (1, 2, 0), (1, 3, 0), (0, 0, 4)
+BOOKINGS = "own bookings only"
+SCRAPED = "reads scraped engine metrics"
+SIBYL_WHY = "observed decode rates and completions (timing) shape its projections"
+
+
+def _sibyl(name: str) -> Case:
+    return Case(name, name, PD1P2D, PD, DISTRIBUTION, SIBYL_WHY)
+
+
+def _cascade(name: str, tr: tuple[Request, ...] = GROWTH) -> Case:
+    return Case(name, name, MIXED4, tr, DISTRIBUTION, "stage bounds planned and refined at ticks (the plan's "
+                "window thinned at random); handovers by tick phase", MIGRATES)
+
+
+CASES: list[Case] = [
+    Case("round-robin", "round-robin", PD1P2D, PD, EXACT, "turn counter"),
+    Case("least-loaded", "least-loaded", PD1P2D, PD, EXACT, BOOKINGS + " (token load)"),
+    Case("pd", "pd", PD1P2D, PD, EXACT, BOOKINGS + " (token load)"),
+    Case("least-requests", "least-requests", PD1P2D, PD, EXACT, BOOKINGS + " (request counts)"),
+    Case("least-outstanding", "least-outstanding", PD1P2D, PD, EXACT, BOOKINGS + " (request counts), bound early"),
+    Case("rr-early", "rr-early", PD1P2D, PD, EXACT, "turn counter, bound early"),
+    Case("static-xpyd", "static-xpyd", PD1P2D, PD, EXACT, "turn counters per group"),
+    Case("deflect-short", "deflect-short", PD1P2D, PD, EXACT, "prompt length rule + token load", DEFLECTS),
+    Case("deflect-queue", "deflect-queue", PD1P2D, QUEUE, EXACT, "queued prompt tokens + token load", DEFLECTS),
+    Case("colocated", "colocated", MIXED4, MIXED, EXACT, BOOKINGS + " (token load)"),
+    Case("colocated-rr", "colocated-rr", MIXED4, MIXED, EXACT, "turn counter"),
+    Case("least-kv", "least-kv", PD1P2D, PD, DISTRIBUTION, SCRAPED + " (KV usage)"),
+    Case("pd-kv", "pd-kv", PD1P2D, PD, DISTRIBUTION, SCRAPED + " (KV usage)"),
+    Case("ils", "ils", PD1P2D, PD, DISTRIBUTION, SCRAPED + " (running requests)"),
+    Case("power-of-two", "power-of-two", PD1P3D, PD, DISTRIBUTION, "random draws (1P3D: more than two candidates)"),
+    *(_sibyl(n) for n in ("sibyl", "sibyl-prob1", "sibyl-no-type1", "sibyl-no-type2", "sibyl-no-type3",
+                          "sibyl-reqlevel")),
+    Case("ares", "ares", PD1P2D, LONG_FIRST, DISTRIBUTION, SCRAPED + " (KV usage); tick-phase migrations", MIGRATES),
+    *(Case(n, n, PD1P2D, IMBALANCE, DISTRIBUTION, SCRAPED + " (KV usage); tick-phase migrations"
+           + ("; random prediction error" if n == "ares-learned-error" else ""), MIGRATES)
+      for n in ("ares-none", "ares-oracle", "ares-learned-error")),
+    Case("arrow", "arrow", PD1P2D, BURST, DISTRIBUTION, SCRAPED + " (token intervals); monitor ticks", FLIPS,
+         SLO),
+    Case("arrow-static", "arrow-static", PD1P2D, BURST, DISTRIBUTION, SCRAPED + " (token intervals)",
+         slo_s=SLO),
+    Case("kairos", "kairos", PD1P2D, BURST, DISTRIBUTION, "TTFT/TBT predictions on live queues; replan ticks",
+         DEFLECTS, SLO),
+    Case("kairos-reactive", "kairos-reactive", PD1P2D, BURST, DISTRIBUTION, "TTFT/TBT predictions on live queues",
+         DEFLECTS, SLO),
+    *(_cascade(n) for n in ("cascade", "cascade-chain", "cascade-refine-count", "cascade-refine-memory",
+                            "cascade-rr-handover", "cascade-interstage-only")),
+    _cascade("cascade-nopipe", DRAIN),  # one stage: only the intra-stage outlier rule moves work
+    Case("llumnix", "llumnix", MIXED4, DRAIN, DISTRIBUTION, "scraped KV usage in its freeness; tick-phase "
+         "migrations", MIGRATES),
+    # composed stage lists: those of examples/*.yaml (none today) and one of two ticking stages
+    Case("sibyl+ares-none", {"name": "sibyl+ares-none", "stages": [
+        {"stage": "sibyl"}, {"stage": "ares", "estimator": "none"}]}, PD1P2D, LONG_FIRST, DISTRIBUTION,
+         SIBYL_WHY + "; tick-phase migrations", MIGRATES),
+]
+BY_NAME = {c.name: c for c in CASES}

@@ -1,0 +1,256 @@
+"""In-process servers and a client for the conformance suite.
+
+Emulators and the gateway run as aiohttp applications on the test's own event loop, each
+on a socket bound to a free 127.0.0.1 port (no subprocesses: a case starts in
+milliseconds). Everything the suite reads from the gateway goes over HTTP (``/metrics``,
+``/admin/*``). Internals are touched in three small helpers at the top and nowhere else:
+``gateway_app`` (the gateway's construction: one line to adapt if it moves),
+``slowed_preset`` (registers a slowed preset by name) and ``lean_emulator``.
+
+Log records of the gateway (``baton.gateway`` and below) are kept per case: a case's
+task sets ``CASE``, and every task and callback the servers start from it (request
+handlers, ticks, scrapes) inherits that context, so a record names the case it came from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import re
+import socket
+import traceback
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from baton.emulator.batcher import BatcherConfig
+from baton.emulator.server import Emulator, EmulatorConfig
+from baton.gateway.config import parse_config
+from baton.perf import presets
+from baton.perf.memory import MemoryFlags
+from baton.perf.model import BatchShape, PerfModel
+
+ADMIN_TOKEN = "conformance"
+AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+HTTP_TIMEOUT_S = 10.0  # any admin or metrics read
+SHUTDOWN_TIMEOUT_S = 2.0
+CASE: contextvars.ContextVar[str | None] = contextvars.ContextVar("conformance_case", default=None)
+
+
+def gateway_app(config: dict[str, Any]) -> web.Application:
+    """Internals, touch 1 of 3 (the only one of the gateway): build the gateway's aiohttp
+    app from a config mapping (the keys of examples/gateway-1p2d.yaml)."""
+    from baton.gateway.server import Gateway
+    return Gateway(parse_config(config, "conformance")).app()
+
+
+class SlowedPerf(PerfModel):
+    """A preset whose iterations take ``scale`` times as long (KV sizes and capacity, and
+    link transfers, unchanged): a GPU ``scale`` times slower."""
+
+    def __init__(self, base: PerfModel, scale: float) -> None:
+        self.base, self.scale = base, scale
+        self.kv_bytes_per_token, self.kv_capacity_tokens = base.kv_bytes_per_token, base.kv_capacity_tokens
+        self.max_model_len = base.max_model_len
+
+    def iteration_time_s(self, shape: BatchShape) -> float:
+        return self.base.iteration_time_s(shape) * self.scale
+
+    def kv_tokens_for(self, flags: MemoryFlags) -> int:
+        return self.base.kv_tokens_for(flags)
+
+
+@dataclass(frozen=True)
+class _Slowed:
+    base: str
+    scale: float
+
+    def build(self) -> PerfModel:
+        return SlowedPerf(presets.build(self.base), self.scale)
+
+
+def slowed_preset(base: str, scale: float) -> str:
+    """Internals, touch 2 of 3: the name of ``base`` slowed ``scale`` times, registered
+    with the presets so that the gateway, the emulators and the simulator all build the
+    same model from its name."""
+    if scale == 1:
+        return base
+    name = f"{base}/x{scale:g}"
+    presets.PRESETS.setdefault(name, _Slowed(base, scale))  # type: ignore[arg-type]
+    return name
+
+
+def lean_emulator(emulator: Emulator) -> Emulator:
+    """Internals, touch 3 of 3: an emulator whose /metrics has only the gauges and
+    counters the gateway reads (running, waiting, KV usage, preemptions, ...), without
+    vLLM's six latency histograms. Parsing those costs the gateway ~10 ms of CPU per
+    scrape (prometheus_client's text parser), half of this suite's CPU."""
+    from baton.emulator.server import _EngineMetrics
+    emulator.registry = CollectorRegistry()
+    emulator.registry.register(_EngineMetrics(emulator.batcher, emulator.config.model,
+                                              emulator.perf.kv_bytes_per_token))
+    emulator.batcher.timings = None
+    return emulator
+
+
+# --- log capture -----------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    case: str | None
+    logger: str
+    level: int
+    message: str
+    traceback: str  # "" without one
+
+    @property
+    def gateway(self) -> bool:
+        """Written by the gateway, or a traceback through its code (aiohttp's and
+        asyncio's loggers also report for the emulators)."""
+        return self.logger.startswith("baton.gateway") or "/baton/gateway/" in self.traceback
+
+    def __str__(self) -> str:
+        return f"{logging.getLevelName(self.level)} {self.logger}: {self.message}\n{self.traceback[-1500:]}"
+
+
+class CaseLogs(logging.Handler):
+    """Keeps WARNING and above from the gateway's loggers (and aiohttp's and asyncio's),
+    tagged with the case whose context wrote them."""
+
+    LOGGERS = ("baton.gateway", "asyncio", "aiohttp")
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[LogLine] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        tb = "".join(traceback.format_exception(*record.exc_info)) if record.exc_info else (record.exc_text or "")
+        self.lines.append(LogLine(CASE.get(), record.name, record.levelno, record.getMessage(), tb))
+
+    def __enter__(self) -> CaseLogs:
+        for name in self.LOGGERS:
+            logging.getLogger(name).addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for name in self.LOGGERS:
+            logging.getLogger(name).removeHandler(self)
+
+    def of(self, case: str) -> list[LogLine]:
+        return [line for line in self.lines if line.case == case]
+
+
+# --- servers -----------------------------------------------------------------------------------
+def _bound_socket() -> socket.socket:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
+async def _serve(app: web.Application, sock: socket.socket) -> web.AppRunner:
+    runner = web.AppRunner(app, shutdown_timeout=SHUTDOWN_TIMEOUT_S, access_log=None)
+    await runner.setup()
+    await web.SockSite(runner, sock).start()
+    return runner
+
+
+def _emulator(port: int, preset: str, batched_tokens: int) -> Emulator:
+    perf = presets.build(preset)
+    flags = MemoryFlags(0.9, batched_tokens, 256, 16)
+    batcher = BatcherConfig(perf.kv_tokens_for(flags) // 16, 16, batched_tokens, 256)
+    return lean_emulator(Emulator(EmulatorConfig(port=port), batcher, perf))
+
+
+@dataclass(slots=True)
+class Cluster:
+    """A running gateway (``url``) in front of emulators (``engines``, in config order);
+    ``started``: the event-loop time at which the gateway was built (its clock's zero)."""
+
+    url: str
+    engines: list[str]
+    started: float
+
+
+@asynccontextmanager
+async def cluster(engines: list[tuple[str, str, int]], gateway: dict[str, Any],
+                  preset: str) -> AsyncIterator[Cluster]:
+    """Emulators for ``engines`` (name, role, max batched tokens) and a gateway in front of
+    them; everything is shut down on exit, the gateway first."""
+    runners: list[web.AppRunner] = []
+    try:
+        specs, urls = [], []
+        for name, role, batched in engines:
+            sock = _bound_socket()
+            port = sock.getsockname()[1]
+            runners.append(await _serve(_emulator(port, preset, batched).app(), sock))
+            urls.append(f"http://127.0.0.1:{port}")
+            specs.append({"name": name, "url": urls[-1], "role": role})
+        sock = _bound_socket()
+        config = {**gateway, "engines": specs, "preset": preset, "admin_token": ADMIN_TOKEN}
+        started = asyncio.get_running_loop().time()
+        runners.insert(0, await _serve(gateway_app(config), sock))
+        yield Cluster(f"http://127.0.0.1:{sock.getsockname()[1]}", urls, started)
+    finally:
+        for runner in runners:  # the gateway first: it holds connections to the engines
+            await runner.cleanup()
+
+
+# --- reading ---------------------------------------------------------------------------------------
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+async def get_json(session: aiohttp.ClientSession, url: str) -> Any:
+    async with session.get(url, headers=AUTH, timeout=aiohttp.ClientTimeout(total=HTTP_TIMEOUT_S)) as resp:
+        resp.raise_for_status()
+        return await resp.json()
+
+
+_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)')
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_samples(text: str) -> Samples:
+    """Every sample of a Prometheus text page: (name, sorted labels) -> value (a small
+    parser: prometheus_client's costs tens of milliseconds per engine page)."""
+    out: Samples = {}
+    for line in text.splitlines():
+        m = _SAMPLE.match(line)
+        if m:
+            labels = tuple(sorted(_LABEL.findall(m.group(2) or "")))
+            out[(m.group(1), labels)] = float(m.group(3))
+    return out
+
+
+async def scrape(session: aiohttp.ClientSession, url: str) -> Samples:
+    """Every sample of a server's ``/metrics``."""
+    async with session.get(url + "/metrics", timeout=aiohttp.ClientTimeout(total=HTTP_TIMEOUT_S)) as resp:
+        resp.raise_for_status()
+        return parse_samples(await resp.text())
+
+
+def total(samples: Samples, name: str, **labels: str) -> float:
+    """Sum of the samples of ``name`` whose labels include ``labels`` (0 when absent)."""
+    want = set(labels.items())
+    return sum(v for (n, ls), v in samples.items() if n == name and want <= set(ls))
+
+
+def by_label(samples: Samples, name: str, label: str) -> dict[str, float]:
+    """The samples of ``name`` keyed by one label's value."""
+    return {dict(ls)[label]: v for (n, ls), v in samples.items() if n == name and label in dict(ls)}
+
+
+async def until(check, timeout_s: float, interval_s: float = 0.05) -> bool:
+    """Poll the coroutine function ``check`` until it returns true or time runs out."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        if await check():
+            return True
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(interval_s)
