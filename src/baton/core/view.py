@@ -108,6 +108,11 @@ class ClusterView:
             return self._instances[instance_id].num_requests
         return self.running_requests(instance_id) + self.waiting_requests(instance_id)
 
+    def bound_requests(self, instance_id: int) -> int:
+        """Requests bound early to decode on an instance whose KV has not started to move
+        there (their shadow load; 0 without own bookings)."""
+        return len(self._instances[instance_id].shadow) if self.info.mode.bookings else 0
+
     def incoming_tokens(self, instance_id: int) -> int:
         """KV tokens the router is moving to an instance (0 without own bookings)."""
         return self._instances[instance_id].incoming_tokens if self.info.mode.bookings else 0

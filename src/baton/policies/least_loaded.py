@@ -56,12 +56,16 @@ class LeastKV(LeastLoaded):
 
 class LeastRequests(LeastLoaded):
     """Decode to the instance with the fewest outstanding requests the router booked
-    there (queued, incoming, decoding): "least outstanding requests"."""
+    there (queued, bound early while their prefill runs elsewhere, incoming, decoding):
+    "least outstanding requests". Requests bound early count from their binding, not
+    from when their KV starts to move: a runtime sees that moment differently (the
+    simulator's layer-wise transfer starts with the prefill, a live gateway's pull after
+    it), so counting from it made the same policy place differently live."""
 
     name = "least-requests"
 
     def decode_key(self, view: ClusterView, instance_id: int) -> float:
-        return view.own_requests(instance_id)
+        return view.own_requests(instance_id) + view.bound_requests(instance_id)
 
 
 class LeastRunning(LeastLoaded):
