@@ -80,8 +80,8 @@ class Gateway:
         if any(e.hidden_states for e in config.engines):
             HiddenStateFeed.check_available()  # a missing pyzmq is a config error, not a start-up crash
         perf = presets.build(config.preset)
-        t0 = time.monotonic()
-        self.cluster = LiveCluster(lambda: time.monotonic() - t0, perf.kv_capacity_tokens // config.block_size,
+        self._t0 = time.monotonic()  # the clock starts again when the server starts
+        self.cluster = LiveCluster(lambda: time.monotonic() - self._t0, perf.kv_capacity_tokens // config.block_size,
                                    config.block_size, config.scrape_interval_s)
         self.engines = Engines(config, self.cluster, perf)
         for spec in config.engines:
@@ -117,6 +117,7 @@ class Gateway:
         return app
 
     async def _start(self, _app: web.Application) -> None:
+        self._t0 = time.monotonic()  # building the scheduler (a QoE fit) took time: t = 0 is now
         self.engines.open_session()
         self.control.start()
         for iid in self.cluster.engines:
@@ -139,8 +140,12 @@ class Gateway:
             self.hidden.close()
 
     async def _tick_loop(self, stage_index: int, interval_s: float) -> None:
+        """Ticks at fixed multiples of the interval from the start, as in the simulator
+        (sleeping a whole interval after each tick would drift by the ticks' own time)."""
+        due = self.cluster.clock()
         while True:
-            await asyncio.sleep(interval_s)
+            due += interval_s
+            await asyncio.sleep(max(0.0, due - self.cluster.clock()))
             self.control.tick(stage_index)
 
     def _hidden_state(self, state: HiddenState) -> bool:
