@@ -64,7 +64,7 @@ def test_sibyl_answers_streaming_and_non_streaming_completions_and_chat(stack, t
         assert status == status2 == 200
         assert got["choices"][0]["message"]["content"] == direct["choices"][0]["message"]["content"]
         assert wait_until(lambda: idle(gw), timeout_s=10)
-        ok = metric(gw.url, 'baton_requests_total{path="pd-early",outcome="ok"}')
+        ok = metric(gw.url, 'baton_requests_total{outcome="ok",path="pd-early"}')  # labels sorted
         placed = {inst for kind, _, inst in get(gw.url + "/admin/decisions", headers=AUTH)[1]["decisions"]
                   if kind == "decode"}
     assert ok == 2 * len(PROMPTS) + 1  # SIBYL binds every decode early
