@@ -44,15 +44,14 @@ def imports_of(path: Path) -> list[str]:
 
 
 def graph(root: Path = SRC) -> dict[str, set[str]]:
-    """Module -> the project modules it imports. ``from package import module`` points at
-    the module, not at the package's ``__init__``."""
+    """Module -> the project modules it imports (``from package import module``: both)."""
     mods = {module_name(p): p for p in root.rglob("*.py")}
     edges: dict[str, set[str]] = {}
     for m, p in mods.items():
         found = set()
         for base, names in import_statements(p):
-            subs = [f"{base}.{a}" for a in names if f"{base}.{a}" in mods]
-            found.update(subs if subs and len(subs) == len(names) else [base, *subs])
+            # ``from package import module`` runs the package's __init__ first: both count
+            found.update([base, *(f"{base}.{a}" for a in names if f"{base}.{a}" in mods)])
         edges[m] = {n for n in found if n in mods and n != m}
     return edges
 

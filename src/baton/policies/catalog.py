@@ -14,8 +14,16 @@ from typing import Any
 import numpy as np
 
 from baton.core.errors import ConfigError, did_you_mean
-from baton.policies import (ares, arrow, cascade, colocated, deflect_rules, kairos, least_loaded, llumnix,
-                             round_robin, sibyl)
+import baton.policies.ares as ares
+import baton.policies.arrow as arrow
+import baton.policies.cascade as cascade
+import baton.policies.colocated as colocated
+import baton.policies.deflect_rules as deflect_rules
+import baton.policies.kairos as kairos
+import baton.policies.least_loaded as least_loaded
+import baton.policies.llumnix as llumnix
+import baton.policies.round_robin as round_robin
+import baton.policies.sibyl as sibyl
 from baton.perf.model import PerfModel
 from baton.policies.base import PolicyContext, Scheduler, Stage
 

@@ -23,7 +23,7 @@ from baton.policies.base import Scheduler
 from baton.sim.clock import (ARRIVAL, FLOW_DONE, PUBLISH, SAMPLE, SCRAPE, SEG_END, TICK, XFER_DONE,
                              EventQueue)
 from baton.sim.cluster import ClusterSpec
-from baton.sim import deflection
+from baton.sim.deflection import deflect as deflect_queued
 from baton.sim.engine import Engine
 from baton.sim.engine_types import DecodeJoin, PrefillItem, PrefillKind
 from baton.sim.handoffs import Handoffs
@@ -338,7 +338,7 @@ class Simulator:
         self.migrator.start(decision)
 
     def deflect(self, decision: Deflect, stage_index: int) -> None:
-        deflection.deflect(self, decision)
+        deflect_queued(self, decision)
 
     def note_stale(self, kind: str) -> None:
         self.stale_decisions[kind] = self.stale_decisions.get(kind, 0) + 1
