@@ -126,11 +126,8 @@ class Executor(Protocol):
         """A decision about a request that has ended since the policy read the view."""
 
 
-# decision type -> (kind label, executor method name)
-_KINDS: dict[type, tuple[str, str]] = {
-    ChangeRole: ("change_role", "change_role"), Migrate: ("migrate", "migrate"),
-    Watch: ("watch", "watch"), Deflect: ("deflect", "deflect"),
-}
+# decision type -> its kind label, which is also the Executor method that carries it out
+_KINDS: dict[type, str] = {ChangeRole: "change_role", Migrate: "migrate", Watch: "watch", Deflect: "deflect"}
 
 
 def decision_kind(decision: object) -> str:
@@ -139,7 +136,7 @@ def decision_kind(decision: object) -> str:
     if found is None:
         raise DecisionError(f"unknown decision {decision!r}; a policy may return only "
                             f"{', '.join(t.__name__ for t in _KINDS)}")
-    return found[0]
+    return found
 
 
 def dispatch(decision: Decision, executor: Executor, view: "ClusterView", stage_index: int) -> bool:
@@ -156,7 +153,7 @@ def dispatch(decision: Decision, executor: Executor, view: "ClusterView", stage_
     if req_id is not None and not view.has_request(req_id):
         executor.note_stale(kind)
         return False
-    getattr(executor, _KINDS[type(decision)][1])(decision, stage_index)
+    getattr(executor, kind)(decision, stage_index)
     return True
 
 
