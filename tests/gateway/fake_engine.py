@@ -14,6 +14,14 @@ id p and text " p"), except where the request's ``user`` field asks it to misbeh
 - ``tokens-then-die``: every token asked for but no finish reason, then the connection is
   dropped.
 - ``huge-usage``: a normal answer whose ``usage.prompt_tokens`` says 10^10.
+- ``500-plain``: HTTP 500 with a plain-text body (as an engine whose template crashed);
+- ``event-after-N``: N tokens, then an error event in the stream (only for prompts of 8
+  tokens or fewer, so a continuation elsewhere runs normally).
+
+``POST /fake/mode`` with ``{"mode": "500-body"}`` applies a mode to every request that
+names none (``""`` ends it); ``POST /fake/rename`` with ``{"model": "other"}`` makes the
+engine serve another model name (``/v1/models`` says so, and a request naming any other
+model gets vLLM's 404).
 
 With ``logprobs`` set, each streamed choice carries a completions-style logprobs object.
 
@@ -40,16 +48,22 @@ class Fake:
         self.requests: list[dict] = []
         self.metrics_hang = False
         self.values = {n: "0" for n in ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc")}
+        self.mode = ""          # every request's mode unless it names one
+        self.model = MODEL
+        self.renamed = False
 
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_get("/metrics", self.metrics)
-        app.router.add_get("/v1/models", lambda _r: web.json_response({"object": "list", "data": [{"id": MODEL}]}))
+        app.router.add_get("/v1/models", lambda _r: web.json_response({"object": "list",
+                                                                        "data": [{"id": self.model}]}))
         app.router.add_get("/health", lambda _r: web.json_response({"ok": True}))
         app.router.add_get("/fake/requests", lambda _r: web.json_response(self.requests))
         app.router.add_post("/fake/metrics-hang", self.hang_metrics)
         app.router.add_post("/fake/metrics-values", self.set_values)
+        app.router.add_post("/fake/mode", self.set_mode)
+        app.router.add_post("/fake/rename", self.rename)
         return app
 
     async def hang_metrics(self, _request: web.Request) -> web.Response:
@@ -59,6 +73,14 @@ class Fake:
     async def set_values(self, request: web.Request) -> web.Response:
         self.values.update({str(k): str(v) for k, v in (await request.json()).items()})
         return web.json_response(self.values)
+
+    async def set_mode(self, request: web.Request) -> web.Response:
+        self.mode = str((await request.json())["mode"])
+        return web.json_response({"mode": self.mode})
+
+    async def rename(self, request: web.Request) -> web.Response:
+        self.model, self.renamed = str((await request.json())["model"]), True
+        return web.json_response({"model": self.model})
 
     async def metrics(self, _request: web.Request) -> web.Response:
         if self.metrics_hang:
@@ -70,7 +92,12 @@ class Fake:
         body = await request.json()
         self.requests.append({"headers": dict(request.headers), "body": body})
         prompt = body["prompt"] if isinstance(body["prompt"], list) else body["prompt"].split()
-        mode, n = str(body.get("user") or ""), int(body.get("max_tokens") or 16)
+        mode, n = str(body.get("user") or self.mode), int(body.get("max_tokens") or 16)
+        if self.renamed and body.get("model") != self.model:
+            return web.json_response({"error": {"message": f"The model `{body.get('model')}` does not exist.",
+                                                "type": "NotFoundError", "code": 404}}, status=404)
+        if mode == "500-plain":
+            return web.Response(status=500, text="Internal Server Error")
         if mode == "500-body":
             return web.json_response({"error": {"message": "cannot encode", "type": "server_error"}}, status=500)
         if mode == "err-str":
@@ -88,8 +115,12 @@ class Fake:
         if shape is not None:
             await resp.write(b"data: " + json.dumps(shape).encode() + b"\n\n")
             return resp
-        limit = int(mode.rsplit("-", 1)[1]) if mode.startswith(("hang-after-", "die-after-")) else None
+        limit = int(mode.rsplit("-", 1)[1]) if mode.startswith(("hang-after-", "die-after-", "event-after-")) \
+            else None
         for i in range(n):
+            if limit is not None and i == limit and mode.startswith("event") and len(prompt) <= 8:
+                await resp.write(b'data: {"error": {"message": "engine error", "type": "server_error"}}\n\n')
+                return resp
             if limit is not None and i == limit:
                 if mode.startswith("hang") and len(prompt) <= 8:
                     await asyncio.sleep(3600)

@@ -3,8 +3,6 @@ instance, change a role, show the active policy config."""
 
 from __future__ import annotations
 
-import hmac
-
 from aiohttp import web
 
 from baton.core.decisions import Migrate
@@ -12,6 +10,7 @@ from baton.core.errors import ConfigError
 from baton.core.instance import Role
 from baton.gateway.config import GatewayConfig, parse_engine
 from baton.gateway.control import Control, InFlight
+from baton.gateway.auth import token_matches
 from baton.gateway.engines import Engines
 from baton.gateway.scrape import Scraper
 from baton.protocol.errors import ApiError
@@ -23,10 +22,7 @@ def _authorise(config: GatewayConfig, request: web.Request) -> None:
     if not token:
         raise ApiError(403, "admin API disabled: set admin_token in the config or BATON_ADMIN_TOKEN",
                        err_type="permission_error")
-    given = request.headers.get("Authorization", "")
-    # surrogateescape: a non-ASCII header is just a wrong token, never a server error
-    presented = given[7:].encode("utf-8", "surrogateescape")
-    if not given.startswith("Bearer ") or not hmac.compare_digest(presented, token.encode()):
+    if not token_matches(request.headers.get("Authorization"), (token,)):
         raise ApiError(401, "missing or wrong bearer token", err_type="authentication_error")
 
 
@@ -65,6 +61,7 @@ def add_routes(app: web.Application, control: Control, engines: Engines, scraper
         if cluster.find(spec.name) is not None:
             raise ApiError(409, f"an instance named {spec.name!r} exists", err_type="conflict_error")
         iid = engines.add(spec)
+        control.outliers.add(iid)
         await scraper.scrape(iid)
         scraper.start(iid)
         return web.json_response(cluster.describe(iid), status=201)
@@ -72,6 +69,7 @@ def add_routes(app: web.Application, control: Control, engines: Engines, scraper
     async def remove_instance(request: web.Request) -> web.Response:
         iid = _instance(control, request)
         cluster.remove_engine(iid)
+        control.outliers.remove(iid)
         control.hold.scraped(iid)  # prefills held there go elsewhere
         return web.json_response({"removed": cluster.engines[iid].spec.name,
                                   "draining_requests": cluster.instances[iid].num_requests})

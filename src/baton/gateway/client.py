@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from baton.gateway.middleware import mark_error
 from baton.protocol.chunks import DONE, full_response, sse, stream_chunk, usage_chunk, without_token_ids
 from baton.protocol.errors import ApiError
 from baton.protocol.requests import ParsedRequest
@@ -132,9 +133,9 @@ class ClientOut:
     async def fail(self, err: ApiError) -> web.StreamResponse:
         """End with an error: an HTTP error before the stream started, else an error event."""
         if self.response is None:
-            return web.json_response(err.body(), status=err.status, headers=self.headers)
+            return mark_error(web.json_response(err.body(), status=err.status, headers=self.headers), err)
         try:
             await self.response.write_eof(b"".join(self._pending) + sse(err.body()) + DONE)
         except (ConnectionError, RuntimeError):
             pass
-        return self.response
+        return mark_error(self.response, err)

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from baton.core.errors import ConfigError
 from baton.core.instance import Role
+from baton.gateway.outliers import OutlierSettings
 from baton.yamlfile import read_yaml
 
 ENGINE_TYPES = ("vllm", "sglang")
@@ -100,6 +101,11 @@ class GatewayConfig:
     # environment variables an admin-API call may name as an engine's api_key_env (none by
     # default: any other name is refused with one message, set or not)
     admin_env_allowlist: tuple[str, ...] = ()
+    # Envoy-style outlier ejection of engines whose legs keep failing (gateway.outliers)
+    outliers: OutlierSettings = field(default_factory=OutlierSettings)
+    # keys a client must present on /v1/* as "Authorization: Bearer <key>" (none: open,
+    # as before); from ``api_keys`` and/or ``api_keys_file`` (one key per line)
+    api_keys: tuple[str, ...] = ()
 
 
 def public_url(url: str) -> str:
@@ -172,12 +178,13 @@ _SCALARS = {"host": str, "port": int, "model": str, "preset": str, "pd_protocol"
 
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+_LISTS = {"engines", "policy", "admin_env_allowlist", "outlier_detection", "api_keys", "api_keys_file"}
 
 
 def parse_config(raw: Any, source: str = "config") -> GatewayConfig:
     """Validate a parsed YAML document."""
     _require(isinstance(raw, Mapping), source, "expected a mapping at the top level")
-    unknown = sorted(set(raw) - set(_SCALARS) - {"engines", "policy", "admin_env_allowlist"})
+    unknown = sorted(set(raw) - set(_SCALARS) - _LISTS)
     _require(not unknown, f"{source}: {unknown[0] if unknown else ''}", "unknown key")
     engines = raw.get("engines")
     _require(isinstance(engines, list) and bool(engines), f"{source}: engines", "expected a non-empty list")
@@ -187,13 +194,13 @@ def parse_config(raw: Any, source: str = "config") -> GatewayConfig:
     kwargs: dict[str, Any] = {}
     for key, typ in _SCALARS.items():
         if raw.get(key) is not None:
-            ok = isinstance(raw[key], typ) and (typ is bool or not isinstance(raw[key], bool))
-            _require(ok, key, f"expected {getattr(typ, '__name__', 'a number')}, got {raw[key]!r}")
-            kwargs[key] = raw[key]
+            kwargs[key] = _typed(raw[key], typ, key)
     allow = raw.get("admin_env_allowlist") or []
     _require(isinstance(allow, list) and all(isinstance(v, str) for v in allow), "admin_env_allowlist",
              "expected a list of environment variable names")
-    cfg = GatewayConfig(specs, policy=raw.get("policy", "least-loaded"), admin_env_allowlist=tuple(allow), **kwargs)
+    cfg = GatewayConfig(specs, policy=raw.get("policy", "least-loaded"), admin_env_allowlist=tuple(allow),
+                        outliers=parse_outliers(raw.get("outlier_detection")),
+                        api_keys=parse_api_keys(raw.get("api_keys"), raw.get("api_keys_file")), **kwargs)
     _require(cfg.log_level.upper() in LOG_LEVELS, "log_level", f"expected one of {', '.join(LOG_LEVELS)}")
     _require(cfg.pd_protocol in PD_PROTOCOLS, "pd_protocol", f"expected one of {', '.join(PD_PROTOCOLS)}")
     for key in ("scrape_interval_s", "scrape_timeout_s", "max_inflight", "max_body_bytes", "upstream_timeout_s",
@@ -207,6 +214,51 @@ def parse_config(raw: Any, source: str = "config") -> GatewayConfig:
         _require(getattr(cfg, key) is None or getattr(cfg, key) > 0, key, "must be positive")
     cfg.admin_token = cfg.admin_token or os.environ.get("BATON_ADMIN_TOKEN") or None
     return cfg
+
+
+def _typed(value: Any, typ: Any, where: str) -> Any:
+    ok = isinstance(value, typ) and (typ is bool or not isinstance(value, bool))
+    _require(ok, where, f"expected {getattr(typ, '__name__', 'a number')}, got {value!r}")
+    return value
+
+
+def parse_outliers(raw: Any) -> OutlierSettings:
+    """The ``outlier_detection`` mapping: any of ``OutlierSettings``' fields; numbers
+    must be positive (percentages at most 100)."""
+    if raw is None:
+        return OutlierSettings()
+    _require(isinstance(raw, Mapping), "outlier_detection", "expected a mapping")
+    known = {f.name: f for f in fields(OutlierSettings)}
+    unknown = sorted(set(raw) - set(known))
+    _require(not unknown, f"outlier_detection.{unknown[0] if unknown else ''}", "unknown key")
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        default = getattr(OutlierSettings(), key)
+        typ = bool if isinstance(default, bool) else int if isinstance(default, int) else (int, float)
+        values[key] = _typed(value, typ, f"outlier_detection.{key}")
+        if typ is not bool:
+            _require(value > 0, f"outlier_detection.{key}", "must be positive")
+            _require(value <= 100 or not key.endswith(("percent", "threshold")),
+                     f"outlier_detection.{key}", "is a percentage: at most 100")
+    return OutlierSettings(**values)
+
+
+def parse_api_keys(keys: Any, path: Any) -> tuple[str, ...]:
+    """Client API keys from the config's ``api_keys`` list and the ``api_keys_file`` (one
+    key per line; blank lines and ``#`` comments skipped). Keys are never echoed back."""
+    _require(keys is None or (isinstance(keys, list) and all(isinstance(k, str) and k.strip() for k in keys)),
+             "api_keys", "expected a list of non-empty strings")
+    out = [k.strip() for k in keys or []]
+    if path is not None:
+        _require(isinstance(path, str), "api_keys_file", "expected a file path")
+        try:
+            lines = Path(path).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"api_keys_file: cannot read {path}: {type(exc).__name__}") from None
+        from_file = [ln.strip() for ln in lines if ln.strip() and not ln.strip().startswith("#")]
+        _require(bool(from_file), "api_keys_file", f"{path} holds no key")
+        out += from_file
+    return tuple(out)
 
 
 def load_config(path: str | Path) -> GatewayConfig:

@@ -24,6 +24,7 @@ from baton.gateway.config import GatewayConfig
 from baton.gateway.holding import PrefillHold
 from baton.gateway.live import LiveCluster
 from baton.gateway.metrics import GatewayMetrics, TokenTimes
+from baton.gateway.outliers import OutlierDetector
 from baton.gateway.upstream import UpstreamError
 from baton.policies.base import Scheduler
 from baton.protocol.errors import ApiError
@@ -54,6 +55,9 @@ class Control:
         self.flows: dict[int, InFlight] = {}
         self.watches: dict[int, tuple[int, int]] = {}  # req id -> (stage index, context tokens)
         self.decisions: deque[tuple[str, int, int]] = deque(maxlen=config.decisions_log_size)  # admin API
+        self.outliers = OutlierDetector(config.outliers, self._may_eject)
+        for iid in cluster.engines:
+            self.outliers.add(iid)
         metrics.watch(cluster, self.hold)
         metrics.inflight.set_function(lambda: len(self.flows))
         metrics.watch_policy(scheduler)
@@ -223,11 +227,13 @@ class Control:
         finally:
             self.cluster.forget(st)
 
-    def backend_error(self, iid: int, err: BaseException) -> None:
-        """Count a failed leg. Only engine faults (no answer, a broken or malformed answer,
-        a 5xx without an error body) count towards health, and only
-        ``unhealthy_after_failures`` in a row (with failed scrapes) take an engine out: a
-        request the engine refuses with an error body fails alone."""
+    def backend_error(self, iid: int, err: BaseException, blame: bool = True) -> None:
+        """Count a failed leg. An engine fault (no answer, a broken or malformed answer)
+        counts towards health (``unhealthy_after_failures`` in a row, with failed scrapes,
+        take an engine out until it answers a probe again); with ``blame`` the failure
+        also counts towards outlier ejection. A flow passes ``blame=False`` for an HTTP
+        error whose cause is not known yet (``blame`` decides later: the engine, if the
+        request then succeeds elsewhere)."""
         up = err if isinstance(err, UpstreamError) else None
         kind = "connect" if up and up.connect else "timeout" if up and up.timed_out else (
             "malformed" if up and up.malformed else "http" if up and up.status else "stream")
@@ -235,6 +241,8 @@ class Control:
         log.warning("engine %s: %s error: %s", self.cluster.engines[iid].spec.name, kind, err)
         if up is None or up.engine_fault:
             self.note_failure(iid)
+        if blame:
+            self.blame(iid)
 
     def note_failure(self, iid: int) -> None:
         eng = self.cluster.engines[iid]
@@ -242,3 +250,45 @@ class Control:
         if eng.failures >= self.config.unhealthy_after_failures and self.cluster.set_health(iid, False):
             log.warning("engine %s is unhealthy after %d failures in a row; no new work goes to it",
                         eng.spec.name, eng.failures)
+
+    # --- outlier ejection (gateway.outliers) -----------------------------------------------------
+    def leg_ok(self, iid: int) -> None:
+        """A leg on ``iid`` was answered with 200."""
+        self.outliers.success(iid)
+
+    def blame(self, iid: int) -> None:
+        """A failed leg counts against ``iid``; enough in a row eject it."""
+        if self.outliers.failure(iid, self.cluster.clock()):
+            self._ejected(iid, "consecutive_errors")
+
+    def request_at_fault(self, failed_on: list[int]) -> bool:
+        """Whether a request that got HTTP errors from every engine in ``failed_on`` (two
+        or more) is itself the cause: each of those engines answered its last other leg
+        well (a success, and no failure counted since). Engines failing everything, or not
+        yet seen to work, make it an outage instead."""
+        return len(failed_on) >= 2 and all(self.outliers.proven(i) for i in failed_on)
+
+    def sweep_outliers(self) -> None:
+        """The outlier detector's interval: engines whose ejection ended come back, the
+        statistical detectors run."""
+        sweep = self.outliers.sweep(self.cluster.clock())
+        for iid in sweep.returned:
+            if iid in self.cluster.engines and self.cluster.set_ejected(iid, False):
+                log.info("engine %s: outlier ejection over; it takes new work", self.cluster.engines[iid].spec.name)
+        for iid, reason in sweep.ejected:
+            self._ejected(iid, reason)
+
+    def _ejected(self, iid: int, reason: str) -> None:
+        name = self.cluster.engines[iid].spec.name
+        self.cluster.set_ejected(iid, True)
+        self.metrics.ejections.labels(name, reason).inc()
+        log.warning("engine %s ejected (%s) for %.0f s: its legs keep failing", name, reason,
+                    self.outliers.ejection_s(iid, self.cluster.clock()))
+
+    def _may_eject(self, iid: int) -> bool:
+        """Never eject the last instance that takes new work on a side (prefill or decode)
+        of ``iid``'s role: every request would then fail instead of some."""
+        role = self.cluster.instances[iid].role
+        others = [i for i in self.cluster.instances.values() if i.instance_id != iid and i.healthy]
+        return (not role.prefills or any(i.role.prefills for i in others)) and \
+            (not role.decodes or any(i.role.decodes for i in others))

@@ -4,6 +4,8 @@ is held to. No scheduling here: ``control.Control`` decides, this module address
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any
 
 import aiohttp
@@ -15,6 +17,8 @@ from baton.gateway.ids import IdSource
 from baton.gateway.live import LiveCluster
 from baton.gateway.models import ModelNames
 from baton.perf.model import PerfModel
+
+log = logging.getLogger("baton.gateway")
 
 
 class Engines:
@@ -30,6 +34,7 @@ class Engines:
                                                       sock_connect=config.connect_timeout_s)
         self._first_token_s: dict[int, float] = {}  # by context bucket; at most max_prompt_tokens / 64
         self._rng = np.random.default_rng(config.seed)
+        self._asking: dict[int, asyncio.Task] = {}  # model-name re-asks in progress, by instance
 
     def bootstrap_room(self) -> int:
         """A random SGLang bootstrap room (pairs a request's prefill and decode legs)."""
@@ -47,8 +52,27 @@ class Engines:
         self.session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
 
     async def close_session(self) -> None:
+        for task in self._asking.values():
+            task.cancel()
         if self.session is not None:
             await self.session.close()
+
+    def rediscover(self, iid: int) -> None:
+        """An engine answered a leg 404: forget its model name and ask its ``/v1/models``
+        again now (once at a time per engine; the scrape loop asks too until it answers)."""
+        if self.session is None or iid in self._asking:
+            return
+        old = self.names.forget(iid)
+        self._asking[iid] = asyncio.get_running_loop().create_task(self._ask(iid, old))
+
+    async def _ask(self, iid: int, old: str | None) -> None:
+        try:
+            timeout = aiohttp.ClientTimeout(total=self.config.scrape_timeout_s, sock_connect=self.config.connect_timeout_s)
+            name = await self.names.discover(self.session, iid, self.url(iid), self.credential(iid), timeout)
+            if name != old:
+                log.warning("engine %s now serves model %r (was %r)", self.name(iid), name, old)
+        finally:
+            self._asking.pop(iid, None)
 
     # --- one leg's request -----------------------------------------------------------------
     def name(self, iid: int) -> str:

@@ -19,6 +19,7 @@ from baton.gateway import handoff
 from baton.gateway.client import ClientOut
 from baton.gateway.control import Control
 from baton.gateway.engines import Engines
+from baton.gateway.faults import LegFaults
 from baton.gateway.metrics import TokenTimes
 from baton.gateway.upstream import (Piece, StreamLeg, UpstreamError, endpoint, plausible_prompt_tokens,
                                     post_json, within)
@@ -39,8 +40,7 @@ class Flow:
         self.parsed, self.out, self.state = parsed, out, state
         self.client_xid = xid  # echoed to the client and shown in admin; never sent to engines
         self.prompt_ids = prompt_ids
-        self.failed_on: set[int] = set()  # instances whose leg failed for this request
-        self.deaths = 0                   # engine faults while the request was in flight
+        self.faults = LegFaults(control, engines.rediscover)
         self.generated_ids: list[int] = []
         self.ids_complete = True
         self.leg: StreamLeg | None = None
@@ -67,20 +67,15 @@ class Flow:
         except UpstreamError:
             leg.close()
             raise
+        self.faults.succeeded(leg.instance_id)
 
-    def _leg_failed(self, iid: int, err: UpstreamError, what: str) -> None:
-        """Book a failed leg. The engine refusing this request fails the request; an
-        engine fault is counted, and a request that saw ``max_engine_deaths`` of them is
-        not tried again (a request that crashes engines must not take the fleet down)."""
-        self.control.backend_error(iid, err)
-        if not err.engine_fault:
-            raise err.client_error(what) from None
-        self.failed_on.add(iid)
-        if not err.connect:
-            self.deaths += 1
-        if self.deaths >= self.control.config.max_engine_deaths:
-            raise ApiError(502, f"engines failed {self.deaths} times while serving this request; "
-                                "not retrying it", err_type="server_error", code="backend_error")
+    def _elsewhere(self, err: UpstreamError, what: str, choose) -> int:
+        """Another instance for a failed leg (``choose(exclude)``); when none is left,
+        the client gets the engine's own answer rather than "no healthy instance"."""
+        try:
+            return choose(frozenset(self.faults.failed_on))
+        except ApiError as none_left:
+            raise self.faults.last_answer(err, none_left, what) from None
 
     @property
     def can_continue(self) -> bool:
@@ -112,6 +107,7 @@ class Flow:
             self._cleanup(outcome)
 
     def _cleanup(self, outcome: str) -> None:
+        self.faults.settle()
         if self.leg is not None:
             self.leg.close()
         if self._prefill_task is not None and not self._prefill_task.done():
@@ -182,9 +178,11 @@ class Flow:
                     post_json(self.engines.session, self.cluster.url(p) + endpoint(self.parsed.kind),
                               self._body(p, body), self.engines.headers(p), self.engines.upstream_timeout))
             except UpstreamError as err:
-                self._leg_failed(p, err, "prefill")
-                p = self.control.fallback_prefill(self.state, frozenset(self.failed_on))
+                self.faults.failed(p, err, "prefill")
+                self.control.metrics.child(self.control.metrics.retries, "prefill").inc()
+                p = self._elsewhere(err, "prefill", lambda ex: self.control.fallback_prefill(self.state, ex))
                 continue
+            self.faults.succeeded(p)
             counted = plausible_prompt_tokens((resp.get("usage") or {}).get("prompt_tokens"), self.prompt_ids,
                                               self.control.config.max_prompt_tokens)
             if counted is not None:
@@ -373,10 +371,10 @@ class Flow:
     async def _recover(self, iid: int, err: UpstreamError) -> None:
         """The decode leg on ``iid`` failed: continue elsewhere when that is safe, else
         fail the request."""
-        self._leg_failed(iid, err, "decode")
+        self.faults.failed(iid, err, "decode")
         while self.recoveries < self.control.config.max_recoveries:
             self.recoveries += 1
-            target = self.control.choose_decode(self.state, frozenset(self.failed_on))
+            target = self._elsewhere(err, "decode", lambda ex: self.control.choose_decode(self.state, ex))
             self.out.discard_unsent()  # a failed leg's chunks not yet sent go with it
             if self.can_continue:
                 leg = self._continuation(target)
@@ -389,7 +387,8 @@ class Flow:
             try:
                 await self._open(leg)
             except UpstreamError as err2:
-                self._leg_failed(target, err2, "decode")
+                self.faults.failed(target, err2, "decode")
+                err = err2
                 continue
             self.control.metrics.recoveries.inc()
             log.info("request %s: decode on %s failed (%s); recovered on %s after %d tokens", self.client_xid,

@@ -43,6 +43,8 @@ class LiveEngine:
     sample: ScrapeSample | None = None
     failures: int = 0
     removed: bool = False
+    probe_ok: bool = True   # it answers its health probes (scrapes) and legs
+    ejected: bool = False   # taken out by outlier ejection (gateway.outliers), probes or not
     tokens_since_report: int = 0
 
 
@@ -102,9 +104,20 @@ class LiveCluster:
         return True
 
     def set_health(self, iid: int, healthy: bool) -> bool:
-        """Mark an instance (un)healthy; True if that changed. Removed ones stay out."""
-        healthy = healthy and not self.engines[iid].removed
-        inst = self.instances[iid]
+        """Record whether an instance answers (scrapes and legs); True if that changed
+        whether it takes new work (it does when it answers, is not ejected and not removed)."""
+        self.engines[iid].probe_ok = healthy
+        return self._refresh_health(iid)
+
+    def set_ejected(self, iid: int, ejected: bool) -> bool:
+        """Take an instance out (outlier ejection) or bring it back; True if that changed
+        whether it takes new work."""
+        self.engines[iid].ejected = ejected
+        return self._refresh_health(iid)
+
+    def _refresh_health(self, iid: int) -> bool:
+        eng, inst = self.engines[iid], self.instances[iid]
+        healthy = eng.probe_ok and not eng.ejected and not eng.removed
         if inst.healthy is healthy:
             return False
         inst.healthy = healthy

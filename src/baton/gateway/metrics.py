@@ -59,6 +59,16 @@ class GatewayMetrics:
                                    ["stage"], registry=r)
         self.stale = Counter("baton_stale_decisions", "Decisions about requests that ended before they "
                              "were carried out, dropped, by kind", ["kind"], registry=r)
+        self.ejections = Counter("baton_outlier_ejections", "Engines taken out by outlier ejection, by "
+                                 "instance and detector", ["instance", "reason"], registry=r)
+        self.quarantined = Counter("baton_quarantined_requests", "Requests answered 422 because they failed "
+                                   "on two engines that serve other requests well", registry=r)
+        self.retries = Counter("baton_leg_retries", "Legs sent again to another instance after they failed, "
+                               "by leg (decode legs also count in baton_recoveries when that worked)", ["leg"],
+                               registry=r)
+        self.responses = Counter("baton_responses", "HTTP responses by status code and OpenAI error type "
+                                 "('' for successes); a stream that fails after it started counts its error "
+                                 "type with status 200", ["status", "error_type"], registry=r)
         self._children: dict = {}
         self.engine_ttft = Histogram("baton_engine_ttft_seconds", "Time to first token by the instance "
                                      "that produced it", ["instance"], buckets=_LATENCY_BUCKETS_S, registry=r)
@@ -120,6 +130,7 @@ class _EngineGauges:
             ("scraped_waiting", "Waiting requests the engine last reported"),
             ("scrape_age_seconds", "Seconds since the engine's metrics were last read"),
             ("healthy", "1 if the instance takes new work"),
+            ("ejected", "1 while outlier ejection keeps the instance out"),
             ("held_prefills", "PD prefills the gateway holds while the engine reports waiting requests"))}
         for iid, eng in c.engines.items():
             if eng.removed:
@@ -129,6 +140,7 @@ class _EngineGauges:
             fams["inflight_requests"].add_metric(labels, inst.num_requests)
             fams["kv_usage"].add_metric(labels, inst.kv_usage_at(now))
             fams["healthy"].add_metric(labels, 1.0 if inst.healthy else 0.0)
+            fams["ejected"].add_metric(labels, 1.0 if eng.ejected else 0.0)
             fams["held_prefills"].add_metric(labels, self.hold.held(iid) if self.hold is not None else 0)
             if s is not None:
                 fams["scrape_age_seconds"].add_metric(labels, max(0.0, c.clock() - s.at_s))

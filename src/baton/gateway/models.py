@@ -27,6 +27,13 @@ class ModelNames:
         self.context_tokens: dict[int, int] = {}  # each engine's max_model_len, as its /v1/models says
         self.asked: set[int] = set()  # engines whose /v1/models answered
 
+    def forget(self, iid: int) -> str | None:
+        """Drop what one engine said of itself (it answered 404: it may have restarted
+        under another model name); the next ``discover`` asks again. Returns the old name."""
+        self.asked.discard(iid)
+        self.context_tokens.pop(iid, None)
+        return self.by_engine.pop(iid, None)
+
     def served(self) -> list[str]:
         """Names in ``/v1/models``, the alias first."""
         names = [self.alias] if self.alias else []

@@ -25,6 +25,7 @@ from baton.gateway.flow import Flow
 from baton.gateway.hidden import HiddenStateFeed
 from baton.gateway.live import LiveCluster
 from baton.gateway.metrics import GatewayMetrics
+from baton.gateway.middleware import RefusalLog, client_keys, counted, mark_error
 from baton.gateway.scrape import Scraper
 from baton.perf import presets
 from baton.policies import scheduler_for
@@ -68,7 +69,7 @@ async def json_errors(request: web.Request, handler):
     except Exception:  # noqa: BLE001
         log.exception("unhandled error on %s", request.path)
         err = ApiError(500, "internal gateway error", err_type="server_error")
-    return web.json_response(err.body(), status=err.status)
+    return mark_error(web.json_response(err.body(), status=err.status), err)
 
 
 class Gateway:
@@ -105,7 +106,8 @@ class Gateway:
 
     # --- app -----------------------------------------------------------------------------
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.config.max_body_bytes, middlewares=[json_errors])
+        app = web.Application(client_max_size=self.config.max_body_bytes, middlewares=[counted(self.metrics, RefusalLog()), json_errors,
+                                                client_keys(self.config.api_keys)])
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_get("/v1/models", self.models)
@@ -122,6 +124,8 @@ class Gateway:
         self.control.start()
         for iid in self.cluster.engines:
             self.scraper.start(iid)
+        if self.config.outliers.enabled:
+            self._tasks.append(asyncio.create_task(self._outlier_loop()))
         for stage_index, interval in self.scheduler.tickers:
             self._tasks.append(asyncio.create_task(self._tick_loop(stage_index, interval)))
         addresses = [e.spec.hidden_states for e in self.cluster.engines.values() if e.spec.hidden_states]
@@ -147,6 +151,12 @@ class Gateway:
             due += interval_s
             await asyncio.sleep(max(0.0, due - self.cluster.clock()))
             self.control.tick(stage_index)
+
+    async def _outlier_loop(self) -> None:
+        """The outlier detector's intervals (ejections end, statistical detectors run)."""
+        while True:
+            await asyncio.sleep(self.config.outliers.interval_s)
+            self.control.sweep_outliers()
 
     def _hidden_state(self, state: HiddenState) -> bool:
         return self.control.hidden_state(state)
@@ -233,7 +243,7 @@ class Gateway:
 
     @staticmethod
     async def _refuse(request: web.Request, err: ApiError, xid: str) -> web.StreamResponse:
-        resp = web.json_response(err.body(), status=err.status, headers={"X-Request-Id": xid})
+        resp = mark_error(web.json_response(err.body(), status=err.status, headers={"X-Request-Id": xid}), err)
         if err.status == 408:  # answer, then drop the connection: the rest of the body is not awaited
             resp.force_close()
             await resp.prepare(request)

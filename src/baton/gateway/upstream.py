@@ -31,15 +31,13 @@ class UpstreamError(Exception):
 
     @property
     def engine_fault(self) -> bool:
-        """True when the engine (not the request) is to blame: no answer, a broken or
-        malformed answer, or a 5xx without an OpenAI error body. A 4xx, or a 5xx that
-        carries an error body, is the engine refusing this one request."""
-        if self.malformed or self.status is None:
-            return True
-        return self.status >= 500 and self.body is None
+        """True when the engine gave no proper HTTP answer: none at all, a broken stream or
+        a malformed answer. An HTTP error answer may be the request's fault as much as the
+        engine's (``gateway.faults`` decides which)."""
+        return self.malformed or self.status is None
 
     def client_error(self, what: str) -> ApiError:
-        """What the client gets for this failed leg: the engine's own 4xx, else a 502."""
+        """What the client gets for this failed leg: the engine's own HTTP error, else a 502."""
         if not self.engine_fault and self.status is not None:
             if not self.body:
                 return ApiError(self.status, str(self))

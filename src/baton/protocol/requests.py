@@ -100,19 +100,53 @@ def _check_messages(body: dict[str, Any]) -> None:
         _check_content(m.get("content"), i)
 
 
+# chat content part types vLLM's OpenAI server accepts, and what each must carry: a
+# string field, or an object with these string fields ("|": either may stand alone)
+_PART_SHAPES: dict[str, tuple[str, tuple[str, ...] | None]] = {
+    "text": ("text", None),
+    "refusal": ("refusal", None),
+    "image_url": ("image_url", ("url",)),
+    "audio_url": ("audio_url", ("url",)),
+    "video_url": ("video_url", ("url",)),
+    "input_audio": ("input_audio", ("data", "format")),
+    "image_embeds": ("image_embeds", ()),
+    "file": ("file", ()),
+}
+
+
 def _check_content(content: Any, i: int) -> None:
-    """String, null, or a list of typed parts whose text parts carry a string."""
+    """String, null, or a list of parts of the types vLLM accepts, each with its field
+    of the right shape (an engine may answer a part it cannot read with a 500)."""
     if content is None or isinstance(content, str):
         return
     if not isinstance(content, list):
         raise ApiError(400, f"messages[{i}].content must be a string, null or a list of parts",
                        param="messages")
     for j, part in enumerate(content):
+        where = f"messages[{i}].content[{j}]"
         if not isinstance(part, dict) or not isinstance(part.get("type"), str):
-            raise ApiError(400, f"messages[{i}].content[{j}] must be an object with a string 'type'",
-                           param="messages")
-        if part["type"] == "text" and not isinstance(part.get("text"), str):
-            raise ApiError(400, f"messages[{i}].content[{j}].text must be a string", param="messages")
+            raise ApiError(400, f"{where} must be an object with a string 'type'", param="messages")
+        shape = _PART_SHAPES.get(part["type"])
+        if shape is None:
+            raise ApiError(400, f"{where}.type {part['type'][:40]!r} is not one of "
+                                f"{', '.join(_PART_SHAPES)}", param="messages")
+        _check_part(part, shape, where)
+
+
+def _check_part(part: dict[str, Any], shape: tuple[str, tuple[str, ...] | None], where: str) -> None:
+    field, members = shape
+    value = part.get(field)
+    if members is None:
+        if not isinstance(value, str):
+            raise ApiError(400, f"{where}.{field} must be a string", param="messages")
+        return
+    if field in ("image_url", "image_embeds") and isinstance(value, str):
+        return  # vLLM takes a bare URL or embedding string here too
+    if not isinstance(value, dict):
+        raise ApiError(400, f"{where}.{field} must be an object", param="messages")
+    for member in members:
+        if not isinstance(value.get(member), str):
+            raise ApiError(400, f"{where}.{field}.{member} must be a string", param="messages")
 
 
 def parse_request(kind: str, body: dict[str, Any]) -> ParsedRequest:

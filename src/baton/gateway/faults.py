@@ -1,0 +1,97 @@
+"""Whose fault a request's failed legs are: the engine's, or the request's own.
+
+An engine answering an HTTP error is not yet known to be broken: the request may be one
+no engine can serve (a chat part that crashes the engine's template, say). Such an
+answer makes the request a *suspect* of that engine and the leg is sent again elsewhere.
+Then:
+
+- the request succeeds elsewhere: the engines that failed it are to blame (outlier
+  ejection counts it: ``Control.blame``);
+- it fails with an HTTP error on a second engine, and every engine that failed it serves
+  other requests well: the request is at fault. It is *quarantined* (a 422 to its
+  client, not tried again) and no engine is blamed, so a stream of such requests cannot
+  take engines out of service;
+- it fails on a second engine that fails other requests too: an outage, not the
+  request; those engines are blamed and the request goes on as far as recovery allows.
+
+An engine that did not answer at all (refused connection, hang, broken or malformed
+answer) is to blame at once, as before. A 404 is the engine's fault too (the gateway
+chose the model name it sent; the engine has probably restarted under another one).
+A 4xx other than 404 is the engine refusing this request: its answer goes to the client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from baton.gateway.control import Control
+from baton.gateway.upstream import UpstreamError
+from baton.protocol.errors import ApiError
+
+
+class LegFaults:
+    """Failed legs of one request and what they mean for it and for the engines.
+    ``rediscover(iid)`` asks an engine that answered 404 for its model names again."""
+
+    def __init__(self, control: Control, rediscover: Callable[[int], None]) -> None:
+        self.control, self.rediscover = control, rediscover
+        self.failed_on: set[int] = set()  # instances whose leg failed for this request
+        self.deaths = 0                   # engine faults while the request was in flight
+        self.suspects: dict[int, UpstreamError] = {}  # HTTP error answers not yet attributed
+
+    def failed(self, iid: int, err: UpstreamError, what: str) -> None:
+        """Book a failed leg on ``iid``. Returns when the leg may be sent again elsewhere;
+        raises ApiError when the request must end (the engine's own 4xx, a quarantine,
+        or ``max_engine_deaths`` engine faults)."""
+        self.failed_on.add(iid)
+        if err.status is None or err.malformed:
+            return self._engine_fault(iid, err)
+        if err.status == 404:
+            self.control.backend_error(iid, err)
+            self.rediscover(iid)
+            return None
+        self.control.backend_error(iid, err, blame=False)
+        if err.status < 500:
+            raise err.client_error(what)
+        self.suspects[iid] = err
+        if len(self.suspects) >= 2:
+            self._second_opinion(err, what)
+        return None
+
+    def _engine_fault(self, iid: int, err: UpstreamError) -> None:
+        self.control.backend_error(iid, err)
+        if not err.connect:
+            self.deaths += 1
+        if self.deaths >= self.control.config.max_engine_deaths:
+            raise ApiError(502, f"engines failed {self.deaths} times while serving this request; "
+                                "not retrying it", err_type="server_error", code="backend_error")
+
+    def _second_opinion(self, err: UpstreamError, what: str) -> None:
+        engines = sorted(self.suspects)
+        if self.control.request_at_fault(engines):
+            self.suspects.clear()
+            self.control.metrics.quarantined.inc()
+            names = ", ".join(self.control.cluster.engines[i].spec.name for i in engines)
+            raise ApiError(422, f"the request failed on {len(engines)} engines ({names}) that serve other "
+                                f"requests; it is not tried again. Last answer: {err}",
+                           err_type="invalid_request_error", code="request_failed_on_engines")
+        self.settle()  # engines failing everything: an outage, theirs
+
+    def succeeded(self, iid: int) -> None:
+        """A leg on ``iid`` was answered with 200: the suspects were the engines' fault."""
+        self.control.leg_ok(iid)
+        self.settle()
+
+    def settle(self) -> None:
+        """Blame the engines of every unattributed error (also when the request ends:
+        it never proved itself at fault)."""
+        for iid in self.suspects:
+            self.control.blame(iid)
+        self.suspects.clear()
+
+    def last_answer(self, err: UpstreamError, fallback: ApiError, what: str) -> ApiError:
+        """What the client gets when no other instance can take the leg: the engine's own
+        HTTP error if it answered one, else ``fallback``."""
+        if err.status is not None and not err.malformed and err.status != 404:
+            return err.client_error(what)
+        return fallback
