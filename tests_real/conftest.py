@@ -23,18 +23,33 @@ PROMPTS = ["The capital of France is", "Write one sentence about the sea:"]
 GREEDY = {"max_tokens": 24, "temperature": 0.0}
 
 
+def curve_keypair() -> tuple[str | None, str | None]:
+    """(public, secret) Z85 CURVE keys for an engine's hidden-state socket; (None, None)
+    without pyzmq (the feed is then unauthenticated, as the gateway warns)."""
+    try:
+        import zmq
+    except ImportError:
+        return None, None
+    public, secret = zmq.curve_keypair()
+    return public.decode(), secret.decode()
+
+
 class VLLM(Server):
     """vLLM CPU with the ExampleConnector (kv_both) and Baton's hidden-state plugin
-    publishing on ``hidden_states`` (only requests the gateway tags are published)."""
+    publishing on ``hidden_states`` (only requests the gateway tags are published), as a
+    CURVE server whose public key is ``hidden_states_key``."""
 
     def __init__(self, port: int, kv_dir: Path, log: Path) -> None:  # noqa: D107
         self.port, self.log = port, log
         self.hidden_states = f"tcp://127.0.0.1:{free_port()}"
+        self.hidden_states_key, secret = curve_keypair()
         self._logf = open(log, "wb")
         config = ('{"kv_connector":"ExampleConnector","kv_role":"kv_both",'
                   f'"kv_connector_extra_config":{{"shared_storage_path":"{kv_dir}"}}}}')
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
                "BATON_HIDDEN_STATES_ADDR": self.hidden_states}
+        if secret is not None:
+            env["BATON_HIDDEN_STATES_SECRET_KEY"] = secret
         self.proc = subprocess.Popen(
             [PY, "-m", "vllm.entrypoints.openai.api_server", "--model", MODEL, "--served-model-name", "smollm2",
              "--max-model-len", "2048", "--dtype", "bfloat16", "--host", "127.0.0.1", "--port", str(port),

@@ -47,7 +47,8 @@ def test_ares_learned_gets_hidden_states_every_k_tokens_and_outputs_are_unchange
     assert MLP(weights).input_dim == 576
     print(f"\n16 generations, hidden states and a trained MLP in {time.monotonic() - t0:.0f} s")
 
-    engines = [{"name": k, "url": stack[k].url, "role": k, "model": "smollm2", "hidden_states": stack[k].hidden_states}
+    engines = [{"name": k, "url": stack[k].url, "role": k, "model": "smollm2", "hidden_states": stack[k].hidden_states,
+                **({"hidden_states_key": stack[k].hidden_states_key} if stack[k].hidden_states_key else {})}
                for k in ("prefill", "decode")]
     policy = {"name": "ares-learned", "stages": [
         {"stage": "least-kv"}, {"stage": "ares", "estimator": "learned", "repredict_tokens": EVERY,

@@ -1,6 +1,7 @@
 """ARES with the learned estimator, live: engines publish hidden states every k tokens on
-ZMQ (the emulators stand in for Baton's vLLM plugin, same wire format), the gateway tags
-the legs, subscribes, and hands the states to the policy; outputs are unchanged."""
+ZMQ (the emulators stand in for Baton's vLLM plugin, same wire format; one with a CURVE
+key the gateway pins, one unauthenticated as before), the gateway tags the legs,
+subscribes, and hands the states to the policy; outputs are unchanged."""
 
 from __future__ import annotations
 
@@ -32,15 +33,20 @@ def identity_mlp(path, dim: int = 8) -> str:
 
 
 def test_hidden_states_reach_the_policy_every_k_tokens_and_outputs_are_unchanged(tmp_path):
+    import zmq.auth
+
     addresses = [f"tcp://127.0.0.1:{free_port()}" for _ in range(2)]
-    engines = [start_emulator(tmp_path, "--hidden-states", a, "--hidden-states-every", str(EVERY), "--time-scale", "3")
-               for a in addresses]
+    public, secret = zmq.auth.create_certificates(tmp_path, "m0")
+    keyed = [["--hidden-states-key-file", secret], []]
+    engines = [start_emulator(tmp_path, "--hidden-states", a, "--hidden-states-every", str(EVERY), "--time-scale", "3",
+                              *k) for a, k in zip(addresses, keyed)]
+    keys = [{"hidden_states_key_file": public}, {}]
     policy = {"name": "ares-learned", "stages": [
         {"stage": "least-kv"},
         {"stage": "ares", "estimator": "learned", "interval_s": 0.2, "repredict_tokens": EVERY,
          "estimator_params": {"weights": identity_mlp(tmp_path / "mlp.npz")}}]}
-    gw = start_gateway(tmp_path, {"engines": [{"name": f"m{i}", "url": e.url, "role": "mixed", "hidden_states": a}
-                                              for i, (e, a) in enumerate(zip(engines, addresses))],
+    gw = start_gateway(tmp_path, {"engines": [{"name": f"m{i}", "url": e.url, "role": "mixed", "hidden_states": a, **k}
+                                              for i, (e, a, k) in enumerate(zip(engines, addresses, keys))],
                                   "policy": policy, "log_level": "debug", "scrape_interval_s": 0.2})
     with servers(*engines, gw):
         # an engine's PUB socket drops what it sends before the gateway is subscribed
@@ -51,6 +57,7 @@ def test_hidden_states_reach_the_policy_every_k_tokens_and_outputs_are_unchanged
                                   range(4)))
         status, direct = post(engines[0].url + "/v1/completions", {"prompt": PROMPT, "max_tokens": OUTPUT_TOKENS})
         count = metric(gw.url, "baton_hidden_states_total")
+        auth_drops = metric(gw.url, 'baton_hidden_states_dropped_total{reason="auth"}')
         predictions = metric(gw.url, 'baton_policy_report{key="length_predictions"}')
         migrations = sum(float(line.rsplit(" ", 1)[1]) for line in str(get(gw.url + "/metrics")[1]).splitlines()
                          if line.startswith('baton_migrations_total{result="done"}'))
@@ -61,6 +68,7 @@ def test_hidden_states_reach_the_policy_every_k_tokens_and_outputs_are_unchanged
                                         gw.log.read_text()):
         seen.setdefault(int(req_id), []).append(int(generated))
     assert len(seen) == 4 and count == sum(len(v) for v in seen.values())
+    assert auth_drops == 0 and "m1 is unauthenticated" in gw.log.read_text()
     assert predictions == count  # the learned estimator predicted on every state it got
     # the states that have seen 0, 16, 32 and 48 generated tokens (the positions the
     # predictor is trained on), each while the request is served

@@ -12,7 +12,17 @@ the row that produced token N, i.e. the state after N - 1 = 0, k, 2k, ... genera
 Enabled by ``BATON_HIDDEN_STATES_ADDR`` (a ZMQ address the worker binds a PUB socket to,
 e.g. ``tcp://127.0.0.1:5599``); ``BATON_HIDDEN_STATES_EVERY`` is k (16). A message has two
 frames: a JSON header ``{"tag", "n_gen", "d"}`` and ``d`` float32 values. ``tag`` is the
-request's ``vllm_xargs["baton_tag"]`` (the gateway sets it); untagged requests are skipped.
+request's ``vllm_xargs["baton_tag"]`` (the gateway sets a random token per leg); untagged
+requests are skipped.
+
+Authentication (ZMQ CURVE; the gateway pins the engine's public key, ``hidden_states_key``
+in its config): ``BATON_HIDDEN_STATES_SECRET_KEY`` (the engine's Z85 secret key) or
+``BATON_HIDDEN_STATES_KEY_FILE`` (a ``zmq.auth.create_certificates`` ``NAME.key_secret``
+file) makes the socket a CURVE server: only a gateway holding the public key can read the
+states, and nobody without the secret key can pose as this engine. With
+``BATON_HIDDEN_STATES_CLIENT_KEYS`` (comma-separated Z85 public keys of the gateways) only
+those may subscribe (a ZAP handler thread in the worker). Without a key the socket is
+plain, as before, with a warning. The plugin imports without any of these set.
 
 It only reads tensors the runner already computed; generation is unchanged. Limits:
 tensor parallelism 1 (every rank would bind the address), no speculative decoding (more
@@ -26,9 +36,61 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 
+# one PUB socket per worker process, made on first use (vLLM calls ``register`` in every
+# process; only the model runner's publishes); a ZAP authenticator must outlive it
 _socket = None
+_auth = None
 log = logging.getLogger("baton_hidden_states")
+
+
+def _secret_key() -> bytes | None:
+    """The engine's CURVE secret key (Z85) from the environment, or None."""
+    key = os.environ.get("BATON_HIDDEN_STATES_SECRET_KEY")
+    path = os.environ.get("BATON_HIDDEN_STATES_KEY_FILE")
+    if not key and path:
+        with open(path, encoding="utf-8") as f:
+            found = re.search(r'secret-key\s*=\s*"([^"]{40})"', f.read())
+        if found is None:
+            raise ValueError(f"BATON_HIDDEN_STATES_KEY_FILE: no Z85 secret-key in {path}")
+        key = found.group(1)
+    if key and len(key) != 40:
+        raise ValueError("BATON_HIDDEN_STATES_SECRET_KEY: expected 40 Z85 characters")  # never echo a key
+    return key.encode() if key else None
+
+
+class _Allow:
+    """ZAP credentials provider: the gateways allowed to subscribe, by public key."""
+
+    def __init__(self, keys: set[bytes]) -> None:
+        self.keys = keys
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        return key in self.keys
+
+
+def _secure(sock, ctx) -> None:
+    """Make ``sock`` a CURVE server when the environment holds a key (see the module doc)."""
+    global _auth
+    import zmq
+
+    secret = _secret_key()
+    if secret is None:
+        log.warning("baton hidden states on %s are unauthenticated and unencrypted: set "
+                    "BATON_HIDDEN_STATES_SECRET_KEY", os.environ["BATON_HIDDEN_STATES_ADDR"])
+        return
+    clients = {k.strip().encode() for k in os.environ.get("BATON_HIDDEN_STATES_CLIENT_KEYS", "").split(",")
+               if k.strip()}
+    if clients:
+        from zmq.auth.thread import ThreadAuthenticator
+
+        _auth = ThreadAuthenticator(ctx)
+        _auth.start()
+        _auth.configure_curve_callback("*", _Allow(clients))
+    sock.curve_secretkey = secret
+    sock.curve_publickey = zmq.curve_public(secret)
+    sock.curve_server = True
 
 
 def _publisher():
@@ -36,9 +98,11 @@ def _publisher():
     if _socket is None:
         import zmq
 
-        sock = zmq.Context.instance().socket(zmq.PUB)
+        ctx = zmq.Context.instance()
+        sock = ctx.socket(zmq.PUB)
         sock.setsockopt(zmq.SNDHWM, 100_000)
         sock.setsockopt(zmq.LINGER, 0)
+        _secure(sock, ctx)
         sock.bind(os.environ["BATON_HIDDEN_STATES_ADDR"])
         _socket = sock
     return _socket

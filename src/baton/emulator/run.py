@@ -8,6 +8,7 @@ from aiohttp import web
 
 from baton.core.errors import ConfigError
 from baton.emulator.batcher import BatcherConfig
+from baton.emulator.hidden import secret_key_from_file
 from baton.emulator.server import EmulatorConfig, Emulator
 from baton.perf import presets
 from baton.perf.memory import MemoryFlags
@@ -36,6 +37,11 @@ def add_emulate_args(p: argparse.ArgumentParser) -> None:
                    help="publish synthetic hidden states of tagged requests here, as Baton's vLLM plugin does "
                         "(needs pyzmq)")
     p.add_argument("--hidden-states-every", type=int, default=16, help="tokens between hidden states")
+    p.add_argument("--hidden-states-key-file", metavar="PATH",
+                   help="publish as a ZMQ CURVE server with the secret key of this certificate "
+                        "(zmq.auth.create_certificates' NAME.key_secret); the gateway pins its public key")
+    p.add_argument("--hidden-states-client-key", action="append", default=[], metavar="Z85",
+                   help="admit only gateways with this CURVE public key (repeatable; needs the key file)")
 
 
 def build_emulator(args: argparse.Namespace) -> Emulator:
@@ -55,9 +61,13 @@ def build_emulator(args: argparse.Namespace) -> Emulator:
                             args.time_scale)
     if args.hidden_states_every <= 0:
         raise ConfigError("--hidden-states-every: expected a positive integer")
+    secret = secret_key_from_file(args.hidden_states_key_file) if args.hidden_states_key_file else None
+    if args.hidden_states_client_key and secret is None:
+        raise ConfigError("--hidden-states-client-key: needs --hidden-states-key-file")
     config = EmulatorConfig(args.model, args.host, args.port, args.max_model_len, args.nic_gbps,
                             args.disaggregation_mode, args.kv_hold_timeout_s,
-                            hidden_states=args.hidden_states, hidden_every_tokens=args.hidden_states_every)
+                            hidden_states=args.hidden_states, hidden_every_tokens=args.hidden_states_every,
+                            hidden_secret_key=secret, hidden_client_keys=tuple(args.hidden_states_client_key))
     return Emulator(config, batcher, perf)
 
 

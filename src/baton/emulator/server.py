@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import ClientSession, ClientTimeout, web
@@ -41,6 +41,8 @@ class EmulatorConfig:
     engine_id: str = ""
     hidden_states: str | None = None  # ZMQ address: publish synthetic hidden states (emulator.hidden)
     hidden_every_tokens: int = 16
+    hidden_secret_key: str | None = field(default=None, repr=False)  # Z85: publish as a CURVE server
+    hidden_client_keys: tuple[str, ...] = ()  # Z85 public keys of the gateways admitted (none: any)
 
 
 class _EngineMetrics:
@@ -96,7 +98,9 @@ class Emulator:
         self._rooms: dict[int, asyncio.Future] = {}
         self._session: ClientSession | None = None
         self._tasks: list[asyncio.Task] = []
-        self.hidden = HiddenPublisher(config.hidden_states, config.hidden_every_tokens) if config.hidden_states else None
+        self.hidden = HiddenPublisher(config.hidden_states, config.hidden_every_tokens,
+                                      secret_key=config.hidden_secret_key,
+                                      client_keys=config.hidden_client_keys) if config.hidden_states else None
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)

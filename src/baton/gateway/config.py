@@ -15,6 +15,7 @@ from urllib.parse import urlparse
 from baton.core.errors import ConfigError
 from baton.core.instance import Role
 from baton.gateway.outliers import OutlierSettings
+from baton.gateway.hidden import MAX_DIM, is_z85_key, public_key_from_file
 from baton.yamlfile import read_yaml
 
 ENGINE_TYPES = ("vllm", "sglang")
@@ -45,6 +46,7 @@ class EngineSpec:
     metric_names: dict[str, str | None] = field(default_factory=dict)
     api_key: str | None = None  # sent to this engine as a bearer token (never the client's)
     hidden_states: str | None = None  # ZMQ address of the engine's hidden-state plugin (gateway.hidden)
+    hidden_states_key: str | None = None  # its CURVE public key (Z85); None: unauthenticated feed
 
     @property
     def host(self) -> str:
@@ -106,6 +108,12 @@ class GatewayConfig:
     # keys a client must present on /v1/* as "Authorization: Bearer <key>" (none: open,
     # as before); from ``api_keys`` and/or ``api_keys_file`` (one key per line)
     api_keys: tuple[str, ...] = ()
+    # hidden-state feeds (gateway.hidden): the gateway's CURVE secret key (Z85, read from the
+    # variable hidden_states_client_key_env names; None: a fresh keypair per run), and
+    # per engine socket at most this many states a second and this many floats a state
+    hidden_states_client_key: str | None = field(default=None, repr=False)
+    hidden_states_rate_per_s: float = 5000.0
+    hidden_states_max_dim: int = MAX_DIM
 
 
 def public_url(url: str) -> str:
@@ -128,7 +136,8 @@ def parse_engine(raw: Any, where: str, env_allowlist: frozenset[str] | None = No
     passes ``env_allowlist``: the only variables its ``api_key_env`` may name)."""
     _require(isinstance(raw, Mapping), where, "expected a mapping with url and role")
     unknown = sorted(set(raw) - {"url", "role", "name", "type", "model", "kv_blocks", "bootstrap_port",
-                                 "metric_names", "api_key", "api_key_env", "hidden_states"})
+                                 "metric_names", "api_key", "api_key_env", "hidden_states",
+                                 "hidden_states_key", "hidden_states_key_file"})
     _require(not unknown, f"{where}.{unknown[0] if unknown else ''}", "unknown key")
     url = raw.get("url")
     _require(isinstance(url, str) and urlparse(url).scheme in ("http", "https") and bool(urlparse(url).netloc),
@@ -161,8 +170,29 @@ def parse_engine(raw: Any, where: str, env_allowlist: frozenset[str] | None = No
     hidden = raw.get("hidden_states")
     _require(hidden is None or (isinstance(hidden, str) and hidden.startswith(("tcp://", "ipc://"))),
              f"{where}.hidden_states", f"expected a ZMQ address such as tcp://127.0.0.1:5599, got {hidden!r}")
-    return EngineSpec(url.rstrip("/"), role, name, etype,
-                      raw.get("model"), raw.get("kv_blocks"), raw.get("bootstrap_port"), names, key, hidden)
+    return EngineSpec(url.rstrip("/"), role, name, etype, raw.get("model"), raw.get("kv_blocks"),
+                      raw.get("bootstrap_port"), names, key, hidden,
+                      _hidden_key(raw, where, admin=env_allowlist is not None))
+
+
+def _hidden_key(raw: Mapping[str, Any], where: str, admin: bool) -> str | None:
+    """An engine's CURVE public key: ``hidden_states_key`` (Z85) or the ``public-key`` of
+    the ZMQ certificate file ``hidden_states_key_file`` names (``NAME.key``; not through
+    the admin API, which must not probe the gateway's files)."""
+    key, path = raw.get("hidden_states_key"), raw.get("hidden_states_key_file")
+    _require(path is None or not admin, f"{where}.hidden_states_key_file", "not accepted by the admin API")
+    _require(key is None or path is None, f"{where}.hidden_states_key", "give the key or its file, not both")
+    if path is not None:
+        try:
+            key = public_key_from_file(str(path))
+        except OSError as err:
+            raise ConfigError(f"{where}.hidden_states_key_file: cannot read {path}: {err.strerror}") from None
+        _require(key is not None, f"{where}.hidden_states_key_file", f"no Z85 public-key in {path}")
+    _require(key is None or is_z85_key(key), f"{where}.hidden_states_key",
+             "expected a CURVE public key: 40 Z85 characters, as zmq.curve_keypair() writes them")
+    _require(key is None or raw.get("hidden_states") is not None, f"{where}.hidden_states_key",
+             "needs hidden_states (the address it authenticates)")
+    return key
 
 
 _SCALARS = {"host": str, "port": int, "model": str, "preset": str, "pd_protocol": str,
@@ -174,11 +204,13 @@ _SCALARS = {"host": str, "port": int, "model": str, "preset": str, "pd_protocol"
             "header_timeout_s": (int, float), "body_timeout_s": (int, float), "max_prompt_tokens": int,
             "default_max_tokens": int, "decisions_log_size": int, "block_size": int, "seed": int,
             "log_level": str, "access_log": bool, "verbatim_relay": bool, "ttft_slo_s": (int, float), "tpot_slo_s": (int, float),
-            "prefill_inflight_limit": int, "max_body_reads": int, "max_body_reads_per_client": int}
+            "prefill_inflight_limit": int, "max_body_reads": int, "max_body_reads_per_client": int,
+            "hidden_states_rate_per_s": (int, float), "hidden_states_max_dim": int}
 
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-_LISTS = {"engines", "policy", "admin_env_allowlist", "outlier_detection", "api_keys", "api_keys_file"}
+_LISTS = {"engines", "policy", "admin_env_allowlist", "outlier_detection", "api_keys", "api_keys_file",
+          "hidden_states_client_key_env"}
 
 
 def parse_config(raw: Any, source: str = "config") -> GatewayConfig:
@@ -208,8 +240,10 @@ def parse_config(raw: Any, source: str = "config") -> GatewayConfig:
                 "default_max_tokens", "decisions_log_size", "first_token_timeout_factor",
                 "first_token_timeout_base_s", "token_timeout_factor", "token_timeout_min_s",
                 "header_timeout_s", "body_timeout_s", "max_prompt_tokens", "prefill_inflight_limit",
-                "max_body_reads", "max_body_reads_per_client"):
+                "max_body_reads", "max_body_reads_per_client", "hidden_states_rate_per_s",
+                "hidden_states_max_dim"):
         _require(getattr(cfg, key) > 0, key, "must be positive")
+    cfg.hidden_states_client_key = _client_key(raw.get("hidden_states_client_key_env"))
     for key in ("ttft_slo_s", "tpot_slo_s"):
         _require(getattr(cfg, key) is None or getattr(cfg, key) > 0, key, "must be positive")
     cfg.admin_token = cfg.admin_token or os.environ.get("BATON_ADMIN_TOKEN") or None
@@ -259,6 +293,19 @@ def parse_api_keys(keys: Any, path: Any) -> tuple[str, ...]:
         _require(bool(from_file), "api_keys_file", f"{path} holds no key")
         out += from_file
     return tuple(out)
+
+
+def _client_key(env: Any) -> str | None:
+    """The gateway's CURVE secret key from the environment variable ``env`` names (never
+    inline in the config, never in a message)."""
+    if env is None:
+        return None
+    _require(isinstance(env, str), "hidden_states_client_key_env", "expected an environment variable name")
+    key = os.environ.get(env)
+    _require(key is not None, "hidden_states_client_key_env", f"environment variable {env} is not set")
+    _require(is_z85_key(key), "hidden_states_client_key_env",
+             f"{env} must hold a CURVE secret key: 40 Z85 characters")
+    return key
 
 
 def load_config(path: str | Path) -> GatewayConfig:

@@ -21,6 +21,7 @@ from baton.core.events import Completed, DecodeProgress, HiddenState, Observatio
 from baton.core.instance import Role
 from baton.core.request import RequestState
 from baton.gateway.config import GatewayConfig
+from baton.gateway.hidden import LegTags
 from baton.gateway.holding import PrefillHold
 from baton.gateway.live import LiveCluster
 from baton.gateway.metrics import GatewayMetrics, TokenTimes
@@ -49,8 +50,9 @@ class Control:
     to its end on the event loop, so a policy always reads a consistent view."""
 
     def __init__(self, config: GatewayConfig, cluster: LiveCluster, scheduler: Scheduler,
-                 metrics: GatewayMetrics) -> None:
+                 metrics: GatewayMetrics, tags: LegTags | None = None) -> None:
         self.config, self.cluster, self.scheduler, self.metrics = config, cluster, scheduler, metrics
+        self.tags = tags if tags is not None else LegTags()  # the hidden-state tags of legs in flight
         self.hold = PrefillHold(cluster, scheduler.replans_prefills, config.prefill_inflight_limit)
         self.flows: dict[int, InFlight] = {}
         self.watches: dict[int, tuple[int, int]] = {}  # req id -> (stage index, context tokens)
@@ -199,13 +201,26 @@ class Control:
                 self.observe(DecodeProgress(iid, iterations, inst.recent_iteration_s, now))
             eng.tokens_since_report = 0
 
-    def hidden_state(self, state: HiddenState) -> bool:
-        """A hidden state from an engine: to the policy if the request is still served here."""
-        if state.req_id not in self.flows:
-            return False
-        self.observe(state)
+    def hidden_state(self, source: int, tag: str, n_gen: int, vector) -> str | None:
+        """A hidden state that arrived on instance ``source``'s feed, the ``n_gen``-th of
+        the leg tagged ``tag``: to the policy if that leg was sent to ``source`` and is
+        still its request's current leg there; else the drop reason (``gateway.hidden``)."""
+        leg = self.tags.get(tag)
+        if leg is None:
+            return "unknown_tag"
+        if leg.instance != source:  # an engine reporting on a leg another engine serves
+            return "wrong_engine"
+        flow = self.flows.get(leg.req_id)
+        if flow is None or not _serves(flow.state, source):
+            return "stale"
+        generated = leg.base_tokens + n_gen - 1
+        budget = flow.state.request.output_tokens  # the request's max_tokens; 0 if none
+        if budget and generated >= budget:  # the state of token N exists only for N <= max_tokens
+            return "malformed"
+        self.observe(HiddenState(leg.req_id, generated, tuple(vector.tolist()), self.cluster.clock()))
         self.metrics.hidden_states.inc()
-        return True
+        log.debug("hidden state: request %d after %d generated tokens", leg.req_id, generated)
+        return None
 
     # --- request lifecycle ---------------------------------------------------------------------
     def admit(self, flow: InFlight) -> None:
@@ -218,6 +233,7 @@ class Control:
         # what admits new requests goes first, so a failure below cannot leak a slot
         self.flows.pop(st.req_id, None)
         self.watches.pop(st.req_id, None)
+        self.tags.drop(st.req_id)
         self.metrics.child(self.metrics.requests, flow.path, outcome).inc()
         try:
             self.cluster.end(st, None if outcome == "ok" else outcome)
@@ -292,3 +308,11 @@ class Control:
         others = [i for i in self.cluster.instances.values() if i.instance_id != iid and i.healthy]
         return (not role.prefills or any(i.role.prefills for i in others)) and \
             (not role.decodes or any(i.role.decodes for i in others))
+
+
+def _serves(state: RequestState, iid: int) -> bool:
+    """Whether ``iid`` serves ``state``'s current leg: its decode (or colocated) instance,
+    or its prefill instance until the request first decodes."""
+    if iid == state.decode_instance:
+        return True
+    return iid == state.prefill_instance and state.decode_start_s is None

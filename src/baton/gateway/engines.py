@@ -12,7 +12,7 @@ import aiohttp
 import numpy as np
 
 from baton.gateway.config import EngineSpec, GatewayConfig
-from baton.gateway.hidden import tag_body
+from baton.gateway.hidden import LegTags, tag_body
 from baton.gateway.ids import IdSource
 from baton.gateway.live import LiveCluster
 from baton.gateway.models import ModelNames
@@ -29,6 +29,7 @@ class Engines:
         self.config, self.cluster, self.perf = config, cluster, perf
         self.names = ModelNames(config.model)
         self.ids = IdSource()
+        self.tags = LegTags()  # hidden-state tags of the legs in flight (Control.end drops a request's)
         self.session: aiohttp.ClientSession | None = None
         self.upstream_timeout = aiohttp.ClientTimeout(total=config.upstream_timeout_s,
                                                       sock_connect=config.connect_timeout_s)
@@ -98,10 +99,11 @@ class Engines:
 
     def body(self, iid: int, body: dict[str, Any], req_id: int, tokens_relayed: int) -> dict[str, Any]:
         """A leg's body carries the engine's own model name (see ``gateway.models``) and,
-        for engines with a hidden-state feed, the tag that ties their states to the request."""
+        for engines with a hidden-state feed, a fresh random tag that ties their states to
+        this leg (request, tokens before it, instance: ``gateway.hidden.LegTags``)."""
         body = self.names.for_engine(iid, body)
         if self.cluster.engines[iid].spec.hidden_states:
-            return tag_body(body, req_id, tokens_relayed)
+            return tag_body(body, self.tags.issue(req_id, tokens_relayed, iid))
         return body
 
     def wants_ids(self, iid: int) -> bool:

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
+from baton.gateway.hidden import DROP_REASONS
+
 _LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56,
                       5.12, 10.24, 20.48, 40.96)
 
@@ -38,6 +40,10 @@ class GatewayMetrics:
         self.flips = Counter("baton_role_flips", "Instance role changes", ["role"], registry=r)
         self.hidden_states = Counter("baton_hidden_states", "Engine hidden states handed to the policy "
                                      "(learned length prediction)", registry=r)
+        self.hidden_dropped = Counter("baton_hidden_states_dropped", "Engine hidden states not believed, by "
+                                      "reason (gateway.hidden.DROP_REASONS)", ["reason"], registry=r)
+        for reason in DROP_REASONS:
+            self.hidden_dropped.labels(reason)
         self.hidden_sources = Gauge("baton_hidden_state_sources_connected",
                                     "Engine hidden-state sockets the gateway is subscribed to", registry=r)
         self.deflections = Counter("baton_deflections", "Prefills deflected onto decode-capable instances",

@@ -15,14 +15,13 @@ import aiohttp
 import aiohttp.http_exceptions
 from aiohttp import web
 
-from baton.core.events import HiddenState
 from baton.gateway import admin
 from baton.gateway.client import ClientOut
 from baton.gateway.config import GatewayConfig
 from baton.gateway.control import Control
 from baton.gateway.engines import Engines
 from baton.gateway.flow import Flow
-from baton.gateway.hidden import HiddenStateFeed
+from baton.gateway.hidden_feed import FeedLimits, HiddenSource, HiddenStateFeed
 from baton.gateway.live import LiveCluster
 from baton.gateway.metrics import GatewayMetrics
 from baton.gateway.middleware import RefusalLog, client_keys, counted, mark_error
@@ -79,7 +78,8 @@ class Gateway:
     def __init__(self, config: GatewayConfig) -> None:
         self.config = config
         if any(e.hidden_states for e in config.engines):
-            HiddenStateFeed.check_available()  # a missing pyzmq is a config error, not a start-up crash
+            # a missing pyzmq is a config error, not a start-up crash
+            HiddenStateFeed.check_available(curve=any(e.hidden_states_key for e in config.engines))
         perf = presets.build(config.preset)
         self._t0 = time.monotonic()  # the clock starts again when the server starts
         self.cluster = LiveCluster(lambda: time.monotonic() - self._t0, perf.kv_capacity_tokens // config.block_size,
@@ -89,7 +89,7 @@ class Gateway:
             self.engines.add(spec)
         scheduler = scheduler_for(config.policy, perf, config.seed, config.ttft_slo_s, config.tpot_slo_s,
                                   extras_for(config.policy, config.preset))
-        self.control = Control(config, self.cluster, scheduler, GatewayMetrics())
+        self.control = Control(config, self.cluster, scheduler, GatewayMetrics(), self.engines.tags)
         self.scraper = Scraper(self.control, self.engines)
         self.reading = 0  # connections whose request body is still being read
         self.reading_by: dict[str, int] = {}  # the same, per client address
@@ -128,11 +128,7 @@ class Gateway:
             self._tasks.append(asyncio.create_task(self._outlier_loop()))
         for stage_index, interval in self.scheduler.tickers:
             self._tasks.append(asyncio.create_task(self._tick_loop(stage_index, interval)))
-        addresses = [e.spec.hidden_states for e in self.cluster.engines.values() if e.spec.hidden_states]
-        if addresses:
-            self.hidden = HiddenStateFeed(addresses, self._hidden_state, self.cluster.now,
-                                          self.metrics.hidden_sources.set)
-            self._tasks.append(asyncio.create_task(self.hidden.run()))
+        self._start_hidden_feed()
 
     async def _stop(self, _app: web.Application) -> None:
         tasks = [*self._tasks, *self.scraper.tasks.values()]
@@ -158,8 +154,18 @@ class Gateway:
             await asyncio.sleep(self.config.outliers.interval_s)
             self.control.sweep_outliers()
 
-    def _hidden_state(self, state: HiddenState) -> bool:
-        return self.control.hidden_state(state)
+    def _start_hidden_feed(self) -> None:
+        """Subscribe to the engines' hidden states (``gateway.hidden_feed``), if any publish."""
+        sources = [HiddenSource(iid, e.spec.name, e.spec.hidden_states, e.spec.hidden_states_key)
+                   for iid, e in self.cluster.engines.items() if e.spec.hidden_states]
+        if not sources:
+            return
+        c, dropped = self.config, self.metrics.hidden_dropped
+        self.hidden = HiddenStateFeed(sources, self.control.hidden_state, lambda r: dropped.labels(r).inc(),
+                                      self.metrics.hidden_sources.set,
+                                      FeedLimits(c.hidden_states_rate_per_s, c.hidden_states_max_dim),
+                                      c.hidden_states_client_key)
+        self._tasks.append(asyncio.create_task(self.hidden.run()))
 
     # --- endpoints -----------------------------------------------------------------------
     async def health(self, _request: web.Request) -> web.Response:
