@@ -14,10 +14,14 @@ decisions and requests by outcome, so a policy that stops acting shows as a flat
 At the end it waits for the requests in flight, then checks the residue (the gateway's
 bookings and held prefills, and the emulators' running and waiting requests) is zero.
 
+With ``--chaos`` a decode engine is hurt every ``--chaos-every-s`` seconds, in turn:
+SIGKILLed and restarted on its port 5 s later, or SIGSTOPped for 8 s (a hang with its
+connections open). Requests on it continue on the other decode engines, token-exact.
+
 Checks (exit 1 when one fails): every request answered 200 with exactly its tokens, the
 policy ticked in every report window (when it has ticks), no tick failed, zero residue.
 
-Usage: python benchmarks/live_soak.py [--policy ares] [--seconds 600] [--rate 2]
+Usage: python benchmarks/live_soak.py [--policy ares] [--seconds 600] [--rate 2] [--chaos]
                                       [--output-low 256] [--output-high 4096] [--prompt-high 1024]
 The last line is one JSON object of the run's figures.
 """
@@ -30,6 +34,7 @@ import json
 import random
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -109,6 +114,27 @@ async def traffic(url: str, args: argparse.Namespace) -> dict:
     return {"sent": rid, "errors": errors, "rows": rows}
 
 
+def chaos(victims, every_s: float, stop: threading.Event, log: list[str]) -> None:
+    """Hurt one of ``victims`` every ``every_s`` seconds: kill-and-restart, then a hang."""
+    for n in range(10**9):
+        if stop.wait(every_s):
+            return
+        victim = victims[n % len(victims)]
+        if n % 2 == 0:
+            victim.kill()
+            log.append(f"killed {victim.url}")
+            if stop.wait(5.0):
+                victim.restart()
+                return
+            victim.restart()
+        else:
+            victim.pause()
+            log.append(f"paused {victim.url}")
+            stop.wait(8.0)
+            victim.resume()
+        print(f"chaos: {log[-1]} (back now)", flush=True)
+
+
 def residue(gw_url: str, engines) -> dict[str, float]:
     """What is still booked or running anywhere (all zero when idle)."""
     body = get(gw_url + "/admin/instances", headers=AUTH)[1]
@@ -132,6 +158,8 @@ def main() -> None:
     ap.add_argument("--mixed", type=int, default=0)
     ap.add_argument("--report-s", type=float, default=10.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--chaos", action="store_true", help="kill/restart or hang a decode engine periodically")
+    ap.add_argument("--chaos-every-s", type=float, default=45.0)
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="baton-soak-"))
     roles = ["prefill"] * args.prefill + ["decode"] * args.decode + ["mixed"] * args.mixed
@@ -139,8 +167,16 @@ def main() -> None:
     gw = start_gateway(work, {"engines": [{"name": f"{r}{i}", "url": e.url, "role": r}
                                           for i, (e, r) in enumerate(zip(engines, roles))],
                               "policy": args.policy, "admin_token": "soak", "scrape_interval_s": 0.5})
+    stop, hurt = threading.Event(), []
+    victims = [e for e, r in zip(engines, roles) if r != "prefill"][:1] or engines[-1:]
     with servers(*engines, gw):
+        if args.chaos:
+            threading.Thread(target=chaos, args=(victims, args.chaos_every_s, stop, hurt), daemon=True).start()
         run = asyncio.run(traffic(gw.url, args))
+        stop.set()
+        if args.chaos:
+            for e in victims:
+                e.wait_ready()
         time.sleep(2.0)  # engines finish aborted work and the last scrape lands
         final, left = scrape(gw.url), residue(gw.url, engines)
         tracebacks = gw.log.read_text().count("Traceback")
@@ -153,7 +189,7 @@ def main() -> None:
     print("residue:", left, "checks:", checks, "logs in", work)
     print(json.dumps({"policy": args.policy, "seconds": args.seconds, "rate_rps": args.rate,
                       "output_tokens": [args.output_low, args.output_high], "sent": run["sent"],
-                      "failed": len(run["errors"]), **final, **checks}))
+                      "failed": len(run["errors"]), "chaos_events": len(hurt), **final, **checks}))
     sys.exit(0 if all(checks.values()) else 1)
 
 

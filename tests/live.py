@@ -34,9 +34,17 @@ class Server:
                  cmd: list[str] | None = None) -> None:
         self.port, self.log = port, log
         self._logf = open(log, "wb")
-        self.proc = subprocess.Popen((cmd or BIN) + args, stdout=self._logf, stderr=subprocess.STDOUT,
-                                     env={**os.environ, **(env or {})}, start_new_session=True,
-                                     cwd=Path(__file__).resolve().parents[1])
+        self._argv, self._env = (cmd or BIN) + args, {**os.environ, **(env or {})}
+        self.proc = self._spawn()
+
+    def _spawn(self) -> subprocess.Popen:
+        return subprocess.Popen(self._argv, stdout=self._logf, stderr=subprocess.STDOUT, env=self._env,
+                                start_new_session=True, cwd=Path(__file__).resolve().parents[1])
+
+    def restart(self) -> None:
+        """SIGKILL, then the same command on the same port again (a crash, then a restart)."""
+        self.kill()
+        self.proc = self._spawn()
 
     @property
     def url(self) -> str:

@@ -127,18 +127,3 @@ def test_proven_means_the_last_counted_leg_succeeded():
     d.failure(0, 0.0)
     assert not d.proven(0)
 
-
-def test_refusals_log_a_line_each_at_debug_and_a_summary_at_info_at_most_every_interval(caplog):
-    from baton.gateway.middleware import RefusalLog
-
-    now = [0.0]
-    refusals = RefusalLog(every_s=10.0, clock=lambda: now[0])
-    with caplog.at_level("DEBUG", logger="baton.gateway"):
-        for i in range(1000):
-            now[0] = i * 0.025  # 40 refusals a second for 25 s
-            refusals.note(429 if i % 2 else 400, "rate_limit_exceeded" if i % 2 else "invalid_request_error",
-                          "/v1/completions", "127.0.0.1")
-    debug = [r for r in caplog.records if r.levelname == "DEBUG"]
-    info = [r.getMessage() for r in caplog.records if r.levelname == "INFO"]
-    assert len(debug) == 1000
-    assert len(info) == 2 and info[0].startswith("refused 401 requests in the last 10 s")

@@ -74,6 +74,10 @@ class GatewayConfig:
     connect_timeout_s: float = 3.0
     max_recoveries: int = 2
     max_engine_deaths: int = 2
+    # an engine fault counts towards max_engine_deaths only within this many seconds of its
+    # leg's start: a request that crashes engines does so as it arrives, while one that ran
+    # well there for longer (a long decode when an engine is killed) is not the cause
+    death_window_s: float = 10.0
     # read deadlines on legs: before a leg's first token 3 x the predicted prefill + 5 s
     # (colocated and deflected legs wait for a whole prefill), then max(5 s, 50 x the
     # instance's recent token interval); past them the engine counts as hung
@@ -199,6 +203,7 @@ _SCALARS = {"host": str, "port": int, "model": str, "preset": str, "pd_protocol"
             "admin_token": str, "scrape_interval_s": (int, float), "scrape_timeout_s": (int, float), "unhealthy_after_failures": int,
             "max_inflight": int, "max_body_bytes": int, "upstream_timeout_s": (int, float),
             "connect_timeout_s": (int, float), "max_recoveries": int, "max_engine_deaths": int,
+            "death_window_s": (int, float),
             "first_token_timeout_factor": (int, float), "first_token_timeout_base_s": (int, float),
             "token_timeout_factor": (int, float), "token_timeout_min_s": (int, float),
             "header_timeout_s": (int, float), "body_timeout_s": (int, float), "max_prompt_tokens": int,
@@ -236,7 +241,7 @@ def parse_config(raw: Any, source: str = "config") -> GatewayConfig:
     _require(cfg.log_level.upper() in LOG_LEVELS, "log_level", f"expected one of {', '.join(LOG_LEVELS)}")
     _require(cfg.pd_protocol in PD_PROTOCOLS, "pd_protocol", f"expected one of {', '.join(PD_PROTOCOLS)}")
     for key in ("scrape_interval_s", "scrape_timeout_s", "max_inflight", "max_body_bytes", "upstream_timeout_s",
-                "connect_timeout_s", "block_size", "unhealthy_after_failures", "max_engine_deaths",
+                "connect_timeout_s", "block_size", "unhealthy_after_failures", "max_engine_deaths", "death_window_s",
                 "default_max_tokens", "decisions_log_size", "first_token_timeout_factor",
                 "first_token_timeout_base_s", "token_timeout_factor", "token_timeout_min_s",
                 "header_timeout_s", "body_timeout_s", "max_prompt_tokens", "prefill_inflight_limit",

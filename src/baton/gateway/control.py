@@ -26,6 +26,7 @@ from baton.gateway.holding import PrefillHold
 from baton.gateway.live import LiveCluster
 from baton.gateway.metrics import GatewayMetrics, TokenTimes
 from baton.gateway.outliers import OutlierDetector
+from baton.gateway.ratelog import RateLimitedLog
 from baton.gateway.upstream import UpstreamError
 from baton.policies.base import Scheduler
 from baton.protocol.errors import ApiError
@@ -58,6 +59,7 @@ class Control:
         self.watches: dict[int, tuple[int, int]] = {}  # req id -> (stage index, context tokens)
         self.decisions: deque[tuple[str, int, int]] = deque(maxlen=config.decisions_log_size)  # admin API
         self.outliers = OutlierDetector(config.outliers, self._may_eject)
+        self.leg_errors = RateLimitedLog(log, "failed legs", logging.WARNING)
         for iid in cluster.engines:
             self.outliers.add(iid)
         metrics.watch(cluster, self.hold)
@@ -254,7 +256,7 @@ class Control:
         kind = "connect" if up and up.connect else "timeout" if up and up.timed_out else (
             "malformed" if up and up.malformed else "http" if up and up.status else "stream")
         self.metrics.backend_errors.labels(self.cluster.engines[iid].spec.name, kind).inc()
-        log.warning("engine %s: %s error: %s", self.cluster.engines[iid].spec.name, kind, err)
+        self.leg_errors.note(f"engine {self.cluster.engines[iid].spec.name} {kind} error", str(err))
         if up is None or up.engine_fault:
             self.note_failure(iid)
         if blame:

@@ -39,13 +39,14 @@ class LegFaults:
         self.deaths = 0                   # engine faults while the request was in flight
         self.suspects: dict[int, UpstreamError] = {}  # HTTP error answers not yet attributed
 
-    def failed(self, iid: int, err: UpstreamError, what: str) -> None:
-        """Book a failed leg on ``iid``. Returns when the leg may be sent again elsewhere;
-        raises ApiError when the request must end (the engine's own 4xx, a quarantine,
-        or ``max_engine_deaths`` engine faults)."""
+    def failed(self, iid: int, err: UpstreamError, what: str, leg_age_s: float = 0.0) -> None:
+        """Book a failed leg on ``iid`` that was sent ``leg_age_s`` seconds ago. Returns
+        when the leg may be sent again elsewhere; raises ApiError when the request must end
+        (the engine's own 4xx, a quarantine, or ``max_engine_deaths`` engine faults that
+        came within ``death_window_s`` of their leg's start)."""
         self.failed_on.add(iid)
         if err.status is None or err.malformed:
-            return self._engine_fault(iid, err)
+            return self._engine_fault(iid, err, leg_age_s)
         if err.status == 404:
             self.control.backend_error(iid, err)
             self.rediscover(iid)
@@ -58,9 +59,9 @@ class LegFaults:
             self._second_opinion(err, what)
         return None
 
-    def _engine_fault(self, iid: int, err: UpstreamError) -> None:
+    def _engine_fault(self, iid: int, err: UpstreamError, leg_age_s: float) -> None:
         self.control.backend_error(iid, err)
-        if not err.connect:
+        if not err.connect and leg_age_s <= self.control.config.death_window_s:
             self.deaths += 1
         if self.deaths >= self.control.config.max_engine_deaths:
             raise ApiError(502, f"engines failed {self.deaths} times while serving this request; "

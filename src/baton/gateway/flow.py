@@ -46,7 +46,7 @@ class Flow:
         self.leg: StreamLeg | None = None
         self.migrate_to: int | None = None
         self.path = "pd"
-        self.recoveries = 0
+        self.leg_sent_s = 0.0  # when the current leg was sent (gateway clock)
         self.reason: str | None = None
         self.times = TokenTimes()  # as the client saw them
         self._prefill_task: asyncio.Task | None = None
@@ -59,6 +59,7 @@ class Flow:
 
     async def _open(self, leg: StreamLeg) -> None:
         """Send a streamed leg; no headers by the first-token deadline: a hung engine."""
+        self.leg_sent_s = self.cluster.clock()
         try:
             await within(self.engines.first_token_deadline_s(leg.instance_id,
                                                               self.state.request.prompt_tokens + self.out.tokens),
@@ -172,13 +173,14 @@ class Flow:
         """Run the prefill leg, moving to another prefill instance on engine faults."""
         body = handoff.prefill_body(self.parsed)
         for _ in range(self.control.config.max_recoveries + 1):
+            self.leg_sent_s = self.cluster.clock()
             try:
                 resp = await within(
                     self.engines.first_token_deadline_s(p, self.state.request.prompt_tokens), f"prefill on {self._name(p)}",
                     post_json(self.engines.session, self.cluster.url(p) + endpoint(self.parsed.kind),
                               self._body(p, body), self.engines.headers(p), self.engines.upstream_timeout))
             except UpstreamError as err:
-                self.faults.failed(p, err, "prefill")
+                self.faults.failed(p, err, "prefill", self.cluster.clock() - self.leg_sent_s)
                 self.control.metrics.child(self.control.metrics.retries, "prefill").inc()
                 p = self._elsewhere(err, "prefill", lambda ex: self.control.fallback_prefill(self.state, ex))
                 continue
@@ -371,9 +373,8 @@ class Flow:
     async def _recover(self, iid: int, err: UpstreamError) -> None:
         """The decode leg on ``iid`` failed: continue elsewhere when that is safe, else
         fail the request."""
-        self.faults.failed(iid, err, "decode")
-        while self.recoveries < self.control.config.max_recoveries:
-            self.recoveries += 1
+        self.faults.failed(iid, err, "decode", self.cluster.clock() - self.leg_sent_s)
+        for _ in range(self.control.config.max_recoveries):  # attempts for this one failure
             target = self._elsewhere(err, "decode", lambda ex: self.control.choose_decode(self.state, ex))
             self.out.discard_unsent()  # a failed leg's chunks not yet sent go with it
             if self.can_continue:
@@ -387,7 +388,7 @@ class Flow:
             try:
                 await self._open(leg)
             except UpstreamError as err2:
-                self.faults.failed(target, err2, "decode")
+                self.faults.failed(target, err2, "decode", self.cluster.clock() - self.leg_sent_s)
                 err = err2
                 continue
             self.control.metrics.recoveries.inc()

@@ -3,18 +3,13 @@ by status code and error type with its rate-limited log of refused requests."""
 
 from __future__ import annotations
 
-import logging
-import time
-from collections import Counter
-from collections.abc import Callable
-
 from aiohttp import web
 
 from baton.gateway.auth import token_matches
 from baton.gateway.metrics import GatewayMetrics
+from baton.gateway.ratelog import RateLimitedLog
 from baton.protocol.errors import ApiError
 
-log = logging.getLogger("baton.gateway")
 ERROR_TYPE = "baton_error_type"  # where a response carries its OpenAI error type, for the count
 
 
@@ -22,27 +17,6 @@ def mark_error(resp: web.StreamResponse, err: ApiError) -> web.StreamResponse:
     """Note on ``resp`` the error it carries (a JSON error, or an error event in a stream)."""
     resp[ERROR_TYPE] = err.err_type
     return resp
-
-
-class RefusalLog:
-    """One DEBUG line per refused request; at INFO at most one summary per ``every_s``
-    seconds (a flood of bad requests must not flood the log)."""
-
-    def __init__(self, every_s: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
-        self.every_s, self.clock = every_s, clock
-        self._counts: Counter[str] = Counter()
-        self._since = clock()
-
-    def note(self, status: int, error_type: str, path: str, client: str | None) -> None:
-        log.debug("refused %s from %s: %d %s", path, client, status, error_type)
-        self._counts[f"{status} {error_type}"] += 1
-        now = self.clock()
-        if now - self._since >= self.every_s:
-            summary = ", ".join(f"{k} x{n}" for k, n in self._counts.most_common())
-            log.info("refused %d requests in the last %.0f s: %s", sum(self._counts.values()), now - self._since,
-                     summary)
-            self._counts.clear()
-            self._since = now
 
 
 def client_keys(keys: tuple[str, ...]):
@@ -63,7 +37,7 @@ def client_keys(keys: tuple[str, ...]):
     return check
 
 
-def counted(metrics: GatewayMetrics, refusals: RefusalLog):
+def counted(metrics: GatewayMetrics, refusals: RateLimitedLog):
     """Count every response by status and error type (``baton_responses_total``); log
     refusals (4xx and 5xx) through ``refusals``."""
 
@@ -74,6 +48,6 @@ def counted(metrics: GatewayMetrics, refusals: RefusalLog):
         status = getattr(resp, "status", 0)
         metrics.child(metrics.responses, str(status), error_type).inc()
         if status >= 400:
-            refusals.note(status, error_type, request.path, request.remote)
+            refusals.note(f"{status} {error_type}".strip(), f"{request.method} {request.path} from {request.remote}")
         return resp
     return count

@@ -16,6 +16,9 @@ from baton.gateway.engines import Engines
 from baton.gateway.live import ScrapeSample
 
 log = logging.getLogger("baton.gateway")
+# an engine restarted between two scrapes under the same model name may have another
+# context length (max_model_len): /v1/models is asked again this often (seconds)
+_MODEL_REFRESH_S = 30.0
 
 
 def _base(name: str) -> str:
@@ -61,6 +64,7 @@ class Scraper:
         self.control, self.engines, self.cluster = control, engines, control.cluster
         self.tasks: dict[int, asyncio.Task] = {}
         self._rejected: dict[int, str] = {}  # instance -> why its last sample was rejected
+        self._asked_s: dict[int, float] = {}  # instance -> when its /v1/models was last asked
         cfg = control.config
         self.timeout = aiohttp.ClientTimeout(total=cfg.scrape_timeout_s, sock_connect=cfg.connect_timeout_s)
 
@@ -84,8 +88,10 @@ class Scraper:
         prefills re-check their instance afterwards either way (with the new sample)."""
         ok = await self._probe(iid)
         self.control.hold.scraped(iid)
-        names = self.engines.names
-        if ok and (iid not in names.by_engine or iid not in names.asked):
+        names, now = self.engines.names, self.cluster.clock()
+        stale = now - self._asked_s.get(iid, -_MODEL_REFRESH_S) >= _MODEL_REFRESH_S
+        if ok and (iid not in names.by_engine or iid not in names.asked or stale):
+            self._asked_s[iid] = now
             await self._discover(iid)
         return ok
 

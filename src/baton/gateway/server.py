@@ -24,7 +24,8 @@ from baton.gateway.flow import Flow
 from baton.gateway.hidden_feed import FeedLimits, HiddenSource, HiddenStateFeed
 from baton.gateway.live import LiveCluster
 from baton.gateway.metrics import GatewayMetrics
-from baton.gateway.middleware import RefusalLog, client_keys, counted, mark_error
+from baton.gateway.middleware import client_keys, counted, mark_error
+from baton.gateway.ratelog import RateLimitedLog
 from baton.gateway.scrape import Scraper
 from baton.perf import presets
 from baton.policies import scheduler_for
@@ -106,7 +107,7 @@ class Gateway:
 
     # --- app -----------------------------------------------------------------------------
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.config.max_body_bytes, middlewares=[counted(self.metrics, RefusalLog()), json_errors,
+        app = web.Application(client_max_size=self.config.max_body_bytes, middlewares=[counted(self.metrics, RateLimitedLog(log, "refused requests")), json_errors,
                                                 client_keys(self.config.api_keys)])
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat)
