@@ -271,9 +271,8 @@ class Flow:
         return self.engines.first_token_deadline_s(leg.instance_id, self.state.request.prompt_tokens + self.out.tokens)
 
     def _complete(self) -> bool:
-        """The client has the whole answer: a finish reason was relayed, or as many tokens
-        as it asked for, or as a completions request without ``max_tokens`` gets (then
-        the reason is ``length``)."""
+        """The client has the whole answer: a finish reason was relayed, or as many tokens as
+        it asked for (a completions request without ``max_tokens``: the default; ``length``)."""
         cap = self.parsed.max_tokens
         if cap is None and self.parsed.kind == COMPLETIONS:
             cap = self.control.config.default_max_tokens
@@ -356,15 +355,17 @@ class Flow:
             log.info("request %s: migration to %s refused", self.client_xid,
                      "nowhere" if target is None else self._name(target))
             return
-        leg = self._continuation(target)
+        leg, sent_s = self._continuation(target), self.leg_sent_s
         try:
             await self._open(leg)
         except UpstreamError as err:
+            self.leg_sent_s = sent_s  # the source leg goes on
             self.control.backend_error(target, err)
             self.control.metrics.migrations.labels("failed").inc()
             log.info("request %s: migration to %s failed; it stays put", self.client_xid, self._name(target))
             return
         self._move_to(target, leg)
+        self.leg_sent_s = float("-inf")  # a move the policy chose: its engine dying is no sign of a poison request
         self.state.migrations += 1
         self.control.metrics.migrations.labels("ok").inc()
         log.info("request %s: migrated from %s to %s after %d tokens", self.client_xid,
