@@ -1,0 +1,103 @@
+"""Gateway hardening, upstream side (engines that write past their answers, bodies that
+stall the loop, ids, content types): each case failed on the code before it."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import aiohttp
+import pytest
+
+from baton.gateway import framing
+from tests.gateway.test_chaos import FAST, expected
+from tests.live import post, servers, start_fake, start_gateway
+
+CLIENTS, ROUNDS = 4, 4
+
+
+@pytest.mark.parametrize("mode", ["trail-now", "trail-later"])
+def test_bytes_after_a_complete_answer_never_reach_another_request(tmp_path, mode):
+    """N7: a prefill engine duplicates each JSON answer after its end, in the same write
+    as the body's last byte or 50 ms later while the connection idles in the pool. The
+    pooled connection handed the duplicate to the next prefill leg sent on it (another
+    client's), whose decode then continued the wrong prompt: clients got each other's
+    text. Such connections are closed now, never reused."""
+    p, d = start_fake(tmp_path), start_fake(tmp_path)
+    engines = [{"name": "p", "url": p.url, "role": "prefill"}, {"name": "d", "url": d.url, "role": "decode"}]
+    gw = start_gateway(tmp_path, {**FAST, "engines": engines, "policy": "least-loaded"})
+
+    def ask(prompt_len: int) -> tuple[int, str]:
+        status, body = post(gw.url + "/v1/completions", {"prompt": list(range(1, prompt_len + 1)), "max_tokens": 4,
+                                                         "user": mode}, timeout=10)
+        return prompt_len, body["choices"][0]["text"] if status == 200 else f"HTTP {status}: {body}"
+
+    got = []
+    with servers(p, d, gw), ThreadPoolExecutor(CLIENTS) as pool:
+        for r in range(ROUNDS):  # every request has its own prompt length, so its own text
+            got += pool.map(ask, [4 + CLIENTS * r + c for c in range(CLIENTS)])
+            time.sleep(0.1)  # the delayed duplicates land while the connections idle
+    wrong = [(n, text) for n, text in got if text != expected(n, 4)]
+    assert not wrong, f"{len(wrong)} of {len(got)} clients got another's text: {wrong[:3]}"
+
+
+def _raw(text: str) -> bytes:
+    body = text.encode()
+    return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+
+
+async def _exchanges(trail: bytes, later: bytes, make=None) -> tuple[list[str], int]:
+    """Four sequential POSTs through ``make(limit=0)``, the connector, to a raw server that answers the n-th
+    request on a connection ``answer-n`` (head first, then the body's end with ``trail``,
+    then ``later`` 20 ms after): (the bodies read, the connections the server saw)."""
+    seen = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(writer)
+        for n in itertools.count(1):
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return
+            await reader.readexactly(int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0]))
+            answer = _raw(f"answer-{n}")
+            writer.write(answer[:-1])
+            await asyncio.sleep(0.01)
+            writer.write(answer[-1:] + trail)
+            await asyncio.sleep(0.02)
+            writer.write(later)
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
+    got = []
+    async with aiohttp.ClientSession(connector=(make or framing.upstream_connector)(limit=0)) as session:
+        for _ in range(4):
+            async with session.post(url, data=b"{}") as resp:
+                got.append(await resp.text())
+            await asyncio.sleep(0.05)
+    server.close()
+    return got, len(seen)
+
+
+@pytest.mark.parametrize("trail,later", [
+    (b"", b""),  # a well-behaved engine: one connection for all four
+    (_raw("stale"), b""),  # a whole response right behind the answer
+    (_raw("stale")[:10], _raw("stale")[10:]),  # its head split over two writes
+    (b"", _raw("stale")),  # a whole response while the connection idles
+    (b"", b"x"),  # one stray byte while idle
+], ids=["clean", "whole-behind", "split-behind", "whole-idle", "byte-idle"])
+def test_a_connection_is_reused_only_after_an_answer_that_ended_at_its_framing(trail, later):
+    """N7, the mechanism: aiohttp pooled the connection when the body's end was parsed and
+    then parsed the rest of that read (or later bytes) as the next request's response."""
+    got, connections = asyncio.run(_exchanges(trail, later))
+    assert all(text.startswith("answer-") for text in got), got
+    assert connections == (1 if trail == later == b"" else 4)
+
+
+def test_without_its_protocol_hook_the_pool_closes_every_connection(monkeypatch):
+    """Where aiohttp builds connections another way, nothing is reused rather than risk it."""
+    monkeypatch.setattr(framing, "ResponseHandler", object)
+    got, connections = asyncio.run(_exchanges(b"", _raw("stale")))
+    assert got == ["answer-1"] * 4 and connections == 4
