@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+import socket
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -12,8 +16,8 @@ import aiohttp
 import pytest
 
 from baton.gateway import framing
-from tests.gateway.test_chaos import FAST, expected
-from tests.live import post, servers, start_fake, start_gateway
+from tests.gateway.test_chaos import FAST, IDS, expected
+from tests.live import get, post, request, servers, start_fake, start_gateway
 
 CLIENTS, ROUNDS = 4, 4
 
@@ -101,3 +105,78 @@ def test_without_its_protocol_hook_the_pool_closes_every_connection(monkeypatch)
     monkeypatch.setattr(framing, "ResponseHandler", object)
     got, connections = asyncio.run(_exchanges(b"", _raw("stale")))
     assert got == ["answer-1"] * 4 and connections == 4
+
+
+# Health checks timed from another process, so the test's own threads (sending the
+# bodies, holding this process's GIL) do not count in their latency.
+_POLL_HEALTH = """
+import http.client, sys, threading, time
+done, latencies = threading.Event(), []
+threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()  # until stdin closes
+while not done.is_set():
+    t0 = time.perf_counter()
+    conn = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=10)
+    conn.request("GET", "/health")
+    conn.getresponse().read()
+    conn.close()
+    latencies.append(time.perf_counter() - t0)
+    time.sleep(0.005)
+print(" ".join(f"{x:.4f}" for x in latencies))
+"""
+
+
+def _primed(port: int, body: bytes) -> socket.socket:
+    """A connection that has sent all of a completions request but its last byte."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n%s" % (len(body), body[:-1]))
+    return s
+
+
+def _status(s: socket.socket) -> int:
+    head = s.recv(65536)
+    s.close()
+    return int(head.split(b" ", 2)[1])
+
+
+def test_multi_megabyte_bodies_do_not_stall_the_event_loop(tmp_path):
+    """M5: bodies were decoded and validated on the event loop, 100-150 ms per 2 MB of
+    token ids here, back to back when several arrive at once: health checks waited for
+    all of them (the issue: p99 from 59 to 535 ms). Bodies over 64 KiB are parsed on a
+    thread now, one at a time, with the loop running between them (orjson holds the GIL
+    while it decodes, so each decode still pauses the loop: the bound is generous).
+    Sixteen 1.9 MB bodies whose last bytes arrive together; health checks all the while."""
+    a = start_fake(tmp_path)
+    gw = start_gateway(tmp_path, {**FAST, "engines": [{"name": "a", "url": a.url, "role": "mixed"}],
+                                  "policy": "colocated", "body_timeout_s": 5.0})
+    large = json.dumps({"prompt": list(range(100_000, 340_000)), "max_tokens": 2}).encode()  # 1.9 MB
+    with servers(a, gw):
+        poll = subprocess.Popen([sys.executable, "-c", _POLL_HEALTH, str(gw.port)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+        primed = [_primed(gw.port, large) for _ in range(16)]
+        time.sleep(0.1)
+        for s in primed:
+            s.sendall(large[-1:])
+        statuses = [_status(s) for s in primed]
+        time.sleep(0.1)
+        latencies = sorted(float(x) for x in poll.communicate(timeout=15)[0].split())
+        small = post(gw.url + "/v1/completions", {"prompt": IDS, "max_tokens": 2})
+    assert latencies[-1] < 0.3, f"slowest health check {latencies[-1] * 1e3:.0f} ms of {len(latencies)}"
+    assert statuses == [400] * 16  # 240,000 tokens > max_prompt_tokens, once parsed
+    assert small[0] == 200
+
+
+def test_a_body_over_max_body_bytes_is_a_413_before_it_is_read(tmp_path):
+    """M5: the cap was 4 MiB, so 3.8 MB bodies were read and parsed (their prompts far
+    over max_prompt_tokens). It is 2 MiB now, the longest allowed prompt in any form, and
+    a body declared larger is refused before it is read, with an OpenAI error body."""
+    a = start_fake(tmp_path)
+    gw = start_gateway(tmp_path, {**FAST, "engines": [{"name": "a", "url": a.url, "role": "mixed"}],
+                                  "policy": "colocated"})
+    huge = json.dumps({"prompt": list(range(100_000, 575_000)), "max_tokens": 2}).encode()  # 3.8 MB
+    with servers(a, gw):
+        status, body = request("POST", gw.url + "/v1/completions", raw=huge)
+        after = post(gw.url + "/v1/completions", {"prompt": IDS, "max_tokens": 2})
+    assert status == 413 and body["error"]["code"] == "request_too_large"
+    assert "max_body_bytes" in body["error"]["message"]
+    assert after[0] == 200
