@@ -20,6 +20,9 @@ id p and text " p"), except where the request's ``user`` field asks it to misbeh
   A streamed (decode) leg in these modes continues ``kv_transfer_params.remote_prompt``
   when given, as a decode engine continues the KV it pulled: a stale answer read by
   another request shows as another client's text.
+- ``long-line``: a stream whose first line never ends: 1 MiB writes of one JSON string,
+  up to 256 MiB or until the client closes; the bytes written are recorded as ``sent``
+  in ``/fake/requests``.
 
 With ``logprobs`` set, each streamed choice carries a completions-style logprobs object.
 
@@ -81,6 +84,8 @@ class Fake:
             return web.json_response({"error": {"message": "cannot encode", "type": "server_error"}}, status=500)
         if mode == "err-str":
             return web.json_response({"error": "bad request"}, status=400)
+        if mode == "long-line" and body.get("stream"):
+            return await self._long_line(request)
         if mode.startswith("trail-"):
             if not body.get("stream"):
                 return await self._trailing(request, prompt, n, delayed=mode == "trail-later")
@@ -123,6 +128,18 @@ class Fake:
             await asyncio.sleep(3600)
         if mode != "no-done":
             await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    async def _long_line(self, request: web.Request) -> web.StreamResponse:
+        record = self.requests[-1]
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        record["sent"] = 0
+        chunk = b"a" * (1 << 20)
+        await resp.write(b'data: {"pad": "')
+        while record["sent"] < 256 << 20 and not request.transport.is_closing():
+            await resp.write(chunk)
+            record["sent"] += len(chunk)
         return resp
 
     async def _trailing(self, request: web.Request, prompt: list, n: int, delayed: bool) -> web.StreamResponse:
