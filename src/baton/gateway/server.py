@@ -23,6 +23,7 @@ from baton.gateway.config import GatewayConfig
 from baton.gateway.control import Control
 from baton.gateway.engines import Engines
 from baton.gateway.flow import Flow
+from baton.gateway.guards import json_bodies_only
 from baton.gateway.hidden import HiddenStateFeed
 from baton.gateway.live import LiveCluster
 from baton.gateway.metrics import GatewayMetrics
@@ -125,7 +126,7 @@ class Gateway:
 
     # --- app -----------------------------------------------------------------------------
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.config.max_body_bytes, middlewares=[json_errors])
+        app = web.Application(client_max_size=self.config.max_body_bytes, middlewares=[json_errors, json_bodies_only])
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_get("/v1/models", self.models)
