@@ -16,8 +16,9 @@ import aiohttp
 import pytest
 
 from baton.gateway import framing
-from tests.gateway.test_chaos import FAST, IDS, expected
-from tests.live import get, post, request, servers, start_fake, start_gateway
+from baton.gateway.ids import IdSource
+from tests.gateway.test_chaos import AUTH, FAST, IDS, expected
+from tests.live import get, metric, post, request, servers, start_fake, start_gateway
 
 CLIENTS, ROUNDS = 4, 4
 
@@ -180,3 +181,56 @@ def test_a_body_over_max_body_bytes_is_a_413_before_it_is_read(tmp_path):
     assert status == 413 and body["error"]["code"] == "request_too_large"
     assert "max_body_bytes" in body["error"]["message"]
     assert after[0] == 200
+
+
+def test_a_stream_line_that_never_ends_fails_its_leg_at_the_cap(tmp_path):
+    """LOW: a stream line without a newline was buffered without bound (and re-joined
+    on every read, quadratic), until the leg's read deadline. The leg is malformed once
+    a line passes 16 MiB: the engine's connection is closed right there."""
+    a = start_fake(tmp_path)
+    gw = start_gateway(tmp_path, {**FAST, "engines": [{"name": "a", "url": a.url, "role": "mixed"}],
+                                  "policy": "colocated", "first_token_timeout_base_s": 20.0,
+                                  "token_timeout_min_s": 20.0})
+    with servers(a, gw):
+        t0 = time.monotonic()
+        status, body = post(gw.url + "/v1/completions", {"prompt": IDS, "max_tokens": 2, "user": "long-line"},
+                            timeout=30)
+        took = time.monotonic() - t0
+        sent = get(a.url + "/fake/requests")[1][-1]["sent"]
+        malformed = metric(gw.url, 'baton_backend_errors_total{instance="a",kind="malformed"}')
+        log = gw.log.read_text()
+    assert status == 503 and body["error"]["message"]  # nowhere else to continue
+    assert malformed == 1 and "a stream line longer than 16777216 bytes" in log and took < 10
+    assert sent < 64 << 20  # the cap, plus what the sockets' buffers held
+
+
+def test_internal_ids_are_unguessable():
+    """LOW: ids were a per-process random prefix plus a counter, so one response id
+    (``cmpl-<id>``) gave away every other request's id, and the X-Request-Id its legs
+    carried to engines. Each id is 128 fresh random bits now."""
+    source = IdSource()
+    a, b = source.next(), source.next()
+    assert len(a) == len(b) == 32 and int(a, 16) >= 0
+    assert a[:16] != b[:16] and abs(int(b, 16) - int(a, 16)) > 1 << 64
+
+
+def test_api_and_admin_bodies_must_be_declared_json(tmp_path):
+    """LOW: a JSON body sent as text/plain (or a form) was served, so any web page could
+    make a visitor's browser post to the gateway without a CORS preflight. POST, PUT and
+    PATCH to /v1/ and /admin/ need ``Content-Type: application/json`` now (415)."""
+    a = start_fake(tmp_path)
+    gw = start_gateway(tmp_path, {**FAST, "engines": [{"name": "a", "url": a.url, "role": "mixed"}],
+                                  "policy": "colocated"})
+    body = json.dumps({"prompt": IDS, "max_tokens": 2}).encode()
+    with servers(a, gw):
+        plain = request("POST", gw.url + "/v1/completions", raw=body, headers={"Content-Type": "text/plain"})
+        form = request("POST", gw.url + "/v1/chat/completions", raw=b"a=b",
+                       headers={"Content-Type": "application/x-www-form-urlencoded"})
+        admin = request("PATCH", gw.url + "/admin/instances/a", raw=b'{"role": "decode"}',
+                        headers={**AUTH, "Content-Type": "text/plain"})
+        charset = request("POST", gw.url + "/v1/completions", raw=body,
+                          headers={"Content-Type": "application/json; charset=utf-8"})
+    for status, answer in (plain, form, admin):
+        assert status == 415 and answer["error"]["code"] == "unsupported_media_type", (status, answer)
+    assert "text/plain" in plain[1]["error"]["message"]
+    assert charset[0] == 200
