@@ -14,6 +14,15 @@ id p and text " p"), except where the request's ``user`` field asks it to misbeh
 - ``tokens-then-die``: every token asked for but no finish reason, then the connection is
   dropped.
 - ``huge-usage``: a normal answer whose ``usage.prompt_tokens`` says 10^10.
+- ``trail-now`` / ``trail-later``: a JSON (prefill) answer whose ``kv_transfer_params``
+  name the prompt (``remote_prompt``), followed by a duplicate of the whole HTTP response:
+  in the same write as the body's last byte, or 50 ms later while the connection idles.
+  A streamed (decode) leg in these modes continues ``kv_transfer_params.remote_prompt``
+  when given, as a decode engine continues the KV it pulled: a stale answer read by
+  another request shows as another client's text.
+- ``long-line``: a stream whose first line never ends: 1 MiB writes of one JSON string,
+  up to 256 MiB or until the client closes; the bytes written are recorded as ``sent``
+  in ``/fake/requests``.
 - ``500-plain``: HTTP 500 with a plain-text body (as an engine whose template crashed);
 - ``event-after-N``: N tokens, then an error event in the stream (only for prompts of 8
   tokens or fewer, so a continuation elsewhere runs normally).
@@ -102,6 +111,12 @@ class Fake:
             return web.json_response({"error": {"message": "cannot encode", "type": "server_error"}}, status=500)
         if mode == "err-str":
             return web.json_response({"error": "bad request"}, status=400)
+        if mode == "long-line" and body.get("stream"):
+            return await self._long_line(request)
+        if mode.startswith("trail-"):
+            if not body.get("stream"):
+                return await self._trailing(request, prompt, n, delayed=mode == "trail-later")
+            prompt = (body.get("kv_transfer_params") or {}).get("remote_prompt", prompt)
         shape = {"list": [1, 2], "str": "x", "num": 7}.get(mode)
         if not body.get("stream"):
             if shape is not None:
@@ -144,6 +159,37 @@ class Fake:
             await asyncio.sleep(3600)
         if mode != "no-done":
             await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    async def _long_line(self, request: web.Request) -> web.StreamResponse:
+        record = self.requests[-1]
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        record["sent"] = 0
+        chunk = b"a" * (1 << 20)
+        await resp.write(b'data: {"pad": "')
+        while record["sent"] < 256 << 20 and not request.transport.is_closing():
+            await resp.write(chunk)
+            record["sent"] += len(chunk)
+        return resp
+
+    async def _trailing(self, request: web.Request, prompt: list, n: int, delayed: bool) -> web.StreamResponse:
+        """A complete answer, then a duplicate of the whole response: bytes an engine
+        should never write. The body's last byte goes out with the duplicate (or alone,
+        the duplicate following 50 ms later), after the head and the rest of the body."""
+        answer = dict(self._answer(prompt, n), kv_transfer_params={"remote_prompt": prompt})
+        data = json.dumps(answer).encode()
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        resp.content_length = len(data)
+        await resp.prepare(request)
+        await resp.write(data[:-1])
+        await asyncio.sleep(0.01)  # the client has parsed the head: the end comes in another read
+        duplicate = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
+            len(data), data)
+        transport = request.transport
+        transport.write(data[-1:] if delayed else data[-1:] + duplicate)
+        if delayed:  # the handler returns: the connection idles at the client when this lands
+            asyncio.get_running_loop().call_later(0.05, lambda: transport.is_closing() or transport.write(duplicate))
         return resp
 
     @staticmethod

@@ -69,7 +69,11 @@ class GatewayConfig:
     unhealthy_after_failures: int = 3
     scrape_timeout_s: float = 5.0
     max_inflight: int = 1024
-    max_body_bytes: int = 4 * 1024 * 1024
+    # 2 MiB holds the longest prompt max_prompt_tokens allows (131,072 tokens) in any
+    # form: token ids take at most 8 bytes each ("151935, "), text about 4-6 bytes per
+    # token, 12 when every character is a JSON \u escape; 413 beyond it (raise it for
+    # inline images). Larger bodies only cost parse time on the gateway.
+    max_body_bytes: int = 2 * 1024 * 1024
     upstream_timeout_s: float = 600.0
     connect_timeout_s: float = 3.0
     max_recoveries: int = 2

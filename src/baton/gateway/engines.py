@@ -12,6 +12,7 @@ import aiohttp
 import numpy as np
 
 from baton.gateway.config import EngineSpec, GatewayConfig
+from baton.gateway.framing import upstream_connector
 from baton.gateway.hidden import LegTags, tag_body
 from baton.gateway.ids import IdSource
 from baton.gateway.live import LiveCluster
@@ -49,7 +50,8 @@ class Engines:
         return iid
 
     def open_session(self) -> None:
-        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
+        # keep-alive, but a connection whose engine wrote past a response is never reused
+        connector = upstream_connector(limit=0, ttl_dns_cache=300)
         self.session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
 
     async def close_session(self) -> None:

@@ -16,6 +16,11 @@ from baton.protocol.chunks import chunk_text
 from baton.protocol.errors import ApiError
 from baton.protocol.requests import CHAT
 
+# The most an engine may send as one stream line (one SSE event) or one JSON answer. The
+# largest legitimate ones carry a prompt's token ids (131,072 ids, about 1 MiB) or
+# prompt logprobs; past this the answer is malformed, not buffered on and on.
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
+
 
 class UpstreamError(Exception):
     """A leg failed. ``connect`` is True when the engine could not be reached at all
@@ -101,10 +106,25 @@ def _other_output(choice: dict[str, Any]) -> bool:
                                                                    "function_call"))
 
 
+async def _read_json(resp: aiohttp.ClientResponse) -> Any:
+    """A whole (non-streamed) answer, decoded; UpstreamError (malformed) beyond
+    ``MAX_ANSWER_BYTES``, ValueError if it is not JSON."""
+    if (resp.content_length or 0) > MAX_ANSWER_BYTES:
+        raise _malformed(f"an answer of {resp.content_length} bytes (at most {MAX_ANSWER_BYTES})")
+    parts, size = [], 0
+    async for part in resp.content.iter_any():
+        size += len(part)
+        if size > MAX_ANSWER_BYTES:
+            raise _malformed(f"an answer longer than {MAX_ANSWER_BYTES} bytes")
+        parts.append(part)
+    raw = b"".join(parts)
+    return orjson.loads(raw) if raw.strip() else None  # an empty answer is None, as aiohttp's json()
+
+
 async def _error_of(resp: aiohttp.ClientResponse) -> UpstreamError:
     try:
-        body = await resp.json(content_type=None)
-    except (ValueError, aiohttp.ClientError):
+        body = await _read_json(resp)
+    except (ValueError, aiohttp.ClientError, UpstreamError):
         body = None
     err = body.get("error") if isinstance(body, dict) else None
     if isinstance(err, str):  # some servers send {"error": "text"}
@@ -123,7 +143,7 @@ async def post_json(session: aiohttp.ClientSession, url: str, body: dict[str, An
         async with session.post(url, data=orjson.dumps(body), headers=headers, timeout=timeout) as resp:
             if resp.status != 200:
                 raise await _error_of(resp)
-            answer = await resp.json(content_type=None)
+            answer = await _read_json(resp)
             if not isinstance(answer, dict):
                 raise _malformed(f"the answer is a {type(answer).__name__}, not an object")
             if not isinstance(answer.get("kv_transfer_params") or {}, dict):
@@ -144,7 +164,8 @@ class StreamLeg:
         self.instance_id, self.kind, self.url = instance_id, kind, url
         self.body, self.headers = body, headers
         self._resp: aiohttp.ClientResponse | None = None
-        self._buf = b""
+        self._partial: list[bytes] = []  # a line still arriving, in the pieces it came in
+        self._partial_bytes = 0
         self.done = False
         self.finished = False  # a choice carried a finish reason
         self.received = False  # a token arrived on this leg
@@ -197,11 +218,30 @@ class StreamLeg:
         return pieces
 
     def _feed(self, data: bytes, pieces: list[Piece]) -> None:
-        self._buf += data
-        *lines, self._buf = self._buf.split(b"\n")
+        """Parse the complete lines ``data`` ends; keep the rest for the next read. A line
+        is joined once, when its end arrives (re-joining on every read is quadratic), and
+        is malformed beyond ``MAX_ANSWER_BYTES``: an engine that never sends a newline
+        cannot make the gateway buffer without bound."""
+        if b"\n" not in data:
+            self._keep(data)
+            return
+        if self._partial:
+            data = b"".join((*self._partial, data))
+            self._partial, self._partial_bytes = [], 0
+        *lines, rest = data.split(b"\n")
         for line in lines:
+            if len(line) > MAX_ANSWER_BYTES:
+                raise _malformed(f"a stream line longer than {MAX_ANSWER_BYTES} bytes")
             if line:  # every other line of an SSE stream is the blank separator
                 self._parse(line, pieces)
+        if rest:
+            self._keep(rest)
+
+    def _keep(self, part: bytes) -> None:
+        self._partial_bytes += len(part)
+        if self._partial_bytes > MAX_ANSWER_BYTES:
+            raise _malformed(f"a stream line longer than {MAX_ANSWER_BYTES} bytes")
+        self._partial.append(part)
 
     def _parse(self, line: bytes, pieces: list[Piece]) -> None:
         if not line.startswith(b"data:") or self.done:
