@@ -257,7 +257,9 @@ class Control:
             "malformed" if up and up.malformed else "http" if up and up.status else "stream")
         self.metrics.backend_errors.labels(self.cluster.engines[iid].spec.name, kind).inc()
         self.leg_errors.note(f"engine {self.cluster.engines[iid].spec.name} {kind} error", str(err))
-        if up is None or up.engine_fault:
+        # a leg fault never takes out the last instance of a side (scrapes still can): an
+        # overloaded last engine is better than none
+        if (up is None or up.engine_fault) and self._may_eject(iid):
             self.note_failure(iid)
         if blame:
             self.blame(iid)
@@ -304,7 +306,7 @@ class Control:
                     self.outliers.ejection_s(iid, self.cluster.clock()))
 
     def _may_eject(self, iid: int) -> bool:
-        """Never eject the last instance that takes new work on a side (prefill or decode)
+        """Never eject (or mark unhealthy after failed legs) the last instance that takes new work on a side (prefill or decode)
         of ``iid``'s role: every request would then fail instead of some."""
         role = self.cluster.instances[iid].role
         others = [i for i in self.cluster.instances.values() if i.instance_id != iid and i.healthy]

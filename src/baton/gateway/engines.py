@@ -135,6 +135,13 @@ class Engines:
         return found
 
     def token_timeout_s(self, iid: int) -> float:
-        """How long a streaming leg may go without a token before its engine counts as hung."""
-        c = self.config
-        return max(c.token_timeout_min_s, c.token_timeout_factor * self.cluster.instances[iid].recent_token_interval_s)
+        """How long a streaming leg may go without a token before its engine counts as hung:
+        the engine's pace, plus the prefill work the gateway has just sent it (continuations
+        arriving after another engine failed stall its running streams while it prefills
+        their contexts; a burst of them is not a hang)."""
+        c, inst = self.config, self.cluster.instances[iid]
+        pace_s = max(c.token_timeout_min_s, c.token_timeout_factor * inst.recent_token_interval_s)
+        queued = inst.prefill_queue_tokens + inst.incoming_tokens
+        if not queued:
+            return pace_s
+        return pace_s + self.first_token_timeout_s(queued) - c.first_token_timeout_base_s
