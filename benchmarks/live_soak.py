@@ -29,6 +29,7 @@ The last line is one JSON object of the run's figures.
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 import asyncio
 import json
 import random
@@ -186,6 +187,8 @@ def main() -> None:
               "zero_residue": all(v == 0 for v in left.values()), "no_traceback": tracebacks == 0}
     for err in run["errors"][:10]:
         print("error:", err)
+    kinds = Counter(e.split(":")[0] if e.startswith("status") else "short answer" for e in run["errors"])
+    print("errors by kind:", dict(kinds))
     print("residue:", left, "checks:", checks, "logs in", work)
     print(json.dumps({"policy": args.policy, "seconds": args.seconds, "rate_rps": args.rate,
                       "output_tokens": [args.output_low, args.output_high], "sent": run["sent"],

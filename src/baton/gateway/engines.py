@@ -115,9 +115,10 @@ class Engines:
     # --- deadlines ---------------------------------------------------------------------------
     def first_token_deadline_s(self, iid: int, context_tokens: int) -> float:
         """A leg's first-token deadline on instance ``iid``: its own prefill and the
-        prefill work queued there before it (the gateway's own bookings), so a burst that
-        queues many prompts is not taken for a hung engine."""
-        return self.first_token_timeout_s(context_tokens + self.cluster.instances[iid].prefill_queue_tokens)
+        prefill work queued there before it and the contexts heading there (continuations
+        re-prefill theirs; the gateway's own bookings), so a burst is not taken for a hang."""
+        inst = self.cluster.instances[iid]
+        return self.first_token_timeout_s(context_tokens + inst.prefill_queue_tokens + inst.incoming_tokens)
 
     def first_token_timeout_s(self, context_tokens: int) -> float:
         """How long a leg may take to its first token when a prefill of ``context_tokens``

@@ -37,6 +37,7 @@ class LegFaults:
         self.control, self.rediscover = control, rediscover
         self.failed_on: set[int] = set()  # instances whose leg failed for this request
         self.deaths = 0                   # engine faults while the request was in flight
+        self.hung_on: set[int] = set()    # instances whose leg failed only by a read deadline
         self.suspects: dict[int, UpstreamError] = {}  # HTTP error answers not yet attributed
 
     def failed(self, iid: int, err: UpstreamError, what: str, leg_age_s: float = 0.0) -> None:
@@ -45,6 +46,8 @@ class LegFaults:
         (the engine's own 4xx, a quarantine, or ``max_engine_deaths`` engine faults that
         came within ``death_window_s`` of their leg's start)."""
         self.failed_on.add(iid)
+        if err.timed_out:
+            self.hung_on.add(iid)
         if err.status is None or err.malformed:
             return self._engine_fault(iid, err, leg_age_s)
         if err.status == 404:
@@ -89,6 +92,13 @@ class LegFaults:
         for iid in self.suspects:
             self.control.blame(iid)
         self.suspects.clear()
+
+    def excluded_at_last(self) -> frozenset[int] | None:
+        """When every instance is excluded: the instances to exclude still, trying again
+        those whose legs only missed a deadline (an engine stalled by a burst is better
+        than none); None if that leaves nothing new."""
+        hard = self.failed_on - self.hung_on
+        return frozenset(hard) if hard != self.failed_on else None
 
     def last_answer(self, err: UpstreamError, fallback: ApiError, what: str) -> ApiError:
         """What the client gets when no other instance can take the leg: the engine's own

@@ -76,6 +76,12 @@ class Flow:
         try:
             return choose(frozenset(self.faults.failed_on))
         except ApiError as none_left:
+            softer = self.faults.excluded_at_last()
+            try:
+                if softer is not None:
+                    return choose(softer)
+            except ApiError:
+                pass
             raise self.faults.last_answer(err, none_left, what) from None
 
     @property
@@ -241,8 +247,7 @@ class Flow:
             try:
                 pieces = leg.ready()
                 if not pieces and not leg.done:
-                    pieces = await within(self._read_deadline_s(leg), f"stream from {self._name(leg.instance_id)}",
-                                          leg.next_batch())
+                    pieces = await self._read(leg)
             except UpstreamError as err:
                 if self._complete():  # the engine failed after the answer was whole: nothing to recover
                     self.control.backend_error(leg.instance_id, err)
@@ -263,6 +268,20 @@ class Flow:
                     self.migrate_to, self.state.migrating = None, False
                 else:
                     await self._migrate()
+
+    async def _read(self, leg: StreamLeg) -> list[Piece]:
+        """The next pieces within the leg's read deadline, which may grow while waiting (work
+        sent to the engine meanwhile stalls its streams): a timeout is final only when the
+        wait has outlasted the deadline as it stands then. (Cancelling a read loses nothing.)"""
+        start_s = self.cluster.clock()
+        while True:
+            waited_s = self.cluster.clock() - start_s
+            try:
+                return await within(max(0.05, self._read_deadline_s(leg) - waited_s),
+                                    f"stream from {self._name(leg.instance_id)}", leg.next_batch())
+            except UpstreamError as err:
+                if not err.timed_out or self.cluster.clock() - start_s >= self._read_deadline_s(leg):
+                    raise
 
     def _read_deadline_s(self, leg: StreamLeg) -> float:
         """Before a leg's first token a whole prefill may come first; then the engine's pace."""
