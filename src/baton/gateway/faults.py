@@ -93,12 +93,21 @@ class LegFaults:
             self.control.blame(iid)
         self.suspects.clear()
 
-    def excluded_at_last(self) -> frozenset[int] | None:
-        """When every instance is excluded: the instances to exclude still, trying again
-        those whose legs only missed a deadline (an engine stalled by a burst is better
-        than none); None if that leaves nothing new."""
-        hard = self.failed_on - self.hung_on
-        return frozenset(hard) if hard != self.failed_on else None
+    def elsewhere(self, err: UpstreamError, what: str, choose: Callable[[frozenset[int]], int]) -> int:
+        """Another instance for a failed leg (``choose(exclude)``). When every instance is
+        excluded, those whose legs only missed a deadline are tried again (an engine stalled
+        by a burst is better than none); when none is left at all, the client gets the
+        engine's own answer rather than "no healthy instance"."""
+        try:
+            return choose(frozenset(self.failed_on))
+        except ApiError as none_left:
+            hard = self.failed_on - self.hung_on
+            if hard != self.failed_on:
+                try:
+                    return choose(frozenset(hard))
+                except ApiError:
+                    pass
+            raise self.last_answer(err, none_left, what) from None
 
     def last_answer(self, err: UpstreamError, fallback: ApiError, what: str) -> ApiError:
         """What the client gets when no other instance can take the leg: the engine's own

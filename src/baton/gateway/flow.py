@@ -22,7 +22,7 @@ from baton.gateway.engines import Engines
 from baton.gateway.faults import LegFaults
 from baton.gateway.metrics import TokenTimes
 from baton.gateway.upstream import (Piece, StreamLeg, UpstreamError, endpoint, plausible_prompt_tokens,
-                                    post_json, within)
+                                    post_json, read_within, within)
 from baton.protocol.errors import ApiError
 from baton.protocol.requests import COMPLETIONS, ParsedRequest
 
@@ -69,20 +69,6 @@ class Flow:
             leg.close()
             raise
         self.faults.succeeded(leg.instance_id)
-
-    def _elsewhere(self, err: UpstreamError, what: str, choose) -> int:
-        """Another instance for a failed leg (``choose(exclude)``); when none is left,
-        the client gets the engine's own answer rather than "no healthy instance"."""
-        try:
-            return choose(frozenset(self.faults.failed_on))
-        except ApiError as none_left:
-            softer = self.faults.excluded_at_last()
-            try:
-                if softer is not None:
-                    return choose(softer)
-            except ApiError:
-                pass
-            raise self.faults.last_answer(err, none_left, what) from None
 
     @property
     def can_continue(self) -> bool:
@@ -188,7 +174,7 @@ class Flow:
             except UpstreamError as err:
                 self.faults.failed(p, err, "prefill", self.cluster.clock() - self.leg_sent_s)
                 self.control.metrics.child(self.control.metrics.retries, "prefill").inc()
-                p = self._elsewhere(err, "prefill", lambda ex: self.control.fallback_prefill(self.state, ex))
+                p = self.faults.elsewhere(err, "prefill", lambda ex: self.control.fallback_prefill(self.state, ex))
                 continue
             self.faults.succeeded(p)
             counted = plausible_prompt_tokens((resp.get("usage") or {}).get("prompt_tokens"), self.prompt_ids,
@@ -247,7 +233,8 @@ class Flow:
             try:
                 pieces = leg.ready()
                 if not pieces and not leg.done:
-                    pieces = await self._read(leg)
+                    pieces = await read_within(leg, lambda: self._read_deadline_s(leg), self.cluster.clock,
+                                               f"stream from {self._name(leg.instance_id)}")
             except UpstreamError as err:
                 if self._complete():  # the engine failed after the answer was whole: nothing to recover
                     self.control.backend_error(leg.instance_id, err)
@@ -268,20 +255,6 @@ class Flow:
                     self.migrate_to, self.state.migrating = None, False
                 else:
                     await self._migrate()
-
-    async def _read(self, leg: StreamLeg) -> list[Piece]:
-        """The next pieces within the leg's read deadline, which may grow while waiting (work
-        sent to the engine meanwhile stalls its streams): a timeout is final only when the
-        wait has outlasted the deadline as it stands then. (Cancelling a read loses nothing.)"""
-        start_s = self.cluster.clock()
-        while True:
-            waited_s = self.cluster.clock() - start_s
-            try:
-                return await within(max(0.05, self._read_deadline_s(leg) - waited_s),
-                                    f"stream from {self._name(leg.instance_id)}", leg.next_batch())
-            except UpstreamError as err:
-                if not err.timed_out or self.cluster.clock() - start_s >= self._read_deadline_s(leg):
-                    raise
 
     def _read_deadline_s(self, leg: StreamLeg) -> float:
         """Before a leg's first token a whole prefill may come first; then the engine's pace."""
@@ -395,7 +368,7 @@ class Flow:
         fail the request."""
         self.faults.failed(iid, err, "decode", self.cluster.clock() - self.leg_sent_s)
         for _ in range(self.control.config.max_recoveries):  # attempts for this one failure
-            target = self._elsewhere(err, "decode", lambda ex: self.control.choose_decode(self.state, ex))
+            target = self.faults.elsewhere(err, "decode", lambda ex: self.control.choose_decode(self.state, ex))
             self.out.discard_unsent()  # a failed leg's chunks not yet sent go with it
             if self.can_continue:
                 leg = self._continuation(target)

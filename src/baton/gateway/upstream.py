@@ -5,6 +5,7 @@ normalised pieces for decode legs. Closing a leg closes its connection, which ma
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -284,6 +285,21 @@ async def within(seconds: float, what: str, call):
 
 
 _TIMEOUT = getattr(asyncio, "timeout", None)
+
+
+async def read_within(leg: StreamLeg, deadline_s: Callable[[], float], clock: Callable[[], float],
+                      what: str) -> list[Piece]:
+    """``leg.next_batch()`` within ``deadline_s()`` seconds, a deadline that may grow while
+    waiting (work sent to the engine meanwhile stalls its streams): a timeout is final
+    only when the wait has outlasted the deadline as it stands then. Cancelling a read
+    loses nothing (the bytes stay in the response's buffer)."""
+    start_s = clock()
+    while True:
+        try:
+            return await within(max(0.05, deadline_s() - (clock() - start_s)), what, leg.next_batch())
+        except UpstreamError as err:
+            if not err.timed_out or clock() - start_s >= deadline_s():
+                raise
 
 
 def plausible_prompt_tokens(counted: object, prompt_ids: list[int] | None, limit: int) -> int | None:
