@@ -380,12 +380,3 @@ def _pct_ci(outcome) -> str:
     lo, hi = outcome.ci95
     mid = f"{outcome.baton * 100:+.1f}%"
     return mid if math.isnan(lo) else f"{mid} [{lo * 100:+.1f}, {hi * 100:+.1f}]"
-
-
-def cmd_list(args: argparse.Namespace) -> None:
-    """Policies, presets, stages or trace formats, one name per line."""
-    from baton.perf.presets import PRESETS
-    from baton.policies.catalog import POLICIES, STAGE_TYPES
-    from baton.workload import FORMATS
-    names = {"policies": POLICIES, "presets": PRESETS, "stages": STAGE_TYPES, "formats": FORMATS}[args.what]
-    print("\n".join(sorted(names)))

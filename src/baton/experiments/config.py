@@ -15,6 +15,7 @@ from baton.core.info import InfoModel, info_from_dict
 from baton.yamlfile import read_yaml
 from baton.core.request import Request
 from baton.metrics import SLO
+from baton.perf.presets import ROUTE_PREFIX, model_route, parse_model_route
 from baton.sim.cluster import ClusterSpec, cluster_from_dict
 from baton.workload import SyntheticSpec, first, generate, load_trace, scale_to_rate
 
@@ -126,10 +127,19 @@ def load_experiment(path: str | Path) -> Experiment:
         data = data["experiment"]  # a reproduction file: its regime works as an experiment
     exp = experiment_from_dict(data)
     exp.workload.trace = resolve_trace(exp.workload.trace, Path(path).parent)
-    preset = exp.cluster.preset
-    if preset.endswith(".csv") and not Path(preset).is_absolute():  # a profile, likewise
-        exp.cluster = replace(exp.cluster, preset=str((Path(path).parent / preset).resolve()))
+    exp.cluster = replace(exp.cluster, preset=resolve_preset(exp.cluster.preset, Path(path).parent))
     return exp
+
+
+def resolve_preset(preset: str, folder: Path) -> str:
+    """A profile CSV or a ``model:`` block's config.json named relative to the YAML is
+    relative to its ``folder``, not to where baton runs."""
+    if preset.startswith(ROUTE_PREFIX):
+        config, gpu, tp = parse_model_route(preset)
+        return model_route(str((folder / Path(config).expanduser()).resolve()), gpu, tp)
+    if preset.endswith(".csv") and not Path(preset).is_absolute():
+        return str((folder / preset).resolve())
+    return preset
 
 
 def resolve_trace(trace: str | None, folder: Path) -> str | None:
