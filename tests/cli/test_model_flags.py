@@ -1,5 +1,6 @@
 """``--model/--gpu/--tp`` and a YAML ``cluster.model`` block simulate a model without a
-preset; ``baton list presets|gpus`` show sources."""
+preset; ``baton list presets|gpus`` show sources; a Vidur trace's engine settings are
+checked against the simulated engine (warnings, run.json)."""
 
 import json
 from pathlib import Path
@@ -9,6 +10,12 @@ import pytest
 from tests.cli.test_cli import baton
 
 FIXTURES = Path(__file__).resolve().parents[1] / "perf" / "fixtures"
+METRICS = ("Request Id,request_e2e_time,request_inter_arrival_delay,request_num_tokens,"
+           "request_num_prefill_tokens,request_num_decode_tokens\n"
+           + "".join(f"{i},1.0,{'' if i == 0 else 0.2},400,300,100\n" for i in range(5)))
+SARATHI = {"cluster_config": {"replica_scheduler_config": {"name": "sarathi", "batch_size_cap": 128,
+                                                           "chunk_size": 512},
+                              "cache_config": {"block_size": 16}}}
 
 
 def run_json(out: Path) -> dict:
@@ -60,3 +67,16 @@ def test_list_presets_and_gpus():
     gpus = {line.split()[0] for line in baton("list", "gpus").stdout.splitlines()}
     assert {"a100-80g", "a100-40g", "h100", "h200", "l40s", "rtx4090d", "h20"} <= gpus
 
+
+def test_a_vidur_traces_engine_settings_are_checked_and_recorded(tmp_path):
+    (tmp_path / "request_metrics.csv").write_text(METRICS)
+    (tmp_path / "config.json").write_text(json.dumps(SARATHI))
+    args = ("simulate", "--trace", str(tmp_path / "request_metrics.csv"), "--quiet", "--json")
+    p = baton(*args, "--out", str(tmp_path / "a"))
+    warnings = [line for line in p.stderr.splitlines() if line.startswith("warning: the trace came from")]
+    assert p.returncode == 0 and len(warnings) == 2, p.stderr
+    assert "--max-num-batched-tokens 512" in warnings[0] and "--max-num-seqs 128" in warnings[1]
+    recorded = run_json(tmp_path / "a")["config"]["source_engine"]
+    assert recorded["max_num_batched_tokens"] == 512 and recorded["budget_key"] == "chunk_size"
+    p = baton(*args, "--max-num-batched-tokens", "512", "--max-num-seqs", "128", "--out", str(tmp_path / "b"))
+    assert p.returncode == 0 and "warning: the trace came from" not in p.stderr, p.stderr

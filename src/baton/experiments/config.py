@@ -17,7 +17,7 @@ from baton.core.request import Request
 from baton.metrics import SLO
 from baton.perf.presets import ROUTE_PREFIX, model_route, parse_model_route
 from baton.sim.cluster import ClusterSpec, cluster_from_dict
-from baton.workload import SyntheticSpec, first, generate, load_trace, scale_to_rate
+from baton.workload import SourceEngine, SyntheticSpec, first, generate, load_trace, scale_to_rate, source_engine
 
 
 @dataclass(slots=True)
@@ -32,6 +32,13 @@ class WorkloadConfig:
     arrivals: str | None = None  # poisson:R | uniform:R, for traces without arrival times
     columns: dict[str, str] | None = None  # time/prompt/output column names (any CSV or JSONL)
     time_unit: str = "s"
+
+    def source_engine(self) -> SourceEngine | None:
+        """The engine settings the trace was produced under (``baton.workload.source_engine``),
+        or None (a synthetic workload, a --columns trace, or none recorded)."""
+        if not self.trace or self.columns is not None:
+            return None
+        return source_engine(self.trace, self.format)
 
     def whole_trace(self, seed: int = 0) -> list[Request]:
         """Every request of the trace, unscaled (for disjoint windows)."""
