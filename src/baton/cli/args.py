@@ -11,6 +11,7 @@ from baton.core.errors import ConfigError
 from baton.core.info import ViewMode
 from baton.experiments import Experiment, WorkloadConfig, load_experiment, with_cluster
 from baton.metrics import SLO
+from baton.perf.presets import model_route
 from baton.sim.cluster import check_counts, engine_from_dict
 from baton.workload import FORMATS
 from baton.workload.loaders import parse_columns
@@ -38,6 +39,10 @@ def add_common(p: argparse.ArgumentParser, rate_list: bool = False) -> None:
     p.add_argument("--decode", type=int, help="decode instances")
     p.add_argument("--mixed", type=int, help="mixed (colocated) instances")
     p.add_argument("--preset", help="model@hardware performance preset, or a profile CSV from `baton profile`")
+    m = p.add_argument_group("a model without a preset (instead of --preset)")
+    m.add_argument("--model", metavar="CONFIG_JSON", help="a Hugging Face config.json (or its folder)")
+    m.add_argument("--gpu", help="the GPU type it runs on (baton list gpus)")
+    m.add_argument("--tp", type=int, help="tensor-parallel degree (default 1)")
     v = p.add_argument_group("what policies see (baton.core.info)")
     v.add_argument("--view", choices=[m.value for m in ViewMode],
                    help="exact: engine metrics as they are; scraped (default): as of the last "
@@ -94,7 +99,7 @@ def experiment_from(args: argparse.Namespace, base: Experiment | None = None) ->
     prefill, decode = args.prefill, args.decode
     if args.mixed is not None and prefill is None and decode is None and not args.config:
         prefill = decode = 0  # --mixed N alone: a colocated cluster of N instances
-    exp = with_cluster(exp, prefill=prefill, decode=decode, mixed=args.mixed, preset=args.preset)
+    exp = with_cluster(exp, prefill=prefill, decode=decode, mixed=args.mixed, preset=preset_flag(args))
     check_counts(exp.cluster)
     exp = _with_engine_flags(exp, args)
     exp = _with_view_flags(exp, args)
@@ -118,6 +123,25 @@ def experiment_from(args: argparse.Namespace, base: Experiment | None = None) ->
             raise ConfigError(f"--warmup-s: expected a non-negative number, got {args.warmup_s}")
         exp.warmup_s = args.warmup_s
     return exp
+
+
+def preset_flag(args: argparse.Namespace) -> str | None:
+    """--preset, or --model/--gpu/--tp as a preset string (``hf:PATH@GPU:tpN``; a relative
+    PATH is relative to where baton runs); None: the YAML's or the default."""
+    model, gpu, tp = getattr(args, "model", None), getattr(args, "gpu", None), getattr(args, "tp", None)
+    if model is None:
+        if gpu is not None or tp is not None:
+            raise ConfigError("--gpu/--tp: only with --model CONFIG_JSON (a preset names its own GPU and TP)")
+        return args.preset
+    if args.preset is not None:
+        raise ConfigError("--model and --preset: choose one (--model CONFIG_JSON --gpu NAME --tp N "
+                          "simulates a model without a preset)")
+    if gpu is None:
+        raise ConfigError("--model: needs --gpu NAME (baton list gpus)")
+    try:
+        return model_route(str(Path(model).expanduser().resolve()), gpu, 1 if tp is None else tp)
+    except ConfigError as err:
+        raise ConfigError(f"--{err}") from None
 
 
 ENGINE_FLAGS = ("kv_tokens", "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens",

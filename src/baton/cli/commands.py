@@ -15,6 +15,7 @@ import numpy as np
 from baton import __version__
 from baton.cli.args import experiment_from, parse_rates
 from baton.cli.output import console, points_bar, progress_bar, rows_table, summary_table
+from baton.cli.source_check import check_source_engine
 from baton.core.errors import ConfigError
 from baton.experiments import Experiment, RunData, WorkloadConfig, load_experiment, policy_label, run_experiment
 from baton.experiments.provenance import write_run_json
@@ -81,7 +82,7 @@ def _run_all(exp: Experiment, policies: list[tuple[str, Any]], args,
     out.mkdir(parents=True, exist_ok=True)
     _clear_owned(out)
     workloads = workloads or [(exp.seed, exp.workload.load(exp.seed))]  # loaded once for all policies
-    write_run_json(out, exp, [n for n, _ in policies], {"repeats": len(workloads)})
+    write_run_json(out, exp, [n for n, _ in policies], {"repeats": len(workloads), **check_source_engine(exp)})
     runs, summaries = [], {name: [] for name, _ in policies}
     for k, (seed, requests) in enumerate(workloads):
         horizon_s = requests[-1].arrival_s if requests else 0.0
@@ -208,6 +209,7 @@ def cmd_sweep(args: argparse.Namespace) -> None:
     rates = parse_rates(args.rate)
     policies = _named_policies(args)
     _validate(exp, policies)
+    source = check_source_engine(exp)
     with points_bar(not args.quiet, "sweep", len(rates) * len(policies)) as update:
         sweep = run_sweep(exp, dict(policies), rates, executor="ray" if args.ray else "processes",
                           workers=args.workers, ray_address=args.ray_address,
@@ -215,7 +217,7 @@ def cmd_sweep(args: argparse.Namespace) -> None:
     payload = _sweep_payload(sweep)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     _clear_owned(Path(args.out))
-    write_run_json(Path(args.out), exp, [n for n, _ in policies], {"rates_rps": rates})
+    write_run_json(Path(args.out), exp, [n for n, _ in policies], {"rates_rps": rates, **source})
     (Path(args.out) / "sweep.json").write_text(json.dumps(payload, indent=2))
     head = ["policy", f"max rate @{args.target:.0%} (req/s)"] + [f"{r:g} req/s" for r in rates]
     rows = _sweep_rows(sweep)
@@ -380,12 +382,3 @@ def _pct_ci(outcome) -> str:
     lo, hi = outcome.ci95
     mid = f"{outcome.baton * 100:+.1f}%"
     return mid if math.isnan(lo) else f"{mid} [{lo * 100:+.1f}, {hi * 100:+.1f}]"
-
-
-def cmd_list(args: argparse.Namespace) -> None:
-    """Policies, presets, stages or trace formats, one name per line."""
-    from baton.perf.presets import PRESETS
-    from baton.policies.catalog import POLICIES, STAGE_TYPES
-    from baton.workload import FORMATS
-    names = {"policies": POLICIES, "presets": PRESETS, "stages": STAGE_TYPES, "formats": FORMATS}[args.what]
-    print("\n".join(sorted(names)))

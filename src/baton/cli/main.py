@@ -8,6 +8,7 @@ import sys
 
 from baton import __version__
 from baton.cli import commands
+from baton.cli.listing import cmd_list
 from baton.cli.args import add_common, check_common
 from baton.core.errors import BatonError
 from baton.emulator.run import add_emulate_args
@@ -37,7 +38,7 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument("--version", action="version", version=f"baton {__version__}")
     sub = top.add_subparsers(dest="command", required=True)
     lst = sub.add_parser("list", help="the names Baton knows, one per line")
-    lst.add_argument("what", choices=["policies", "presets", "stages", "formats"])
+    lst.add_argument("what", choices=["policies", "presets", "gpus", "stages", "formats"])
     sim = sub.add_parser("simulate", help="one policy on one workload and cluster")
     add_common(sim)
     sim.add_argument("--policy", help="policy name (e.g. least-loaded); or `policy:` in --config")
@@ -111,7 +112,7 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
-COMMANDS = {"simulate": commands.cmd_simulate, "compare": commands.cmd_compare, "list": commands.cmd_list,
+COMMANDS = {"simulate": commands.cmd_simulate, "compare": commands.cmd_compare, "list": cmd_list,
             "reproduce": commands.cmd_reproduce,
             "sweep": commands.cmd_sweep, "demo": commands.cmd_demo,
             "workload": commands.cmd_workload_stats, "calibrate": commands.cmd_calibrate,

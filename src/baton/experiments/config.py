@@ -15,8 +15,9 @@ from baton.core.info import InfoModel, info_from_dict
 from baton.yamlfile import read_yaml
 from baton.core.request import Request
 from baton.metrics import SLO
+from baton.perf.presets import ROUTE_PREFIX, model_route, parse_model_route
 from baton.sim.cluster import ClusterSpec, cluster_from_dict
-from baton.workload import SyntheticSpec, first, generate, load_trace, scale_to_rate
+from baton.workload import SourceEngine, SyntheticSpec, first, generate, load_trace, scale_to_rate, source_engine
 
 
 @dataclass(slots=True)
@@ -31,6 +32,13 @@ class WorkloadConfig:
     arrivals: str | None = None  # poisson:R | uniform:R, for traces without arrival times
     columns: dict[str, str] | None = None  # time/prompt/output column names (any CSV or JSONL)
     time_unit: str = "s"
+
+    def source_engine(self) -> SourceEngine | None:
+        """The engine settings the trace was produced under (``baton.workload.source_engine``),
+        or None (a synthetic workload, a --columns trace, or none recorded)."""
+        if not self.trace or self.columns is not None:
+            return None
+        return source_engine(self.trace, self.format)
 
     def whole_trace(self, seed: int = 0) -> list[Request]:
         """Every request of the trace, unscaled (for disjoint windows)."""
@@ -126,10 +134,19 @@ def load_experiment(path: str | Path) -> Experiment:
         data = data["experiment"]  # a reproduction file: its regime works as an experiment
     exp = experiment_from_dict(data)
     exp.workload.trace = resolve_trace(exp.workload.trace, Path(path).parent)
-    preset = exp.cluster.preset
-    if preset.endswith(".csv") and not Path(preset).is_absolute():  # a profile, likewise
-        exp.cluster = replace(exp.cluster, preset=str((Path(path).parent / preset).resolve()))
+    exp.cluster = replace(exp.cluster, preset=resolve_preset(exp.cluster.preset, Path(path).parent))
     return exp
+
+
+def resolve_preset(preset: str, folder: Path) -> str:
+    """A profile CSV or a ``model:`` block's config.json named relative to the YAML is
+    relative to its ``folder``, not to where baton runs."""
+    if preset.startswith(ROUTE_PREFIX):
+        config, gpu, tp = parse_model_route(preset)
+        return model_route(str((folder / Path(config).expanduser()).resolve()), gpu, tp)
+    if preset.endswith(".csv") and not Path(preset).is_absolute():
+        return str((folder / preset).resolve())
+    return preset
 
 
 def resolve_trace(trace: str | None, folder: Path) -> str | None:

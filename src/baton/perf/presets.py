@@ -16,7 +16,15 @@ Every number says where it comes from. Sources:
 - [none]    no source for this model/GPU: the value is an assumption and says so.
 
 Terms a preset does not set keep ``Efficiency``'s defaults, which are [none]. KV capacity
-is not a preset term: it follows from the engine flags (``baton.perf.memory``).
+is not a preset term: it follows from the engine flags (``baton.perf.memory``). GPUs and
+their sources are in ``baton.perf.hardware``.
+
+A model without a preset: the route ``hf:PATH@GPU`` or ``hf:PATH@GPU:tpN`` (PATH a Hugging
+Face ``config.json`` or its folder, everything between ``hf:`` and the last ``@``; GPU a
+name of ``HARDWARE``; N the tensor-parallel degree, default 1) builds a roofline model from
+the config (``baton.perf.hf_config``) with the GPU's efficiencies (``ROUTE_EFFICIENCY``).
+It is a plain string, so it goes wherever a preset name goes (``--model/--gpu/--tp``, a YAML
+``cluster.model`` block, ``run.json``, sweep workers).
 """
 
 from __future__ import annotations
@@ -25,11 +33,14 @@ from dataclasses import dataclass
 
 from baton.core.errors import ConfigError, did_you_mean
 from baton.perf.fitted import FittedModel
+from baton.perf.hardware import HARDWARE, MiB
+from baton.perf.hf_config import model_from_hf_config
 from baton.perf.model import PerfModel
 from baton.perf.roofline import RooflineModel
-from baton.perf.specs import Efficiency, HardwareSpec, ModelSpec, MoESpec
+from baton.perf.specs import Efficiency, ModelSpec, MoESpec
 
-MiB = 2**20
+__all__ = ["A100_VIDUR", "DEFAULT_PRESET", "HARDWARE", "MODELS", "PRESETS", "Preset", "build",
+           "MiB", "model_route", "parse_model_route"]
 
 # [hf] parameters, layers, hidden, heads, KV heads, head dim, FFN width, vocabulary, and the
 # longest context (config.json's max_position_embeddings: 131,072 for Llama 3.1/3.2 and
@@ -55,32 +66,6 @@ MODELS: dict[str, ModelSpec] = {
                                   moe=MoESpec(layers=26, routed=64, top_k=6, shared=2, expert_ffn=1408)),
 }
 
-HARDWARE: dict[str, HardwareSpec] = {
-    # [spec] 312 TFLOP/s, 2.039 TB/s; [smi] 81,920 MiB; [vidur] all-reduce among 2/4/8
-    # NVLink GPUs: latency = intercept of a linear fit of the profile's medians over sizes
-    # up to 32 MiB, bus bandwidth from its slope (170 GB/s at 2 GPUs); plus Vidur's 20 us
-    # NCCL CPU launch cost per call.
-    "a100-80g": HardwareSpec("a100-80g", 312e12, 2.039e12, 81920 * MiB,
-                             interconnect_bytes_per_s=170e9,
-                             allreduce_latency_s=((2, 45e-6), (4, 49e-6), (8, 48e-6)),
-                             collective_launch_s=20e-6),
-    # [spec] SXM: 989 TFLOP/s, 3.35 TB/s; [smi] 81,559 MiB. All-reduce [vidur, scaled]: no
-    # H100 profile exists here, so the A100 DGX one is carried over: the per-call latencies
-    # (45/49/48 us at 2/4/8 GPUs, the intercepts above) and the 20 us launch unchanged
-    # [none: NVSwitch hop latency assumed equal across the two generations], the bus
-    # bandwidth scaled by NVLink 4 over NVLink 3 per-GPU bandwidth (900 / 600 GB/s):
-    # 170 -> 255 GB/s.
-    "h100": HardwareSpec("h100", 989e12, 3.35e12, 81559 * MiB, interconnect_bytes_per_s=255e9,
-                         allreduce_latency_s=((2, 45e-6), (4, 49e-6), (8, 48e-6)),
-                         collective_launch_s=20e-6),
-    # [spec] 148 TFLOP/s, 4.0 TB/s; 141 GB per GPU (SIBYL section 5.1); [smi] of the 141 GB
-    # HBM3e configuration is 143,771 MiB on H200 [none: assumed the same on H20]
-    "h20": HardwareSpec("h20", 148e12, 4.0e12, 143771 * MiB, interconnect_bytes_per_s=450e9),
-    # [spec] INT8 297 TOP/s (W8A8 runs the matmuls on INT8 tensor cores), 1.008 TB/s;
-    # [smi] 24,564 MiB
-    "rtx4090d": HardwareSpec("rtx4090d", 297e12, 1.008e12, 24564 * MiB, interconnect_bytes_per_s=32e9),
-}
-
 # [vidur] A100 efficiencies from a whole-iteration fit to Vidur's Llama-2-70B TP2 profile,
 # rounded: weight reads at 73% of HBM bandwidth (0.574 ms per layer at <= 8 tokens),
 # matmuls at 66% of peak (2.13 ms per layer at 512 tokens) with a 2-norm corner, decode
@@ -91,14 +76,25 @@ A100_VIDUR = Efficiency(compute=0.66, memory=0.73, roofline_p=2.0, attn_memory=0
                         attn_compute=0.33, attn_launch_s=18e-6, iteration_overhead_s=0.0)
 
 
+# The efficiencies of a model built from its config.json on each GPU: [vidur] on A100 (the
+# fractions of peak carried over to the 40 GB part [none]); [none] Efficiency's defaults on
+# the others.
+ROUTE_EFFICIENCY: dict[str, Efficiency] = {"a100-80g": A100_VIDUR, "a100-40g": A100_VIDUR}
+ROUTE_PREFIX = "hf:"
+HOW_TO_ADD = ("add a model with --model PATH/config.json --gpu NAME [--tp N], or in YAML "
+              "cluster.model: {config: PATH, gpu: NAME, tp: N} (GPUs: baton list gpus)")
+
+
 @dataclass(slots=True, frozen=True)
 class Preset:
-    """A model on a GPU type at a tensor-parallel degree, with sourced efficiencies."""
+    """A model on a GPU type at a tensor-parallel degree, with sourced efficiencies;
+    ``source`` says in a few words where the efficiencies come from."""
 
     model: str
     hardware: str
     tp: int
     efficiency: Efficiency
+    source: str = "none"
 
     def build(self) -> RooflineModel:
         return RooflineModel(MODELS[self.model], HARDWARE[self.hardware], self.tp, self.efficiency)
@@ -106,22 +102,26 @@ class Preset:
 
 PRESETS: dict[str, Preset] = {
     # [vidur] the profiled configuration itself
-    "llama-2-70b-tp2@a100-80g": Preset("llama-2-70b", "a100-80g", 2, A100_VIDUR),
+    "llama-2-70b-tp2@a100-80g": Preset("llama-2-70b", "a100-80g", 2, A100_VIDUR,
+                                        "vidur: the profiled A100 Llama-2-70B TP2 configuration"),
     # [vidur] the same GPU's efficiencies [none: not profiled at the 8B model's shapes]
-    "llama-3.1-8b@a100-80g": Preset("llama-3.1-8b", "a100-80g", 1, A100_VIDUR),
+    "llama-3.1-8b@a100-80g": Preset("llama-3.1-8b", "a100-80g", 1, A100_VIDUR,
+                                     "vidur: A100 efficiencies, not profiled at 8B"),
     # [none] no profile: Efficiency's defaults (H100 stands in for Arrow's H800: same SXM
     # compute and HBM, NVLink cut to 400 GB/s, which only TP > 1 would feel)
-    "llama-3.1-8b@h100": Preset("llama-3.1-8b", "h100", 1, Efficiency()),
+    "llama-3.1-8b@h100": Preset("llama-3.1-8b", "h100", 1, Efficiency(), "none: Efficiency defaults"),
     # [none] Arrow's baselines: vLLM colocated at TP 8 and vLLM-disaggregated at TP 4, with
     # the scaled DGX all-reduce above
-    "llama-3.1-8b-tp4@h100": Preset("llama-3.1-8b", "h100", 4, Efficiency()),
-    "llama-3.1-8b-tp8@h100": Preset("llama-3.1-8b", "h100", 8, Efficiency()),
+    "llama-3.1-8b-tp4@h100": Preset("llama-3.1-8b", "h100", 4, Efficiency(),
+                                     "none: Efficiency defaults, scaled A100 all-reduce"),
+    "llama-3.1-8b-tp8@h100": Preset("llama-3.1-8b", "h100", 8, Efficiency(),
+                                     "none: Efficiency defaults, scaled A100 all-reduce"),
     # [cascade] attention's share (81% at 250 x 1k tokens, 14% for one request) pins memory,
     # attn_memory and the launch cost; Figure 2's 1.1-2.1x mixed-length cost pins
     # heterogeneity (the only preset with a source for that term)
     "llama-3.2-3b@h100": Preset("llama-3.2-3b", "h100", 1, Efficiency(
         memory=0.8, attn_memory=0.75, attn_launch_s=12e-6, iteration_overhead_s=0.0,
-        heterogeneity=0.4)),
+        heterogeneity=0.4), "cascade: CascadeInfer sections 2.2-2.3 and Figure 2"),
     # [sibyl] compute, memory and attn_memory: least-squares fit of Eq. 15 for N = 8..48 at
     # a 4,000-token decode context (the output-weighted mean context of SIBYL's ShareGPT
     # reasoning workload: prompt 183 + E[O^2] / (2 E[O]) with outputs 5,657 +- 3,317 =
@@ -129,28 +129,65 @@ PRESETS: dict[str, Preset] = {
     # is implausible: the paper does not say at which context Eq. 15 was profiled.
     # iteration_overhead_s [none]
     "qwen3-32b@h20": Preset("qwen3-32b", "h20", 1, Efficiency(
-        compute=0.94, memory=0.92, attn_memory=0.78, iteration_overhead_s=3e-3)),
+        compute=0.94, memory=0.92, attn_memory=0.78, iteration_overhead_s=3e-3),
+        "sibyl: fit of SIBYL appendix I, Eq. 15"),
     # [ares] 18.23 ms per decode iteration at 50% KV (vLLM's default flags), one figure for
     # one shared weight/KV read efficiency (0.87); Figure 8: iteration time linear in
     # batched tokens, so no heterogeneity term; iteration_overhead_s [none]
     # [hf] the model card's architecture on A100 with [vidur] the A100 efficiencies as they
     # are (not refitted to this model); expert reads from the touched-experts model
     # (MoESpec.touched). Kairos's regime.
-    "deepseek-v2-lite@a100-80g": Preset("deepseek-v2-lite", "a100-80g", 1, A100_VIDUR),
+    "deepseek-v2-lite@a100-80g": Preset("deepseek-v2-lite", "a100-80g", 1, A100_VIDUR,
+                                         "hf+vidur: model card, A100 efficiencies as they are"),
     # the same without the heterogeneity term: what CascadeInfer earns beyond the paper's own
     # Figure 2 (an ablation preset; everything else as llama-3.2-3b@h100)
     "llama-3.2-3b-nohet@h100": Preset("llama-3.2-3b", "h100", 1, Efficiency(
-        memory=0.8, attn_memory=0.75, attn_launch_s=12e-6, iteration_overhead_s=0.0, heterogeneity=0.0)),
+        memory=0.8, attn_memory=0.75, attn_launch_s=12e-6, iteration_overhead_s=0.0, heterogeneity=0.0),
+        "cascade: ablation without the heterogeneity term"),
     "deepseek-r1-distill-qwen-7b-w8a8@rtx4090d": Preset(
-        "deepseek-r1-distill-qwen-7b-w8a8", "rtx4090d", 1, Efficiency(memory=0.87, attn_memory=0.87)),
+        "deepseek-r1-distill-qwen-7b-w8a8", "rtx4090d", 1, Efficiency(memory=0.87, attn_memory=0.87),
+        "ares: ARES section 5.3 and Figure 8"),
 }
 
 DEFAULT_PRESET = "llama-3.1-8b@a100-80g"
 
 
+def model_route(config: str, gpu: str, tp: int = 1) -> str:
+    """The preset string of a model's ``config.json`` (an absolute path, or relative to
+    where baton runs) on ``tp`` GPUs of type ``gpu``: ``hf:PATH@GPU:tpN``."""
+    if gpu not in HARDWARE:
+        raise ConfigError(f"gpu: unknown GPU {gpu!r}{did_you_mean(gpu, HARDWARE)}; known GPUs: "
+                          f"{', '.join(sorted(HARDWARE))}")
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise ConfigError(f"tp: expected a positive integer, got {tp!r}")
+    return f"{ROUTE_PREFIX}{config}@{gpu}:tp{tp}"
+
+
+def parse_model_route(name: str) -> tuple[str, str, int]:
+    """(config path, GPU, tensor-parallel degree) of ``hf:PATH@GPU[:tpN]``."""
+    body = name[len(ROUTE_PREFIX):]
+    path, at, target = body.rpartition("@")
+    gpu, _, tp_text = target.partition(":")
+    if not at or not path or not gpu or (tp_text and not (tp_text.startswith("tp") and tp_text[2:].isdigit())):
+        raise ConfigError(f"preset: {name!r}: expected {ROUTE_PREFIX}PATH@GPU or {ROUTE_PREFIX}PATH@GPU:tpN, "
+                          "e.g. hf:/models/llama/config.json@a100-80g:tp2")
+    tp = int(tp_text[2:]) if tp_text else 1
+    model_route(path, gpu, tp)  # validates the GPU and the degree
+    return path, gpu, tp
+
+
+def _build_route(name: str) -> RooflineModel:
+    path, gpu, tp = parse_model_route(name)
+    efficiency = ROUTE_EFFICIENCY.get(gpu, Efficiency())
+    return RooflineModel(model_from_hf_config(path), HARDWARE[gpu], tp, efficiency)
+
+
 def build(name: str) -> PerfModel:
-    """Build a named preset, or fit a profile CSV (a name ending in ``.csv``, see
-    ``baton.perf.fitted``); the error lists the known names."""
+    """Build a named preset, a model's config.json on a GPU (``hf:PATH@GPU:tpN``), or fit a
+    profile CSV (a name ending in ``.csv``, see ``baton.perf.fitted``); the error lists the
+    known names and how to add a model."""
+    if name.startswith(ROUTE_PREFIX):
+        return _build_route(name)
     if name.endswith(".csv"):
         return FittedModel.from_profile(name)
     try:
@@ -158,4 +195,4 @@ def build(name: str) -> PerfModel:
     except KeyError:
         known = ", ".join(sorted(PRESETS))
         raise ConfigError(f"preset: unknown preset {name!r}{did_you_mean(name, PRESETS)}; "
-                          f"known presets: {known}") from None
+                          f"known presets: {known}; {HOW_TO_ADD}") from None

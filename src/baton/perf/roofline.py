@@ -60,6 +60,9 @@ class RooflineModel(PerfModel):
         if model.weight_bytes >= hardware.hbm_bytes * tp:
             raise ConfigError(f"model {model.name} does not fit on {tp} x {hardware.name}")
         self.kv_capacity_tokens = self.kv_tokens_for(MemoryFlags())
+        # FLOP/s of the weight matmuls (their dtype) and of attention (16-bit activations)
+        self._matmul_flops = hardware.flops_for(model.compute_dtype)
+        self._attn_flops = hardware.flops_for(None if model.compute_dtype is None else "bf16")
 
     def kv_tokens_for(self, flags: MemoryFlags) -> int:
         """KV capacity of one instance under these engine flags (vLLM's sizing)."""
@@ -72,10 +75,10 @@ class RooflineModel(PerfModel):
         if tokens == 0:
             return IterationBreakdown(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
         flops = 2.0 * m.matmul_params * tokens / tp
-        linear_s = _combine(flops / (hw.peak_flops * eff.compute),
+        linear_s = _combine(flops / (self._matmul_flops * eff.compute),
                             m.weight_bytes_read(tokens) / tp / (hw.hbm_bytes_per_s * eff.memory), eff.roofline_p)
         attn_flops = 4.0 * m.n_layers * m.n_heads * m.head_dim * shape.prefill_attn_pairs / tp
-        prefill_attn_s = attn_flops / (hw.peak_flops * eff.attn_compute)
+        prefill_attn_s = attn_flops / (self._attn_flops * eff.attn_compute)
         het = 1.0 + eff.heterogeneity * min(shape.decode_ctx_cv2, eff.heterogeneity_cap)
         kv_read = self.kv_bytes_per_token * shape.decode_ctx_tokens * het / tp
         decode_attn_s = kv_read / (hw.hbm_bytes_per_s * eff.attn_memory)
@@ -97,7 +100,7 @@ class RooflineModel(PerfModel):
         m, hw, eff = self.model, self.hardware, self.eff
         params = 3.0 * m.hidden * m.ffn_hidden / self.tp
         flops = 2.0 * params * tokens
-        return _combine(flops / (hw.peak_flops * eff.compute),
+        return _combine(flops / (self._matmul_flops * eff.compute),
                         params * m.weight_bytes_per_param / (hw.hbm_bytes_per_s * eff.memory),
                         eff.roofline_p)
 

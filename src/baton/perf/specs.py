@@ -40,7 +40,10 @@ class ModelSpec:
     ``moe`` makes its FFNs mixtures of experts (only the routed experts a batch touches
     are read, and each token computes with ``top_k`` of them); ``kv_elems_per_layer``
     overrides the K+V elements cached per token per layer (MLA caches one compressed
-    latent: 512 + 64 for DeepSeek-V2)."""
+    latent: 512 + 64 for DeepSeek-V2). ``compute_dtype`` picks the GPU's FLOP/s for the
+    weight matmuls (``HardwareSpec.flops_for``; attention then runs at 16 bits); None
+    keeps ``peak_flops`` for both, as the named presets do. With ``tie_word_embeddings``
+    the LM head's matmul is the embedding's weights, counted once in ``params``."""
 
     name: str
     params: float
@@ -56,6 +59,8 @@ class ModelSpec:
     max_model_len: int | None = None  # the longest context the model serves (tokens)
     moe: MoESpec | None = None
     kv_elems_per_layer: int | None = None
+    compute_dtype: str | None = None  # the weight matmuls' dtype ("bf16", "fp8", "int8", ...)
+    tie_word_embeddings: bool = False  # the LM head reuses the input embedding
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -74,7 +79,8 @@ class ModelSpec:
         idle = 0.0
         if self.moe is not None:
             idle = (self.moe.routed - self.moe.top_k) * self.moe.expert_params(self.hidden) * self.moe.layers
-        return self.params - self.vocab * self.hidden - idle
+        lookup = 0.0 if self.tie_word_embeddings else self.vocab * self.hidden
+        return self.params - lookup - idle
 
     def weight_bytes_read(self, tokens: int) -> float:
         """Weight bytes one iteration of ``tokens`` batched tokens reads: everything for a
@@ -89,7 +95,12 @@ class ModelSpec:
 
 @dataclass(slots=True, frozen=True)
 class HardwareSpec:
-    """One accelerator and its links. Rates are per GPU."""
+    """One accelerator and its links. Rates are per GPU.
+
+    ``peak_flops`` is the dense tensor rate (FLOP/s) the named presets use;
+    ``dtype_flops`` lists the dense rate per matmul dtype ((dtype, FLOP/s) pairs) where the
+    GPU runs some dtype at another rate. Tensor parallelism needs a measured all-reduce
+    (``allreduce_latency_s``); a GPU without one serves at TP 1 only."""
 
     name: str
     peak_flops: float
@@ -100,6 +111,12 @@ class HardwareSpec:
     interconnect_bytes_per_s: float = 300e9
     allreduce_latency_s: tuple[tuple[int, float], ...] = ()
     collective_launch_s: float = 0.0
+    dtype_flops: tuple[tuple[str, float], ...] = ()
+
+    def flops_for(self, dtype: str | None) -> float:
+        """Dense tensor FLOP/s for matmuls in ``dtype``; ``peak_flops`` for None or a dtype
+        not listed."""
+        return next((f for d, f in self.dtype_flops if d == dtype), self.peak_flops)
 
     def allreduce_call_s(self, workers: int) -> float:
         """Fixed cost of one all-reduce among ``workers`` GPUs (latency + CPU launch), s.
@@ -109,7 +126,8 @@ class HardwareSpec:
                 return latency_s + self.collective_launch_s
         known = ", ".join(str(n) for n, _ in self.allreduce_latency_s) or "none"
         raise ConfigError(f"hardware {self.name}: no measured all-reduce latency for "
-                          f"tensor parallelism {workers} (known: {known})")
+                          f"tensor parallelism {workers} (known: {known}); use tp 1 on this GPU "
+                          "or a GPU with measured all-reduce (baton list gpus)")
 
 
 @dataclass(slots=True, frozen=True)

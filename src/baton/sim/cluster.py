@@ -8,6 +8,7 @@ from typing import Any
 
 from baton.core.errors import ConfigError
 from baton.core.instance import Role
+from baton.perf.presets import model_route
 from baton.sim.engine_types import EngineConfig
 
 
@@ -15,7 +16,9 @@ from baton.sim.engine_types import EngineConfig
 class ClusterSpec:
     """An xPyD cluster (plus optional mixed instances).
 
-    ``nic_gbps`` is each instance's NIC bandwidth in gigabits per second and
+    ``preset`` names the performance model (``baton.perf.presets.build``: a preset, a
+    ``hf:PATH@GPU:tpN`` model route, or a profile CSV). ``nic_gbps`` is each instance's
+    NIC bandwidth in gigabits per second and
     ``nic_latency_s`` its one-way latency. ``layerwise_tail`` is the share of a KV
     transfer still to send when an early-bound prefill ends (its last layers).
     """
@@ -68,7 +71,7 @@ def cluster_from_dict(data: Mapping[str, Any], where: str = "cluster") -> Cluste
     types = {"prefill": int, "decode": int, "mixed": int, "preset": str, "nic_gbps": float,
              "nic_latency_s": float, "layerwise_tail": float}
     kwargs: dict[str, Any] = {}
-    engines = ("engine", "prefill_engine", "decode_engine")
+    engines = ("engine", "prefill_engine", "decode_engine", "model")
     for key, value in data.items():
         if key in engines:
             continue
@@ -78,15 +81,39 @@ def cluster_from_dict(data: Mapping[str, Any], where: str = "cluster") -> Cluste
             raise ConfigError(f"{where}.{key}: unknown key; expected one of: "
                               f"{', '.join(sorted([*types, *engines]))}")
     # cluster.engine applies to every role; prefill_engine/decode_engine override it
+    if "model" in data:
+        if "preset" in data:
+            raise ConfigError(f"{where}: set either preset or model, not both")
+        kwargs["preset"] = model_from_dict(data["model"], f"{where}.model")
     base = engine_from_dict(data.get("engine", {}), f"{where}.engine")
     kwargs["engine"] = base
-    for key in engines[1:]:
+    for key in engines[1:3]:
         if key in data:
             kwargs[key] = engine_from_dict(data[key], f"{where}.{key}", base)
     spec = ClusterSpec(**kwargs)
     check_counts(spec, where)
     check_engines(spec, where)
     return spec
+
+
+def model_from_dict(data: Any, where: str) -> str:
+    """``{config: PATH, gpu: NAME, tp: N}`` as a preset string (``hf:PATH@GPU:tpN``); a
+    relative PATH is resolved by whoever knows the YAML's folder."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: expected a mapping with config, gpu and tp")
+    unknown = sorted(set(data) - {"config", "gpu", "tp"})
+    if unknown:
+        raise ConfigError(f"{where}.{unknown[0]}: unknown key; expected config, gpu or tp")
+    for key in ("config", "gpu"):
+        if key not in data:
+            raise ConfigError(f"{where}.{key}: required (config: a Hugging Face config.json, "
+                              "gpu: a GPU name from `baton list gpus`)")
+    config, gpu = _typed(data["config"], str, f"{where}.config"), _typed(data["gpu"], str, f"{where}.gpu")
+    tp = _typed(data.get("tp", 1), int, f"{where}.tp")
+    try:
+        return model_route(config, gpu, tp)
+    except ConfigError as err:
+        raise ConfigError(f"{where}.{err}") from None
 
 
 def check_counts(spec: ClusterSpec, where: str = "cluster") -> None:
