@@ -26,6 +26,6 @@ def serve(config: GatewayConfig) -> None:
     kwargs: dict = {"loop": loop_factory()} if loop_factory else {}
     kwargs["access_log"] = logging.getLogger("baton.access") if config.access_log else None
     # keepalive_timeout also bounds how long a fresh connection may take to send its
-    # request head, so slow-header clients cannot hold connections open for long
+    # request head (config.header_timeout_s says why it is not shorter)
     web.run_app(gw.app(), host=config.host, port=config.port, print=None, handler_cancellation=True,
                 keepalive_timeout=config.header_timeout_s, **kwargs)
