@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import argparse
-
-from aiohttp import web
+from typing import TYPE_CHECKING
 
 from baton.core.errors import ConfigError
 from baton.emulator.batcher import BatcherConfig
-from baton.emulator.hidden import secret_key_from_file
-from baton.emulator.server import EmulatorConfig, Emulator
 from baton.perf import presets
 from baton.perf.memory import MemoryFlags
+
+if TYPE_CHECKING:  # the server (aiohttp) is imported when an emulator is built: the CLI parser needs only the args
+    from baton.emulator.server import Emulator
 
 
 def add_emulate_args(p: argparse.ArgumentParser) -> None:
@@ -44,8 +44,11 @@ def add_emulate_args(p: argparse.ArgumentParser) -> None:
                    help="admit only gateways with this CURVE public key (repeatable; needs the key file)")
 
 
-def build_emulator(args: argparse.Namespace) -> Emulator:
+def build_emulator(args: argparse.Namespace) -> "Emulator":
     """An emulator from parsed options; ConfigError names a bad value."""
+    from baton.emulator.hidden import secret_key_from_file
+    from baton.emulator.server import Emulator, EmulatorConfig
+
     perf = presets.build(args.preset)
     for name in ("block_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len"):
         if getattr(args, name) <= 0:
@@ -71,8 +74,10 @@ def build_emulator(args: argparse.Namespace) -> Emulator:
     return Emulator(config, batcher, perf)
 
 
-def serve(emulator: Emulator) -> None:
+def serve(emulator: "Emulator") -> None:
     """Serve until interrupted."""
+    from aiohttp import web
+
     cfg = emulator.config
     print(f"baton emulate: {cfg.model} on http://{cfg.host}:{cfg.port} "
           f"({emulator.batcher.config.kv_blocks} KV blocks)", flush=True)

@@ -8,7 +8,6 @@ import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from scipy import stats
 
 from baton.core.errors import ConfigError
 from baton.core.request import Request
@@ -48,6 +47,8 @@ def repeat_workloads(exp: Experiment, k: int) -> list[tuple[int, list[Request]]]
 def _t_interval(diffs: np.ndarray) -> tuple[float, float]:
     if diffs.size < 2:
         return (math.nan, math.nan)
+    from scipy import stats  # here: scipy.stats costs 0.6 s at import, every CLI call would pay it
+
     half = stats.t.ppf(0.975, diffs.size - 1) * diffs.std(ddof=1) / math.sqrt(diffs.size)
     mean = float(diffs.mean())
     return (mean - half, mean + half)

@@ -20,7 +20,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-from scipy.optimize import nnls
 
 from baton.core.errors import ConfigError
 from baton.perf.model import BatchShape, PerfModel
@@ -64,6 +63,8 @@ class FittedModel(PerfModel):
             raise ConfigError("profile: every iteration_s must be positive")
         # relative errors matter (a 5 ms miss is large on a 40 ms decode, small on a 600 ms
         # prefill): least squares on rows scaled by 1/t
+        from scipy.optimize import nnls  # here: scipy.optimize costs 0.7 s at import, fitting is rare
+
         coef, _ = nnls(a / y[:, None], np.ones_like(y))
         return cls(coef, kv_bytes_per_token, kv_capacity_tokens)
 
