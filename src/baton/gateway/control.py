@@ -260,16 +260,17 @@ class Control:
         # a leg fault never takes out the last instance of a side (scrapes still can): an
         # overloaded last engine is better than none
         if (up is None or up.engine_fault) and self._may_eject(iid):
-            self.note_failure(iid)
+            self.note_failure(iid, f"{kind} error on a leg")
         if blame:
             self.blame(iid)
 
-    def note_failure(self, iid: int) -> None:
+    def note_failure(self, iid: int, cause: str) -> None:
+        """One failure of ``iid`` (a scrape or a leg); ``cause`` says what went wrong."""
         eng = self.cluster.engines[iid]
-        eng.failures += 1
+        eng.failures, eng.last_failure = eng.failures + 1, cause
         if eng.failures >= self.config.unhealthy_after_failures and self.cluster.set_health(iid, False):
-            log.warning("engine %s is unhealthy after %d failures in a row; no new work goes to it",
-                        eng.spec.name, eng.failures)
+            log.warning("engine %s is unhealthy after %d failures in a row (last: %s); no new work goes to it",
+                        eng.spec.name, eng.failures, cause)
 
     # --- outlier ejection (gateway.outliers) -----------------------------------------------------
     def leg_ok(self, iid: int) -> None:

@@ -45,6 +45,7 @@ class LiveEngine:
     removed: bool = False
     probe_ok: bool = True   # it answers its health probes (scrapes) and legs
     ejected: bool = False   # taken out by outlier ejection (gateway.outliers), probes or not
+    last_failure: str | None = None  # what its last failed scrape or leg said
     tokens_since_report: int = 0
 
 

@@ -42,6 +42,18 @@ class ModelNames:
                 names.append(name)
         return names or [FALLBACK]
 
+    def listed(self, healthy: list[int]) -> list[str]:
+        """What ``/v1/models`` lists: the names of the engines that take work now (the
+        alias first), nothing when none does: no phantom model while every engine is down."""
+        if not healthy:
+            return []
+        names = [self.alias] if self.alias else []
+        for iid in healthy:
+            name = self.by_engine.get(iid)
+            if name is not None and name not in names:
+                names.append(name)
+        return names or [FALLBACK]
+
     def accepts(self, name: str | None) -> bool:
         return name is None or name in self.served()
 

@@ -39,6 +39,15 @@ def parse_metrics(text: str, names: Mapping[str, str | None], at_s: float) -> Sc
                         sums.get("preemptions"))
 
 
+def failure_cause(exc: BaseException) -> str:
+    """A short reason a call to an engine failed, for logs and ``/health``."""
+    if isinstance(exc, asyncio.TimeoutError):
+        return "timeout"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return "connection refused" if isinstance(exc.os_error, ConnectionRefusedError) else "cannot connect"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
 def implausible(sample: ScrapeSample) -> str | None:
     """Why a scraped sample cannot be true (a value that is not finite, a negative count,
     a KV usage outside [0, 1]), or None. Such a sample is rejected whole: one NaN would
@@ -109,9 +118,9 @@ class Scraper:
                 if resp.status != 200:
                     raise ValueError(f"status {resp.status}")
                 sample = parse_metrics(await resp.text(), eng.spec.metric_names, self.cluster.clock())
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError):
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError) as exc:
             metrics.scrapes.labels(eng.spec.name, "error").inc()
-            self.control.note_failure(iid)
+            self.control.note_failure(iid, f"/metrics: {failure_cause(exc)}")
             return False
         eng.failures = 0  # it answered: healthy, whatever it says
         bad = implausible(sample)

@@ -16,6 +16,7 @@ import aiohttp
 import aiohttp.http_exceptions
 from aiohttp import web
 
+from baton import __version__
 from baton.gateway import admin
 from baton.gateway.client import ClientOut
 from baton.gateway.config import GatewayConfig
@@ -135,6 +136,7 @@ class Gateway:
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
+        app.router.add_get("/version", self.version)
         app.router.add_get("/metrics", self.prometheus)
         admin.add_routes(app, self.control, self.engines, self.scraper)
         app.on_startup.append(self._start)
@@ -193,15 +195,27 @@ class Gateway:
 
     # --- endpoints -----------------------------------------------------------------------
     async def health(self, _request: web.Request) -> web.Response:
+        """200 when some healthy instance prefills and some decodes; else 503 with the
+        reason and what each engine that takes no work last said."""
         live = [i for i in self.cluster.instances.values() if i.healthy]
-        ok = any(i.role.prefills for i in live) and any(i.role.decodes for i in live)
-        return web.json_response({"status": "ok" if ok else "degraded", "healthy_instances": len(live)},
-                                 status=200 if ok else 503)
+        prefills, decodes = any(i.role.prefills for i in live), any(i.role.decodes for i in live)
+        if prefills and decodes:
+            return web.json_response({"status": "ok", "healthy_instances": len(live)})
+        reason = "no engine is healthy" if not live else \
+            "no healthy instance prefills" if not prefills else "no healthy instance decodes"
+        down = {e.spec.name: "ejected (its legs kept failing)" if e.ejected else e.last_failure or "not answered yet"
+                for iid, e in self.cluster.engines.items() if not e.removed and not self.cluster.instances[iid].healthy}
+        return web.json_response({"status": "degraded", "reason": reason, "healthy_instances": len(live),
+                                  "unhealthy": down}, status=503)
+
+    async def version(self, _request: web.Request) -> web.Response:
+        return web.json_response({"version": __version__, "policy": self.scheduler.name})
 
     async def models(self, _request: web.Request) -> web.Response:
+        healthy = [iid for iid, inst in self.cluster.instances.items() if inst.healthy]
         return web.json_response({"object": "list", "data": [
             {"id": name, "object": "model", "created": 0, "owned_by": "baton"}
-            for name in self.engines.names.served()]})
+            for name in self.engines.names.listed(healthy)]})
 
     async def prometheus(self, _request: web.Request) -> web.Response:
         return web.Response(body=self.metrics.render(),
