@@ -55,3 +55,16 @@ def test_trace_windows_are_consecutive_and_disjoint(tmp_path):
         repeat_workloads(exp, 4)
     with pytest.raises(ConfigError, match="--requests N"):
         repeat_workloads(Experiment(workload=WorkloadConfig(trace=str(path))), 2)
+
+
+def test_thin_tails_fold_into_one_line_with_the_fewest_samples_per_policy():
+    from baton.experiments.repeats import thin_tails_line
+
+    line = thin_tails_line({"a": [{"tpot_samples": 1000, "ttft_samples": 30000}, {"tpot_samples": 500}],
+                            "b": [{"tpot_samples": 1500, "ttft_samples": 30000}]})
+    assert line is not None and "\n" not in line
+    assert "p99_tpot_s (a 5.0, b 15.0)" in line and "p99_9_tpot_s (a 0.5, b 1.5)" in line
+    assert "ttft" not in line
+    assert thin_tails_line({"a": [{"tpot_samples": 30000, "ttft_samples": 30000}]}) is None
+    same = thin_tails_line({"a": [{"tpot_samples": 1000}], "b": [{"tpot_samples": 1000}]})
+    assert "p99_tpot_s (10.0 for every policy)" in same

@@ -19,7 +19,7 @@ from baton.cli.source_check import check_source_engine
 from baton.core.errors import ConfigError
 from baton.experiments import Experiment, RunData, WorkloadConfig, load_experiment, policy_label, run_experiment
 from baton.experiments.provenance import write_run_json
-from baton.experiments.repeats import combine, repeat_workloads, thin_percentiles
+from baton.experiments.repeats import combine, repeat_workloads, thin_tails_line
 from baton.experiments.sweep import run_sweep
 from baton.metrics import SLO, write_records
 from baton.metrics.summary import overload
@@ -128,13 +128,15 @@ def _compare_report(exp: Experiment, runs: list[RunData], args, title: str,
                      for name, m in means.items()}
     else:
         summaries, paired = {r.name: clean(r.summary) for r in runs}, {}
-    for name, reps in (repeats or {}).items():
-        for warning in {w for s in reps for w in thin_percentiles(s)}:
-            print(f"warning: {name}: {warning}", file=sys.stderr)
+    thin = thin_tails_line(repeats or {r.name: [r.summary] for r in runs})
+    if thin:  # one line for the whole comparison, not one per policy and percentile
+        print(f"warning: {thin}", file=sys.stderr)
     (Path(args.out) / "summary.json").write_text(json.dumps(summaries, indent=2))
     meta = [f"cluster {_cluster_text(exp)}; SLO TTFT {exp.slo.ttft_s} s, TPOT {exp.slo.tpot_s} s; "
             f"seed {exp.seed}; {runs[0].summary.get('requests', 0):.0f} requests"
             + (f"; means over {k} repeats, ~ = paired 95% interval includes 0" if k > 1 else "")]
+    if thin:
+        meta.append(f"warning: {thin}")
     table_summaries = {n: {key: v for key, v in s.items() if key != "paired"} for n, s in summaries.items()}
     path = write_report(args.out, Report(title, table_summaries, compare_figures(runs, exp.slo), meta))
     if args.json:

@@ -92,12 +92,42 @@ def includes_zero(entry: Mapping | None) -> bool:
     return lo is not None and hi is not None and not (math.isnan(lo) or math.isnan(hi)) and lo <= 0.0 <= hi
 
 
-def thin_percentiles(summary: Mapping[str, float]) -> list[str]:
-    """Percentiles quoted with fewer than 20 samples above them, as warnings."""
-    out = []
+def thin_tails(summary: Mapping[str, float]) -> dict[str, float]:
+    """Percentiles quoted with fewer than ``MIN_TAIL_SAMPLES`` samples above them: key ->
+    the number of samples above (fractional: samples x the tail's share)."""
+    out = {}
     for key, (base, share) in PERCENTILE_BASES.items():
         n = summary.get(base)
         if n is not None and not math.isnan(n) and n * share < MIN_TAIL_SAMPLES:
-            out.append(f"{key} rests on {n * share:.1f} samples above it (fewer than {MIN_TAIL_SAMPLES}; "
-                       f"{n:.0f} samples)")
+            out[key] = n * share
     return out
+
+
+def thin_percentiles(summary: Mapping[str, float]) -> list[str]:
+    """``thin_tails`` as one warning per percentile."""
+    return [f"{key} rests on {above:.1f} samples above it (fewer than {MIN_TAIL_SAMPLES})"
+            for key, above in thin_tails(summary).items()]
+
+
+def _per_policy(by: Mapping[str, float], policies: int) -> str:
+    """``a 5.0, b 15.0``; ``13.3 for every policy`` when they all share one figure."""
+    figures = {f"{v:.1f}" for v in by.values()}
+    if len(by) == policies > 1 and len(figures) == 1:
+        return f"{figures.pop()} for every policy"
+    return ", ".join(f"{name} {v:.1f}" for name, v in by.items())
+
+
+def thin_tails_line(runs: Mapping[str, list[Mapping[str, float]]]) -> str | None:
+    """One line for a whole comparison (policy -> its repeats' summaries): each thin
+    percentile with the fewest samples above it per policy; None when no tail is thin."""
+    worst: dict[str, dict[str, float]] = {}
+    for name, summaries in runs.items():
+        for summary in summaries:
+            for key, above in thin_tails(summary).items():
+                by = worst.setdefault(key, {})
+                by[name] = min(by.get(name, math.inf), above)
+    if not worst:
+        return None
+    parts = [f"{key} ({_per_policy(by, len(runs))})" for key, by in worst.items()]
+    return (f"percentiles on fewer than {MIN_TAIL_SAMPLES} samples above them (read them as indicative): "
+            + "; ".join(parts))
