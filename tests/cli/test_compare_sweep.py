@@ -134,3 +134,14 @@ def test_run_json_says_how_the_folder_was_made_and_old_files_go(tmp_path):
     assert run["config"]["policies"] == ["round-robin", "least-kv"] and run["argv"][0] == "compare"
     assert run["config"]["cluster"]["decode"] == 2 and run["config"]["view"]["mode"] == "scraped"
     assert not (tmp_path / "stale.requests.csv").exists() and (tmp_path / "notes.txt").exists()
+
+
+def test_compare_runs_a_whole_trace_without_a_window_size(tmp_path):
+    """One repeat of a trace is the whole trace (it asked for --requests before)."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n"
+                     + "".join(f"{i * 0.25},{100 + i},20\n" for i in range(40)))
+    p = baton("compare", "--trace", str(trace), "--policies", "round-robin,least-loaded", "--json",
+              "--out", str(tmp_path / "o"))
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["round-robin"]["requests"] == 40

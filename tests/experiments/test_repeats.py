@@ -55,6 +55,8 @@ def test_trace_windows_are_consecutive_and_disjoint(tmp_path):
         repeat_workloads(exp, 4)
     with pytest.raises(ConfigError, match="--requests N"):
         repeat_workloads(Experiment(workload=WorkloadConfig(trace=str(path))), 2)
+    (_, whole), = repeat_workloads(Experiment(workload=WorkloadConfig(trace=str(path))), 1)
+    assert len(whole) == 30  # compare on a whole trace: one repeat needs no window size
 
 
 def test_thin_tails_fold_into_one_line_with_the_fewest_samples_per_policy():

@@ -23,11 +23,12 @@ PERCENTILE_BASES = {"p95_ttft_s": ("ttft_samples", 0.05), "p99_ttft_s": ("ttft_s
 def repeat_workloads(exp: Experiment, k: int) -> list[tuple[int, list[Request]]]:
     """(seed, requests) for each repeat: K seeds of a synthetic workload, or K consecutive
     disjoint windows of ``workload.requests`` requests of a trace (shifted to start at 0
-    and rescaled to ``rate_rps`` when set)."""
+    and rescaled to ``rate_rps`` when set); one repeat of a trace without ``requests`` is
+    the whole trace."""
     if k < 1:
         raise ConfigError(f"--repeats: expected a positive integer, got {k}")
     w = exp.workload
-    if not w.trace:
+    if not w.trace or (k == 1 and w.requests is None):  # one run of a trace: all of it
         return [(exp.seed + i, w.load(exp.seed + i)) for i in range(k)]
     if w.requests is None:
         raise ConfigError("--repeats/--windows on a trace need --requests N (the window size)")
