@@ -111,6 +111,8 @@ class Gateway:
             self.engines.add(spec)
         scheduler = scheduler_for(config.policy, perf, config.seed, config.ttft_slo_s, config.tpot_slo_s,
                                   extras_for(config.policy, config.preset))
+        roles = [spec.role.value for spec in config.engines]
+        scheduler.check_cluster(roles.count("prefill"), roles.count("decode"), roles.count("mixed"))
         self.control = Control(config, self.cluster, scheduler, GatewayMetrics(), self.engines.tags)
         self.scraper = Scraper(self.control, self.engines)
         self.reading = 0  # connections whose request body is still being read

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from baton.core.decisions import ArrivalPlan, DecodeChoice, Decision
+from baton.core.errors import ConfigError
 from baton.core.events import Observation
 from baton.core.request import RequestState
 from baton.core.view import ClusterView
@@ -50,6 +51,7 @@ class Stage:
     needs_bookings = False  # reads per-request state only the router's own bookings have
     replans_prefills = False  # may return Deflect for queued prefills (the gateway then holds them)
     needs_qoe = False  # reads context.extras["qoe"] (a QoEModel the runtime fits for its perf model)
+    needs_colocated = False  # places requests on mixed instances only (a PD cluster gives it nothing)
 
     def __init__(self, context: PolicyContext) -> None:
         self.context = context
@@ -145,6 +147,16 @@ class Scheduler:
     @property
     def needs_qoe(self) -> bool:
         return any(s.needs_qoe for s in self.stages)
+
+    def check_cluster(self, prefill: int, decode: int, mixed: int) -> None:
+        """ConfigError when the cluster cannot run this policy as it means to: a policy of
+        colocated instances on a cluster with prefill or decode instances would serve
+        everything some other way without a word."""
+        needs = [s.name for s in self.stages if s.needs_colocated]
+        if needs and (prefill or decode or not mixed):
+            raise ConfigError(f"policy {self.name!r} ({', '.join(needs)}) runs on colocated instances only; "
+                              f"this cluster has {prefill} prefill, {decode} decode and {mixed} mixed: "
+                              "use --prefill 0 --decode 0 --mixed N (live: every engine role: mixed)")
 
     @property
     def replans_prefills(self) -> bool:

@@ -68,6 +68,7 @@ class Cascade(Stage):
     name = "cascade"
     needs_bookings = True
     needs_qoe = True
+    needs_colocated = True
 
     def __init__(self, context: PolicyContext, layout: str = "plan", exact: bool = True, refine: str = "qoe",
                  balance: str = "bidask", tick_interval_s: float = 1.0, plan_interval_s: float = 10.0,

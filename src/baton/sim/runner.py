@@ -32,6 +32,7 @@ def simulate(requests: list[Request], cluster: ClusterSpec, policy: str | Mappin
     perf = perf or build_preset(cluster.preset)
     scheduler = scheduler_for(policy, perf, seed, slo.ttft_s if slo else None, slo.tpot_s if slo else None,
                               extras)
+    scheduler.check_cluster(cluster.prefill, cluster.decode, cluster.mixed)
     sim = Simulator(cluster, perf, scheduler, requests, closed_form=closed_form,
                     sample_interval_s=sample_interval_s, progress=progress, info=info)
     return sim.run()
