@@ -145,3 +145,18 @@ def test_compare_runs_a_whole_trace_without_a_window_size(tmp_path):
               "--out", str(tmp_path / "o"))
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["round-robin"]["requests"] == 40
+
+
+def test_every_run_names_its_workload_and_warns_on_a_rate_that_looks_like_a_unit_mistake(tmp_path):
+    fast = tmp_path / "fast.csv"  # 200 requests in 20 ms: seconds read as milliseconds, say
+    fast.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n"
+                    + "".join(f"{i * 0.0001},{100 + i},4\n" for i in range(200)))
+    quiet = baton("simulate", "--trace", str(fast), "--quiet", "--json", "--out", str(tmp_path / "q"))
+    loud = baton("compare", "--trace", str(fast), "--policies", "round-robin,least-loaded",
+                 "--out", str(tmp_path / "c"))
+    assert quiet.returncode == 0 and loud.returncode == 0, quiet.stderr + loud.stderr
+    for p in (quiet, loud):
+        assert "warning: fast.csv: 200 requests over 0.020 s is 10,000 req/s" in p.stderr
+    assert "workload:" not in quiet.stderr  # --quiet keeps only warnings
+    assert "workload: fast.csv: 200 requests over 0.0 s" in loud.stderr
+    assert "fast.csv: 200 requests" in (tmp_path / "c" / "report.html").read_text()

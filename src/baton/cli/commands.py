@@ -27,6 +27,7 @@ from baton.perf import build as build_preset
 from baton.policies import PolicyContext, build_scheduler
 from baton.sim import ClusterSpec
 from baton.workload import SyntheticSpec, load_trace, workload_stats
+from baton.workload.stats import describe, implausible_rate
 
 DEMO_POLICIES = ("round-robin", "least-loaded", "least-kv", "least-requests", "power-of-two", "colocated",
                  "ils", "sibyl", "ares", "arrow", "kairos")
@@ -82,6 +83,7 @@ def _run_all(exp: Experiment, policies: list[tuple[str, Any]], args,
     out.mkdir(parents=True, exist_ok=True)
     _clear_owned(out)
     workloads = workloads or [(exp.seed, exp.workload.load(exp.seed))]  # loaded once for all policies
+    _say_workload(exp, workloads[0][1], args)
     write_run_json(out, exp, [n for n, _ in policies], {"repeats": len(workloads), **check_source_engine(exp)})
     runs, summaries = [], {name: [] for name, _ in policies}
     for k, (seed, requests) in enumerate(workloads):
@@ -101,6 +103,18 @@ def _run_all(exp: Experiment, policies: list[tuple[str, Any]], args,
                 (out / f"{name}.summary.json").write_text(json.dumps(clean(data.summary), indent=2))
                 runs.append(data)
     return runs, summaries
+
+
+def _say_workload(exp: Experiment, requests: list, args) -> None:
+    """Name the workload and its rate on every run (stderr; the HTML header shows it too),
+    and warn, even under --quiet, when the rate looks like a unit mistake."""
+    source = Path(exp.workload.trace).name if exp.workload.trace else "synthetic workload"
+    args.workload_text = f"{source}: {describe(requests)}"
+    if not args.quiet:
+        print(f"workload: {args.workload_text}", file=sys.stderr)
+    odd = implausible_rate(requests)
+    if odd:
+        print(f"warning: {source}: {odd}", file=sys.stderr)
 
 
 OWNED = ("*.requests.csv", "*.requests.parquet", "*.summary.json", "summary.json", "run.json", "report.html", "*.png",
@@ -133,7 +147,7 @@ def _compare_report(exp: Experiment, runs: list[RunData], args, title: str,
         print(f"warning: {thin}", file=sys.stderr)
     (Path(args.out) / "summary.json").write_text(json.dumps(summaries, indent=2))
     meta = [f"cluster {_cluster_text(exp)}; SLO TTFT {exp.slo.ttft_s} s, TPOT {exp.slo.tpot_s} s; "
-            f"seed {exp.seed}; {runs[0].summary.get('requests', 0):.0f} requests"
+            f"seed {exp.seed}; {getattr(args, 'workload_text', '')}"
             + (f"; means over {k} repeats, ~ = paired 95% interval includes 0" if k > 1 else "")]
     if thin:
         meta.append(f"warning: {thin}")

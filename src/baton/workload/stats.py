@@ -17,6 +17,40 @@ def _dist(values: np.ndarray, unit: str) -> dict[str, float]:
     return out
 
 
+def describe(requests: list[Request]) -> str:
+    """One line: ``N requests over T s (R req/s); prompt mean/p50/p99 ...; output ...``."""
+    s = workload_stats(requests) if requests else {}
+    if not s:
+        return "0 requests"
+    rate = s["mean_rate_rps"]
+    return (f"{s['requests']:,} requests over {s['duration_s']:,.1f} s ({rate:,.2f} req/s); prompt mean/p50/p99 "
+            f"{s['prompt_mean_tokens']:,.0f}/{s['prompt_p50_tokens']:,.0f}/{s['prompt_p99_tokens']:,.0f} tokens, "
+            f"output {s['output_mean_tokens']:,.0f}/{s['output_p50_tokens']:,.0f}/{s['output_p99_tokens']:,.0f}")
+
+
+# beyond these a trace's rate is more likely a unit mistake than a workload: no cluster
+# Baton models serves 1,000 requests a second, and a trace of one request every 100 s
+# lasting over a day is rarely what was meant
+_MAX_PLAUSIBLE_RPS = 1000.0
+_MIN_PLAUSIBLE_RPS, _LONG_S = 0.01, 86_400.0
+
+
+def implausible_rate(requests: list[Request]) -> str | None:
+    """Why a workload's arrival rate looks like a unit mistake (with the likely fix), or None."""
+    if len(requests) < 100:
+        return None
+    s = workload_stats(requests)
+    rate, span = s["mean_rate_rps"], s["duration_s"]
+    if span == 0 or rate > _MAX_PLAUSIBLE_RPS:
+        return (f"{len(requests):,} requests over {span:,.3f} s is {rate:,.0f} req/s, more than any cluster "
+                "serves: are its timestamps in seconds read as milliseconds? (--time-unit s for --columns "
+                "traces; --rate R rescales)")
+    if rate < _MIN_PLAUSIBLE_RPS and span > _LONG_S:
+        return (f"{len(requests):,} requests over {span / 86_400:,.1f} days is {rate:.4f} req/s: are its "
+                "timestamps in milliseconds read as seconds? (--time-unit ms for --columns traces)")
+    return None
+
+
 def workload_stats(requests: list[Request]) -> dict[str, float]:
     """Counts, rate, inter-arrival burstiness (CV) and length percentiles; units in keys."""
     arrivals = np.array([r.arrival_s for r in requests])
