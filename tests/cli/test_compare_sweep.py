@@ -160,3 +160,19 @@ def test_every_run_names_its_workload_and_warns_on_a_rate_that_looks_like_a_unit
     assert "workload:" not in quiet.stderr  # --quiet keeps only warnings
     assert "workload: fast.csv: 200 requests over 0.0 s" in loud.stderr
     assert "fast.csv: 200 requests" in (tmp_path / "c" / "report.html").read_text()
+
+
+def test_workload_stats_takes_the_same_trace_flags_and_errors_say_what_to_do(tmp_path):
+    mine = tmp_path / "mine.csv"
+    mine.write_text("ts_ms,p,o\n" + "".join(f"{i * 500},{100 + i},10\n" for i in range(20)))
+    p = baton("workload", "stats", str(mine), "--columns", "time=ts_ms,prompt=p,output=o", "--time-unit", "ms",
+              "--json", "--out", str(tmp_path / "o"))
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["mine.csv"]["duration_s"] == pytest.approx(9.5)
+    unknown = baton("workload", "stats", str(mine), "--out", str(tmp_path / "o"))
+    assert unknown.returncode != 0 and "--columns time=COL" in unknown.stderr
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    for cmd in (("workload", "stats", str(empty)), ("simulate", "--trace", str(empty))):
+        e = baton(*cmd, "--out", str(tmp_path / "o"))
+        assert e.returncode != 0 and "the file is empty" in e.stderr and "Traceback" not in e.stderr

@@ -27,6 +27,7 @@ from baton.perf import build as build_preset
 from baton.policies import PolicyContext, build_scheduler
 from baton.sim import ClusterSpec
 from baton.workload import SyntheticSpec, load_trace, workload_stats
+from baton.workload.loaders import parse_columns
 from baton.workload.stats import describe, implausible_rate
 
 DEMO_POLICIES = ("round-robin", "least-loaded", "least-kv", "least-requests", "power-of-two", "colocated",
@@ -251,12 +252,11 @@ def cmd_sweep(args: argparse.Namespace) -> None:
 
 def cmd_workload_stats(args: argparse.Namespace) -> None:
     from baton.report import Report, workload_figure, write_report
-    requests = load_trace(args.file, args.format, args.arrivals)
-    if not requests:
-        raise ConfigError(f"{args.file}: the trace has no requests")
+    columns = parse_columns(args.columns) if args.columns else None  # the trace flags of every command
+    requests = load_trace(args.file, args.format, args.arrivals, columns=columns, time_unit=args.time_unit)
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    write_run_json(Path(args.out), Experiment(workload=WorkloadConfig(trace=args.file, format=args.format,
-                                                                      arrivals=args.arrivals)), [])
+    write_run_json(Path(args.out), Experiment(workload=WorkloadConfig(
+        trace=args.file, format=args.format, arrivals=args.arrivals, columns=columns, time_unit=args.time_unit)), [])
     stats = workload_stats(requests)
     name = Path(args.file).name
     fig = workload_figure(np.array([r.prompt_tokens for r in requests]), np.array([r.output_tokens for r in requests]),

@@ -183,8 +183,11 @@ def detect_format(path: Path) -> str:
         if hint in header:
             return name
     expected = "; ".join(f"{k}: {v}" for k, v in _EXPECTED.items())
+    if not header.strip():
+        raise WorkloadError(f"{path}: the file is empty")
     raise WorkloadError(f"{path}: cannot tell the trace format from its content (first line: "
-                        f"{header.strip()[:80]!r}); expected columns per format: {expected}")
+                        f"{header.strip()[:80]!r}); expected columns per format: {expected}; for other "
+                        "column names: --columns time=COL,prompt=COL,output=COL")
 
 
 def _check_kind(path: Path, fmt: str) -> None:
@@ -276,6 +279,8 @@ def load_trace(path: str | Path, fmt: str | None = None, arrivals: str | None = 
         raise WorkloadError(f"{path}: is a directory, not a trace file")
     if not path.is_file():
         raise WorkloadError(f"{path}: no such trace file")
+    if path.stat().st_size == 0:
+        raise WorkloadError(f"{path}: the file is empty")
     if columns is not None:
         if time_unit not in ("s", "ms"):
             raise WorkloadError(f"--time-unit: expected s or ms, got {time_unit!r}")
