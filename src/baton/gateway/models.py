@@ -35,20 +35,17 @@ class ModelNames:
         return self.by_engine.pop(iid, None)
 
     def served(self) -> list[str]:
-        """Names in ``/v1/models``, the alias first."""
-        names = [self.alias] if self.alias else []
-        for name in self.by_engine.values():
-            if name not in names:
-                names.append(name)
-        return names or [FALLBACK]
+        """Every name the gateway answers to, the alias first."""
+        return self._names(list(self.by_engine))
 
     def listed(self, healthy: list[int]) -> list[str]:
         """What ``/v1/models`` lists: the names of the engines that take work now (the
         alias first), nothing when none does: no phantom model while every engine is down."""
-        if not healthy:
-            return []
+        return self._names(healthy) if healthy else []
+
+    def _names(self, engines: list[int]) -> list[str]:
         names = [self.alias] if self.alias else []
-        for iid in healthy:
+        for iid in engines:
             name = self.by_engine.get(iid)
             if name is not None and name not in names:
                 names.append(name)

@@ -108,9 +108,7 @@ class OutlierDetector:
         host.errors += 1
         host.consecutive, host.proven = host.consecutive + 1, False
         s = self.settings
-        if s.enabled and host.consecutive >= s.consecutive_errors and self._eject(iid, now_s, "consecutive_errors"):
-            return True
-        return False
+        return s.enabled and host.consecutive >= s.consecutive_errors and self._eject(iid, now_s, "consecutive_errors")
 
     def sweep(self, now_s: float) -> Sweep:
         """The per-interval work: return engines whose ejection is over, run the two
