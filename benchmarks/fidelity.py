@@ -1,26 +1,31 @@
 """Fidelity: Baton against Vidur 0.0.26 on the same requests, matched by id.
 
-    python benchmarks/fidelity.py [--quick] [--requests N] [--real]
+    python benchmarks/fidelity.py [--quick] [--requests N] [--cases NAME,...] [--real]
 
-On first use it installs ``vidur==0.0.26`` into ``~/.cache/baton/vidur-venv`` and lays
-out ``../shared/peers/vidur/*.csv`` as the offline hub cache Vidur loads its profiles from
-(``~/.cache/baton/vidur-hub``; the first Vidur run trains its random forests there, a few
-minutes, later runs reuse them). Setup: Llama-2-70B TP2 PP1 on A100, Sarathi chunk 512,
-batch cap 128, round-robin over 1 and 4 replicas, Vidur's synthetic generator (seed 42,
-uniform 256-4,096 total tokens at prefill:decode 10, Poisson at 0.3 req/s per replica).
-Vidur 0.0.26 crashes on its first preemption (an assertion in ``entities/request.py``),
-so the load stays below where it preempts (0.6 req/s per replica still ran here).
+Vidur is installed and its profiles laid out on first use (``benchmarks/vidur_runner.py``;
+the first run of each model trains its random forests, a few minutes). Every case runs
+Vidur's synthetic generator (seed 42, uniform total tokens split at a prefill:decode
+ratio, Poisson arrivals) with Sarathi (chunk 512, batch cap 128) and round-robin over the
+replicas; Baton reads Vidur's ``request_metrics.csv`` (``--format vidur-metrics``) and runs
+``colocated-rr`` with the same engine limits. Per request it compares TTFT, TPOT ((e2e -
+TTFT) / (output - 1) on both sides) and e2e: MAPE and p50/p90/p99 ratios (Baton / Vidur).
 
-Baton reads Vidur's ``request_metrics.csv`` (``--format vidur-metrics``), runs
-``colocated-rr`` on ``llama-2-70b-tp2@a100-80g`` with the same engine limits, and
-compares TTFT, TPOT ((e2e - TTFT) / (output - 1) on both sides) and e2e per request:
-MAPE and p50/p90/p99 ratios (Baton / Vidur). ``vidur_speedup`` is Vidur's CPU time (user
-+ sys) over Baton's for the 1-replica run, median of 3 runs each.
+Cases (``CASES``):
+- ``70b-light`` (1 and 4 replicas): Llama-2-70B TP2 on A100, 256-4,096 tokens at 10:1,
+  0.3 req/s per replica: the configuration the A100 preset was first checked on;
+- held-out style, each on one replica at 70-85% of capacity: Llama-2-70B TP2 (the preset)
+  and CodeLlama-34B TP2 (its ``config.json`` through the ``hf:`` route with ``--gpu
+  a100-80g --tp 2``, no preset of its own), each prefill-heavy (1,024-4,096 tokens at 20:1)
+  and decode-heavy (256-4,096 at 1:1). Capacity is Baton's saturated throughput on the same
+  requests (all arriving at once); the rate steps down from 85% of it by 5 points until
+  Vidur runs through (Vidur 0.0.26 crashes on its first preemption), so each case sits just
+  below that, and ``load`` reports where it landed.
 
-``--real`` adds the real-engine check (``benchmarks/fidelity_real.py``: one vLLM CPU
-instance profiled by ``baton profile``, a trace replayed through the gateway and simulated
-with the fitted profile); without it ``real_*`` are null. ``make fidelity-real`` runs
-``--quick --real``.
+Speed: ``speedup_whole`` is Vidur's wall time over ``baton simulate``'s on the same
+requests, both as whole processes (start-up included; Vidur's forests already trained);
+``speedup_in_process`` is Vidur's whole process over Baton's in-process simulation, the
+figure this benchmark used to report. ``--real`` adds the real-engine check
+(``benchmarks/fidelity_real.py``); ``make fidelity-real`` runs ``--quick --real``.
 
 The last line is one JSON object with the figures.
 """
@@ -29,129 +34,84 @@ from __future__ import annotations
 
 import argparse
 import json
-import lzma
-import os
-import resource
-import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from baton.core.paths import cache_dir  # noqa: E402
 from baton.core.info import InfoModel, ViewMode  # noqa: E402
 from baton.sim import ClusterSpec, EngineConfig, simulate  # noqa: E402
 from baton.workload import load_trace  # noqa: E402
+from vidur_runner import VidurCase, ensure_hub, ensure_vidur, run_vidur, vidur_latencies  # noqa: E402
 
-CACHE = cache_dir()
-VENV = CACHE / "vidur-venv"
-HUB = CACHE / "vidur-hub"
-PROFILES = ROOT.parent / "shared" / "peers" / "vidur"
-SNAPSHOT = "7d47513363ec447a741ac5e47241580b47724fbf"
-DATASETS = {
-    ("compute", "vidur-a100-llama-2-70b"): ({"mlp.csv.xz": "a100_Llama-2-70b-hf_mlp.csv",
-                                            "attention.csv.xz": "a100_attention_llama2-70b-tp2_from_commit_acb95f6.csv"},
-                                           {"model": "meta-llama/Llama-2-70b-hf", "device_sku": "a100"}),
-    ("network", "vidur-a100-dgx"): ({"all_reduce.csv.xz": "a100_dgx_all_reduce.csv",
-                                    "send_recv.csv.xz": "a100_dgx_send_recv.csv"}, {"sku": "a100_dgx"}),
-}
+LLAMA70 = "meta-llama/Llama-2-70b-hf"
+CODELLAMA = "codellama/CodeLlama-34b-Instruct-hf"
+PRESETS = {LLAMA70: "llama-2-70b-tp2@a100-80g",
+           CODELLAMA: f"hf:{ROOT / 'tests' / 'perf' / 'fixtures' / 'codellama-34b'}@a100-80g:tp2"}
+LOAD_STEPS = (0.85, 0.80, 0.75, 0.70, 0.65, 0.60, 0.55, 0.50)
 
 
-def ensure_vidur() -> Path:
-    """The venv's python, installing vidur==0.0.26 on first use."""
-    python = VENV / "bin" / "python"
-    if not python.exists() or subprocess.run([python, "-c", "import vidur"], capture_output=True).returncode:
-        print("fidelity: installing vidur==0.0.26 into", VENV, file=sys.stderr, flush=True)
-        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-        subprocess.run([python, "-m", "pip", "install", "-q", "vidur==0.0.26"], check=True)
-    return python
+@dataclass(frozen=True)
+class Case:
+    """A fidelity case: Vidur's model, replicas, request mix; ``rate_rps`` fixed, or None:
+    found by the load search."""
+
+    name: str
+    model: str
+    replicas: int
+    min_tokens: int
+    max_tokens: int
+    pd_ratio: float
+    rate_rps: float | None = None
 
 
-def ensure_hub() -> None:
-    """Vidur's profiles as an offline Hugging Face hub cache (see the peers README)."""
-    if not PROFILES.is_dir():
-        sys.exit(f"fidelity: Vidur's profiles are not in {PROFILES}")
-    for (kind, name), (files, config) in DATASETS.items():
-        base = HUB / "profiling_data" / kind / f"datasets--local--{name}"
-        snap = base / "snapshots" / SNAPSHOT
-        snap.mkdir(parents=True, exist_ok=True)
-        (base / "refs").mkdir(exist_ok=True)
-        (base / "refs" / "main").write_text(SNAPSHOT)
-        (snap / "config.json").write_text(json.dumps(config))
-        for target, source in files.items():
-            if not (snap / target).exists():
-                (snap / target).write_bytes(lzma.compress((PROFILES / source).read_bytes()))
+CASES = [
+    Case("70b-light", LLAMA70, 1, 256, 4096, 10.0, 0.3),
+    Case("70b-light-4r", LLAMA70, 4, 256, 4096, 10.0, 1.2),
+    Case("70b-prefill-heavy", LLAMA70, 1, 1024, 4096, 20.0),
+    Case("70b-decode-heavy", LLAMA70, 1, 256, 4096, 1.0),
+    Case("34b-prefill-heavy", CODELLAMA, 1, 1024, 4096, 20.0),
+    Case("34b-decode-heavy", CODELLAMA, 1, 256, 4096, 1.0),
+]
 
 
-def vidur_args(replicas: int, requests: int, out: Path) -> list[str]:
-    rf = "--random_forrest_execution_time_predictor_config_"  # sic: Vidur's spelling
-    return [
-        "--seed", "42", "--cluster_config_num_replicas", str(replicas),
-        "--replica_config_model_name", "meta-llama/Llama-2-70b-hf", "--replica_config_device", "a100",
-        "--replica_config_network_device", "a100_dgx", "--replica_config_tensor_parallel_size", "2",
-        "--replica_config_num_pipeline_stages", "1", "--replica_scheduler_config_type", "sarathi",
-        "--sarathi_scheduler_config_chunk_size", "512", "--sarathi_scheduler_config_batch_size_cap", "128",
-        "--global_scheduler_config_type", "round_robin", "--request_generator_config_type", "synthetic",
-        "--synthetic_request_generator_config_num_requests", str(requests),
-        "--length_generator_config_type", "uniform", "--uniform_request_length_generator_config_min_tokens", "256",
-        "--uniform_request_length_generator_config_max_tokens", "4096",
-        "--uniform_request_length_generator_config_prefill_to_decode_ratio", "10",
-        "--interval_generator_config_type", "poisson",
-        "--poisson_request_interval_generator_config_qps", str(0.3 * replicas),
-        "--execution_time_predictor_config_type", "random_forrest",
-        rf + "model_profiling_dataset", "local/vidur-a100-llama-2-70b",
-        rf + "network_profiling_dataset", "local/vidur-a100-dgx", rf + "cache_dir", str(HUB),
-        rf + "num_estimators", "250", rf + "max_depth", "16", "32", rf + "k_fold_cv_splits", "3",
-        rf + "prediction_max_tokens_per_request", "4096",
-        "--no-metrics_config_store_plots", "--no-metrics_config_enable_chrome_trace",
-        "--metrics_config_output_dir", str(out)]
+def cluster_for(case: Case) -> ClusterSpec:
+    return ClusterSpec(prefill=0, decode=0, mixed=case.replicas, preset=PRESETS[case.model],
+                       engine=EngineConfig(512, 128, 16, max_model_len=4096))
 
 
-def child_cpu_s() -> float:
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
-
-
-def run_vidur(python: Path, replicas: int, requests: int, out: Path) -> tuple[Path, float]:
-    """(request_metrics.csv, CPU seconds) of one Vidur run."""
-    out.mkdir(parents=True, exist_ok=True)
-    before = set(out.iterdir())
-    cpu0 = child_cpu_s()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
-    proc = subprocess.run([python, "-m", "vidur.main", *vidur_args(replicas, requests, out)], env=env,
-                          capture_output=True, text=True, cwd=out)
-    cpu = child_cpu_s() - cpu0
-    if proc.returncode:
-        sys.exit(f"fidelity: Vidur failed ({replicas} replicas): {proc.stderr.strip().splitlines()[-1:]}")
-    (run_dir,) = set(out.iterdir()) - before
-    return run_dir / "request_metrics.csv", cpu
-
-
-def vidur_latencies(path: Path) -> dict[int, tuple[float, float, float]]:
-    """Request id -> (TTFT, TPOT, e2e) in seconds from Vidur's metrics."""
-    import csv
-    out = {}
-    with path.open() as handle:
-        for row in csv.DictReader(handle):
-            ttft, e2e, n = float(row["prefill_e2e_time"]), float(row["request_e2e_time"]), int(row["request_num_decode_tokens"])
-            out[int(row["Request Id"])] = (ttft, (e2e - ttft) / (n - 1) if n > 1 else float("nan"), e2e)
-    return out
-
-
-def run_baton(metrics: Path, replicas: int) -> tuple[dict[int, tuple[float, float, float]], float]:
-    """Baton on Vidur's requests: request id -> (TTFT, TPOT, e2e), and CPU seconds."""
+def run_baton(metrics: Path, case: Case, squeeze: bool = False):
+    """Baton on Vidur's requests: request id -> (TTFT, TPOT, e2e), CPU seconds, and the
+    makespan (s). ``squeeze``: every request arrives at 0 (the saturated throughput)."""
     requests = load_trace(metrics, "vidur-metrics")
-    cluster = ClusterSpec(prefill=0, decode=0, mixed=replicas, preset="llama-2-70b-tp2@a100-80g",
-                          engine=EngineConfig(512, 128, 16, max_model_len=4096))
+    if squeeze:
+        requests = [replace(r, arrival_s=0.0) for r in requests]
     cpu0 = time.process_time()
-    result = simulate(requests, cluster, "colocated-rr", info=InfoModel(ViewMode.EXACT))
+    result = simulate(requests, cluster_for(case), "colocated-rr", info=InfoModel(ViewMode.EXACT))
     cpu = time.process_time() - cpu0
-    return {r.req_id: (r.ttft_s, r.tpot_s, r.e2e_s) for r in result.records if r.finished}, cpu
+    done = [r for r in result.records if r.finished]
+    makespan = max(r.arrival_s + r.e2e_s for r in done) - min(r.arrival_s for r in done)
+    return {r.req_id: (r.ttft_s, r.tpot_s, r.e2e_s) for r in done}, cpu, makespan
+
+
+def baton_whole_process_s(metrics: Path, case: Case) -> float:
+    """Wall seconds of ``baton simulate`` on the same requests, start-up included."""
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [str(Path(sys.executable).with_name("baton")), "simulate", "--trace", str(metrics), "--format", "vidur-metrics",
+               "--mixed", str(case.replicas), "--preset", PRESETS[case.model], "--policy", "colocated-rr",
+               "--max-num-batched-tokens", "512", "--max-num-seqs", "128", "--max-model-len", "4096",
+               "--view", "exact", "--quiet", "--json", "--out", out]
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
+        return time.perf_counter() - t0
 
 
 def compare(vidur: dict, baton: dict) -> dict[str, float]:
@@ -167,61 +127,91 @@ def compare(vidur: dict, baton: dict) -> dict[str, float]:
     return out
 
 
+def vidur_case(case: Case, rate: float, n: int) -> VidurCase:
+    return VidurCase(case.model, case.replicas, rate, n, case.min_tokens, case.max_tokens, case.pd_ratio)
+
+
+def run_case(python: Path, case: Case, n: int, work: Path) -> dict:
+    """One case: find its rate if it has none, run both, compare, time both."""
+    capacity = None
+    if case.rate_rps is None:
+        probe = run_vidur(python, vidur_case(case, 0.05, n), work / case.name / "probe")
+        assert probe is not None, "Vidur preempted at 0.05 req/s"
+        _, _, makespan = run_baton(probe.metrics, case, squeeze=True)
+        capacity = n / makespan
+        steps = [capacity * f for f in LOAD_STEPS]
+    else:
+        steps = [case.rate_rps]
+    for rate in steps:
+        run = run_vidur(python, vidur_case(case, rate, n), work / case.name)
+        if run is not None:
+            break
+        print(f"fidelity: {case.name}: Vidur preempted (and crashed) at {rate:.3f} req/s; stepping down",
+              file=sys.stderr, flush=True)
+    else:
+        return {"case": case.name, "error": "Vidur preempted at every rate tried"}
+    baton, baton_cpu, _ = run_baton(run.metrics, case)
+    figures = {"case": case.name, "rate_rps": rate, "capacity_rps": capacity,
+               "load": rate / capacity if capacity else None, **compare(vidur_latencies(run.metrics), baton)}
+    whole = baton_whole_process_s(run.metrics, case)
+    figures.update(vidur_wall_s=run.wall_s, vidur_cpu_s=run.cpu_s, baton_cpu_s=baton_cpu, baton_wall_s=whole,
+                   speedup_whole=run.wall_s / whole, speedup_in_process=run.cpu_s / baton_cpu)
+    return figures
+
+
+def print_figures(rows: list[dict], real: dict | None) -> None:
+    print(f"{'case':<18} {'load':>5} {'TTFT MAPE':>9} {'p50/p90/p99':>15} {'TPOT MAPE':>9} {'p50/p90/p99':>15} "
+          f"{'e2e MAPE':>8} {'speed':>6}")
+    for m in rows:
+        if "error" in m:
+            print(f"{m['case']:<18} {m['error']}")
+            continue
+        ratios = lambda k: "/".join(f"{m[f'{k}_p{q}_ratio']:.2f}" for q in (50, 90, 99))  # noqa: E731
+        load = f"{m['load']:.2f}" if m["load"] else "-"
+        print(f"{m['case']:<18} {load:>5} {m['ttft_mape']:>9.3f} {ratios('ttft'):>15} {m['tpot_mape']:>9.3f} "
+              f"{ratios('tpot'):>15} {m['e2e_mape']:>8.3f} {m['speedup_whole']:>5.1f}x")
+    if real is not None:
+        print(f"{'real (vLLM CPU)':<18} {'-':>5} {real['ttft_mape']:>9.3f} {'':>15} {real['tpot_mape']:>9.3f} "
+              f"{'':>15} {real['e2e_mape']:>8.3f}   ({real['failed']} failed)")
+    ok = [m for m in rows if "error" not in m]
+    worst = {k: max((m[f"{k}_mape"] for m in ok), default=None) for k in ("ttft", "tpot", "e2e")}
+    real_mape = {k: (real or {}).get(f"{k}_mape") for k in ("ttft", "tpot", "e2e")}
+    light = next((m for m in ok if m["case"] == "70b-light"), None)
+    print(json.dumps({"vidur_ttft_mape": worst["ttft"], "vidur_tpot_mape": worst["tpot"], "vidur_e2e_mape": worst["e2e"],
+                      "vidur_cases": ok, "vidur_speedup": light["speedup_whole"] if light else None,
+                      "real_ttft_mape": real_mape["ttft"], "real_tpot_mape": real_mape["tpot"],
+                      "real_e2e_mape": real_mape["e2e"], "real": real}))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="2,000 requests instead of 10,000")
-    p.add_argument("--requests", type=int, help="requests per run (overrides --quick)")
+    p.add_argument("--quick", action="store_true", help="2,000 requests per case instead of 10,000")
+    p.add_argument("--requests", type=int, help="requests per case (overrides --quick)")
+    p.add_argument("--cases", help=f"comma-separated case names (default: all: {', '.join(c.name for c in CASES)})")
     p.add_argument("--real", action="store_true", help="also the real-engine check (vLLM CPU, SmolLM2)")
     p.add_argument("--no-vidur", action="store_true", help="skip the Vidur comparison (vidur_* null)")
     p.add_argument("--real-requests", type=int, default=200, help="requests in the real-engine trace")
     p.add_argument("--real-rate", type=float, default=1.0, help="their Poisson rate (req/s)")
-    p.add_argument("--work", default="/tmp/baton-fidelity", help="scratch folder for Vidur's outputs")
+    p.add_argument("--work", default=None, help="scratch folder for Vidur's outputs (default: a temporary one)")
     args = p.parse_args()
     n = args.requests or (2000 if args.quick else 10000)
-    work = Path(args.work)
+    work = Path(args.work or tempfile.mkdtemp(prefix="baton-fidelity-"))
+    names = args.cases.split(",") if args.cases else [c.name for c in CASES]
+    unknown = sorted(set(names) - {c.name for c in CASES})
+    if unknown:
+        sys.exit(f"fidelity: unknown case(s) {', '.join(unknown)}; known: {', '.join(c.name for c in CASES)}")
     real = None
     if args.real:
         from fidelity_real import run_real
         real = run_real(work / "real", args.real_requests, args.real_rate, compare)
-    by_replicas, speed = vidur_part(n, work) if not args.no_vidur else ({}, None)
-    print_figures(n, by_replicas, speed, real)
-
-
-def vidur_part(n: int, work: Path) -> tuple[dict, float]:
-    """Vidur and Baton on the same requests at 1 and 4 replicas, and the CPU-time ratio."""
-    python = ensure_vidur()
-    ensure_hub()
-    by_replicas, speed = {}, None
-    for replicas in (1, 4):
-        metrics, vidur_cpu = run_vidur(python, replicas, n, work / f"r{replicas}")
-        vidur = vidur_latencies(metrics)
-        baton, baton_cpu = run_baton(metrics, replicas)
-        by_replicas[replicas] = compare(vidur, baton)
-        if replicas == 1:
-            vc = [vidur_cpu] + [run_vidur(python, 1, n, work / "r1")[1] for _ in range(2)]
-            bc = [baton_cpu] + [run_baton(metrics, 1)[1] for _ in range(2)]
-            speed = statistics.median(vc) / statistics.median(bc)
-            by_replicas[1].update(vidur_cpu_s=statistics.median(vc), baton_cpu_s=statistics.median(bc))
-    return by_replicas, speed
-
-
-def print_figures(n: int, by_replicas: dict, speed: float | None, real: dict | None) -> None:
-    print(f"{'replicas':>8} {'matched':>8} {'TTFT MAPE':>10} {'TPOT MAPE':>10} {'e2e MAPE':>9}  p50/p90/p99 ratio TPOT")
-    for r, m in by_replicas.items():
-        print(f"{r:>8} {m['matched']:>8} {m['ttft_mape']:>10.3f} {m['tpot_mape']:>10.3f} {m['e2e_mape']:>9.3f}  "
-              f"{m['tpot_p50_ratio']:.3f} / {m['tpot_p90_ratio']:.3f} / {m['tpot_p99_ratio']:.3f}")
-    if real is not None:
-        print(f"{'real':>8} {real['matched']:>8} {real['ttft_mape']:>10.3f} {real['tpot_mape']:>10.3f} "
-              f"{real['e2e_mape']:>9.3f}  {real['tpot_p50_ratio']:.3f} / {real['tpot_p90_ratio']:.3f} / "
-              f"{real['tpot_p99_ratio']:.3f}   (vLLM CPU, SmolLM2-135M, {real['failed']} failed)")
-    if speed is not None:
-        print(f"vidur_speedup (Vidur CPU / Baton CPU, 1 replica, median of 3): {speed:.1f}x")
-    worst = {k: max((m[f"{k}_mape"] for m in by_replicas.values()), default=None) for k in ("ttft", "tpot", "e2e")}
-    real_mape = {k: (real or {}).get(f"{k}_mape") for k in ("ttft", "tpot", "e2e")}
-    print(json.dumps({"requests": n, "vidur_ttft_mape": worst["ttft"], "vidur_tpot_mape": worst["tpot"],
-                      "vidur_e2e_mape": worst["e2e"], "vidur_by_replicas": {str(k): v for k, v in by_replicas.items()},
-                      "vidur_speedup": speed, "real_ttft_mape": real_mape["ttft"],
-                      "real_tpot_mape": real_mape["tpot"], "real_e2e_mape": real_mape["e2e"], "real": real}))
+    rows = []
+    if not args.no_vidur:
+        python = ensure_vidur()
+        ensure_hub()
+        for case in (c for c in CASES if c.name in names):
+            print(f"fidelity: {case.name} ...", file=sys.stderr, flush=True)
+            rows.append(run_case(python, case, n, work))
+    print_figures(rows, real)
 
 
 if __name__ == "__main__":

@@ -6,5 +6,5 @@ cd "$(dirname "$0")/.."
 start=$(date +%s)
 STEP=fidelity-real source scripts/vllm_env.sh
 BATON_VLLM_PYTHON="$VENV/bin/python" BATON_VLLM_MODEL="$MODEL" \
-  .venv/bin/python benchmarks/fidelity.py --quick --real "$@"
+  .venv/bin/python benchmarks/fidelity.py --quick --real --cases 70b-light,70b-light-4r "$@"
 echo "fidelity-real: took $(( $(date +%s) - start )) s"

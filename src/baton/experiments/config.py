@@ -15,7 +15,7 @@ from baton.core.info import InfoModel, info_from_dict
 from baton.yamlfile import read_yaml
 from baton.core.request import Request
 from baton.metrics import SLO
-from baton.perf.presets import ROUTE_PREFIX, model_route, parse_model_route
+from baton.perf.presets import model_route, parse_model_route, route_prefix
 from baton.sim.cluster import ClusterSpec, cluster_from_dict
 from baton.workload import SourceEngine, SyntheticSpec, first, generate, load_trace, scale_to_rate, source_engine
 
@@ -141,9 +141,10 @@ def load_experiment(path: str | Path) -> Experiment:
 def resolve_preset(preset: str, folder: Path) -> str:
     """A profile CSV or a ``model:`` block's config.json named relative to the YAML is
     relative to its ``folder``, not to where baton runs."""
-    if preset.startswith(ROUTE_PREFIX):
+    prefix = route_prefix(preset)
+    if prefix is not None:
         config, gpu, tp = parse_model_route(preset)
-        return model_route(str((folder / Path(config).expanduser()).resolve()), gpu, tp)
+        return model_route(str((folder / Path(config).expanduser()).resolve()), gpu, tp, prefix)
     if preset.endswith(".csv") and not Path(preset).is_absolute():
         return str((folder / preset).resolve())
     return preset

@@ -23,6 +23,11 @@ class BatchShape:
     - ``decode_ctx_cv2``: squared coefficient of variation of the decode contexts; the
       length heterogeneity that slows attention kernels (CascadeInfer section 2.3). It is
       evaluated when the batch composition changes and held while it is unchanged.
+    - ``prefill_chunks``: how many prefill chunks (each a kernel launch with its own fixed
+      cost); 0 with ``prefill_tokens`` > 0 counts as one.
+    - ``prefill_diag_pairs``: the part of ``prefill_attn_pairs`` inside the chunks' own
+      causal triangles, sum of chunk x (chunk + 1) / 2; masked tiles run slower than the
+      chunk's attention to earlier context.
     """
 
     prefill_tokens: int = 0
@@ -30,6 +35,8 @@ class BatchShape:
     n_decodes: int = 0
     decode_ctx_tokens: int = 0
     decode_ctx_cv2: float = 0.0
+    prefill_chunks: int = 0
+    prefill_diag_pairs: float = 0.0
 
     @property
     def empty(self) -> bool:
@@ -50,6 +57,21 @@ def chunk_attn_pairs(chunk_tokens: int, offset_tokens: int) -> float:
     return chunk_tokens * (offset_tokens + (chunk_tokens + 1) / 2.0)
 
 
+def chunk_diag_pairs(chunk_tokens: int) -> float:
+    """Query-key pairs of a chunk attending to itself (its causal triangle)."""
+    return chunk_tokens * (chunk_tokens + 1) / 2.0
+
+
+def prefill_shape(chunk_tokens: int, offset_tokens: int = 0, n_decodes: int = 0,
+                  decode_ctx_tokens: int = 0) -> BatchShape:
+    """Shape of one prefill chunk at a context offset, beside optional decodes."""
+    return BatchShape(prefill_tokens=chunk_tokens,
+                      prefill_attn_pairs=chunk_attn_pairs(chunk_tokens, offset_tokens),
+                      n_decodes=n_decodes, decode_ctx_tokens=decode_ctx_tokens,
+                      prefill_chunks=1 if chunk_tokens else 0,
+                      prefill_diag_pairs=chunk_diag_pairs(chunk_tokens))
+
+
 def batch_shape(prefill_chunks: Sequence[tuple[int, int]],
                 decode_ctx_tokens: Sequence[int] | np.ndarray) -> BatchShape:
     """Shape of a batch from its prefill chunks ``(chunk_tokens, offset_tokens)`` and its
@@ -61,6 +83,8 @@ def batch_shape(prefill_chunks: Sequence[tuple[int, int]],
         n_decodes=int(ctx.size),
         decode_ctx_tokens=int(ctx.sum()),
         decode_ctx_cv2=length_cv2(ctx),
+        prefill_chunks=sum(1 for c, _ in prefill_chunks if c > 0),
+        prefill_diag_pairs=sum(chunk_diag_pairs(c) for c, _ in prefill_chunks),
     )
 
 
@@ -89,8 +113,7 @@ class PerfModel(ABC):
         total, done = 0.0, 0
         while done < prompt_tokens:
             chunk = min(chunk_tokens, prompt_tokens - done)
-            pairs = chunk_attn_pairs(chunk, done)
-            total += self.iteration_time_s(BatchShape(prefill_tokens=chunk, prefill_attn_pairs=pairs))
+            total += self.iteration_time_s(prefill_shape(chunk, done))
             done += chunk
         return total
 

@@ -36,11 +36,12 @@ from baton.perf.fitted import FittedModel
 from baton.perf.hardware import HARDWARE, MiB
 from baton.perf.hf_config import model_from_hf_config
 from baton.perf.model import PerfModel
+from baton.perf.profiled import ProfiledModel
 from baton.perf.roofline import RooflineModel
 from baton.perf.specs import Efficiency, ModelSpec, MoESpec
 
-__all__ = ["A100_VIDUR", "DEFAULT_PRESET", "HARDWARE", "MODELS", "PRESETS", "Preset", "build",
-           "MiB", "model_route", "parse_model_route"]
+__all__ = ["A100_VIDUR", "DEFAULT_PRESET", "HARDWARE", "MODELS", "PRESETS", "PROFILE_PREFIX", "Preset",
+           "build", "MiB", "model_route", "parse_model_route", "route_prefix"]
 
 # [hf] parameters, layers, hidden, heads, KV heads, head dim, FFN width, vocabulary, and the
 # longest context (config.json's max_position_embeddings: 131,072 for Llama 3.1/3.2 and
@@ -66,14 +67,22 @@ MODELS: dict[str, ModelSpec] = {
                                   moe=MoESpec(layers=26, routed=64, top_k=6, shared=2, expert_ffn=1408)),
 }
 
-# [vidur] A100 efficiencies from a whole-iteration fit to Vidur's Llama-2-70B TP2 profile,
-# rounded: weight reads at 73% of HBM bandwidth (0.574 ms per layer at <= 8 tokens),
-# matmuls at 66% of peak (2.13 ms per layer at 512 tokens) with a 2-norm corner, decode
-# attention reading KV at 73% of HBM bandwidth after an 18 us per-layer launch, prefill
-# attention at 33% of peak (0.34 ms per layer for a 512-token chunk at 4k context). Vidur
-# models no per-iteration CPU cost, so neither does this.
-A100_VIDUR = Efficiency(compute=0.66, memory=0.73, roofline_p=2.0, attn_memory=0.73,
-                        attn_compute=0.33, attn_launch_s=18e-6, iteration_overhead_s=0.0)
+# [vidur] A100 efficiencies, each term fitted to its own operator in Vidur's Llama-2-70B TP2
+# profile (benchmarks/calibrate_vidur.py prints the fits and their errors):
+# - linear operators (every projection, the MLP, norms, adds) for 1-4,096 tokens: matmuls
+#   at 70% of peak on 128-row tiles, an empty row of the last tile costing 0.56 of a full
+#   one (the profile steps 28-36% just past each multiple of 128 tokens), weight reads at
+#   92% of HBM bandwidth, compute and memory joined by a 1.6-norm (median error 1.8%);
+# - decode attention: 24 us per layer, 0.24 us per sequence per layer, KV read at 74% of
+#   HBM bandwidth (Vidur's decode profile with its own rounding and 10% batching term);
+# - prefill attention: 25 us per chunk per layer; pairs to earlier context at 37% of peak,
+#   the chunk's own causal triangle at 14% (a 512-token chunk at offset 0 costs 0.11 ms per
+#   layer, not the 0.03 ms its FLOPs take at the off-diagonal rate).
+# Vidur models no per-iteration CPU cost, so neither does this.
+A100_VIDUR = Efficiency(compute=0.70, memory=0.92, roofline_p=1.6, attn_memory=0.74,
+                        attn_compute=0.37, attn_launch_s=24e-6, iteration_overhead_s=0.0,
+                        attn_per_seq_s=0.24e-6, prefill_chunk_s=25e-6, attn_diag_compute=0.14,
+                        tile_tokens=128, tile_waste=0.56)
 
 
 # The efficiencies of a model built from its config.json on each GPU: [vidur] on A100 (the
@@ -81,8 +90,10 @@ A100_VIDUR = Efficiency(compute=0.66, memory=0.73, roofline_p=2.0, attn_memory=0
 # the others.
 ROUTE_EFFICIENCY: dict[str, Efficiency] = {"a100-80g": A100_VIDUR, "a100-40g": A100_VIDUR}
 ROUTE_PREFIX = "hf:"
+PROFILE_PREFIX = "vidur:"
 HOW_TO_ADD = ("add a model with --model PATH/config.json --gpu NAME [--tp N], or in YAML "
-              "cluster.model: {config: PATH, gpu: NAME, tp: N} (GPUs: baton list gpus)")
+              "cluster.model: {config: PATH, gpu: NAME, tp: N} (GPUs: baton list gpus); with Vidur "
+              "profiles, --preset vidur:DIR@GPU:tpN or cluster.model: {profile: DIR, gpu: NAME, tp: N}")
 
 
 @dataclass(slots=True, frozen=True)
@@ -152,25 +163,32 @@ PRESETS: dict[str, Preset] = {
 DEFAULT_PRESET = "llama-3.1-8b@a100-80g"
 
 
-def model_route(config: str, gpu: str, tp: int = 1) -> str:
+def model_route(config: str, gpu: str, tp: int = 1, prefix: str = ROUTE_PREFIX) -> str:
     """The preset string of a model's ``config.json`` (an absolute path, or relative to
-    where baton runs) on ``tp`` GPUs of type ``gpu``: ``hf:PATH@GPU:tpN``."""
+    where baton runs) on ``tp`` GPUs of type ``gpu``: ``hf:PATH@GPU:tpN``; with ``prefix``
+    ``vidur:``, PATH is a folder of Vidur profiles and the model's config.json."""
     if gpu not in HARDWARE:
         raise ConfigError(f"gpu: unknown GPU {gpu!r}{did_you_mean(gpu, HARDWARE)}; known GPUs: "
                           f"{', '.join(sorted(HARDWARE))}")
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
         raise ConfigError(f"tp: expected a positive integer, got {tp!r}")
-    return f"{ROUTE_PREFIX}{config}@{gpu}:tp{tp}"
+    return f"{prefix}{config}@{gpu}:tp{tp}"
+
+
+def route_prefix(name: str) -> str | None:
+    """``hf:`` or ``vidur:`` when ``name`` is such a route, else None."""
+    return next((p for p in (ROUTE_PREFIX, PROFILE_PREFIX) if name.startswith(p)), None)
 
 
 def parse_model_route(name: str) -> tuple[str, str, int]:
-    """(config path, GPU, tensor-parallel degree) of ``hf:PATH@GPU[:tpN]``."""
-    body = name[len(ROUTE_PREFIX):]
+    """(path, GPU, tensor-parallel degree) of ``hf:PATH@GPU[:tpN]`` or ``vidur:DIR@GPU[:tpN]``."""
+    prefix = route_prefix(name) or ROUTE_PREFIX
+    body = name[len(prefix):]
     path, at, target = body.rpartition("@")
     gpu, _, tp_text = target.partition(":")
     if not at or not path or not gpu or (tp_text and not (tp_text.startswith("tp") and tp_text[2:].isdigit())):
-        raise ConfigError(f"preset: {name!r}: expected {ROUTE_PREFIX}PATH@GPU or {ROUTE_PREFIX}PATH@GPU:tpN, "
-                          "e.g. hf:/models/llama/config.json@a100-80g:tp2")
+        raise ConfigError(f"preset: {name!r}: expected {prefix}PATH@GPU or {prefix}PATH@GPU:tpN, "
+                          f"e.g. {prefix}/models/llama{'/config.json' if prefix == ROUTE_PREFIX else ''}@a100-80g:tp2")
     tp = int(tp_text[2:]) if tp_text else 1
     model_route(path, gpu, tp)  # validates the GPU and the degree
     return path, gpu, tp
@@ -183,11 +201,15 @@ def _build_route(name: str) -> RooflineModel:
 
 
 def build(name: str) -> PerfModel:
-    """Build a named preset, a model's config.json on a GPU (``hf:PATH@GPU:tpN``), or fit a
+    """Build a named preset, a model's config.json on a GPU (``hf:PATH@GPU:tpN``), a folder
+    of Vidur operator profiles (``vidur:DIR@GPU:tpN``, ``baton.perf.profiled``), or fit a
     profile CSV (a name ending in ``.csv``, see ``baton.perf.fitted``); the error lists the
     known names and how to add a model."""
     if name.startswith(ROUTE_PREFIX):
         return _build_route(name)
+    if name.startswith(PROFILE_PREFIX):
+        path, gpu, tp = parse_model_route(name)
+        return ProfiledModel(path, gpu, tp)
     if name.endswith(".csv"):
         return FittedModel.from_profile(name)
     try:

@@ -74,22 +74,33 @@ class RooflineModel(PerfModel):
         tokens = shape.prefill_tokens + shape.n_decodes
         if tokens == 0:
             return IterationBreakdown(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-        flops = 2.0 * m.matmul_params * tokens / tp
+        flops = 2.0 * m.matmul_params * eff.compute_tokens(tokens) / tp
         linear_s = _combine(flops / (self._matmul_flops * eff.compute),
                             m.weight_bytes_read(tokens) / tp / (hw.hbm_bytes_per_s * eff.memory), eff.roofline_p)
-        attn_flops = 4.0 * m.n_layers * m.n_heads * m.head_dim * shape.prefill_attn_pairs / tp
-        prefill_attn_s = attn_flops / (self._attn_flops * eff.attn_compute)
         het = 1.0 + eff.heterogeneity * min(shape.decode_ctx_cv2, eff.heterogeneity_cap)
         kv_read = self.kv_bytes_per_token * shape.decode_ctx_tokens * het / tp
-        decode_attn_s = kv_read / (hw.hbm_bytes_per_s * eff.attn_memory)
-        launch_s = m.n_layers * eff.attn_launch_s
+        decode_attn_s = (kv_read / (hw.hbm_bytes_per_s * eff.attn_memory)
+                         + m.n_layers * eff.attn_per_seq_s * shape.n_decodes)
         allreduce_s = 0.0
         if tp > 1:
             act_bytes = tokens * m.hidden * 2.0
             ring = 2.0 * (tp - 1) / tp * act_bytes / hw.interconnect_bytes_per_s
             allreduce_s = 2.0 * m.n_layers * (self._allreduce_call_s + ring)
-        return IterationBreakdown(linear_s, prefill_attn_s, decode_attn_s, launch_s,
-                                  allreduce_s, eff.iteration_overhead_s)
+        return IterationBreakdown(linear_s, self._prefill_attn_s(shape), decode_attn_s,
+                                  m.n_layers * eff.attn_launch_s, allreduce_s, eff.iteration_overhead_s)
+
+    def _prefill_attn_s(self, shape: BatchShape) -> float:
+        """Prefill attention: the pairs to earlier context, the chunks' causal triangles
+        at their own rate, and a fixed cost per chunk per layer."""
+        if shape.prefill_tokens == 0:
+            return 0.0
+        m, eff = self.model, self.eff
+        flops_per_pair = 4.0 * m.n_layers * m.n_heads * m.head_dim / self.tp
+        diag = min(shape.prefill_diag_pairs, shape.prefill_attn_pairs)
+        diag_eff = eff.attn_diag_compute or eff.attn_compute
+        chunks = max(shape.prefill_chunks, 1)
+        return (flops_per_pair * ((shape.prefill_attn_pairs - diag) / eff.attn_compute + diag / diag_eff)
+                / self._attn_flops + m.n_layers * eff.prefill_chunk_s * chunks)
 
     def iteration_time_s(self, shape: BatchShape) -> float:
         return self.breakdown(shape).total_s
@@ -99,7 +110,7 @@ class RooflineModel(PerfModel):
         """One layer's gated MLP (up, gate, down projections) for ``tokens`` tokens."""
         m, hw, eff = self.model, self.hardware, self.eff
         params = 3.0 * m.hidden * m.ffn_hidden / self.tp
-        flops = 2.0 * params * tokens
+        flops = 2.0 * params * eff.compute_tokens(tokens)
         return _combine(flops / (self._matmul_flops * eff.compute),
                         params * m.weight_bytes_per_param / (hw.hbm_bytes_per_s * eff.memory),
                         eff.roofline_p)
@@ -108,4 +119,5 @@ class RooflineModel(PerfModel):
         """One layer's decode attention for ``batch`` requests of ``ctx_tokens`` each."""
         per_layer = self.kv_bytes_per_token / self.model.n_layers / self.tp
         read = per_layer * batch * ctx_tokens
-        return self.eff.attn_launch_s + read / (self.hardware.hbm_bytes_per_s * self.eff.attn_memory)
+        return (self.eff.attn_launch_s + self.eff.attn_per_seq_s * batch
+                + read / (self.hardware.hbm_bytes_per_s * self.eff.attn_memory))

@@ -143,6 +143,15 @@ class Efficiency:
     - ``roofline_p``: how the weight matmuls' compute and memory times combine: their
       p-norm; infinity is max() (perfect overlap), 2 rounds the corner as measured GEMMs do.
     - ``iteration_overhead_s``: scheduler and sampling cost per iteration.
+    - ``attn_per_seq_s``: decode-attention cost per layer per sequence in the batch (its
+      work partition, block-table walk and partial-tile reads), on top of the KV bytes.
+    - ``prefill_chunk_s``: prefill-attention cost per layer per chunk (launch and the
+      under-filled waves of a short chunk).
+    - ``attn_diag_compute``: of peak FLOP/s for the pairs inside a chunk's own causal
+      triangle (masked tiles); None: ``attn_compute``.
+    - ``tile_tokens`` / ``tile_waste``: the weight matmuls run on tiles of
+      ``tile_tokens`` rows; a partly filled tile costs ``tile_waste`` of its empty rows
+      (0: no quantisation, 1: a full tile's compute).
     """
 
     compute: float = 0.6
@@ -154,3 +163,14 @@ class Efficiency:
     heterogeneity_cap: float = 2.5
     roofline_p: float = math.inf
     iteration_overhead_s: float = 1e-3
+    attn_per_seq_s: float = 0.0
+    prefill_chunk_s: float = 0.0
+    attn_diag_compute: float | None = None
+    tile_tokens: int = 1
+    tile_waste: float = 0.0
+
+    def compute_tokens(self, tokens: int) -> float:
+        """Rows the weight matmuls compute for ``tokens`` batched tokens, with the empty
+        rows of the last tile counted at ``tile_waste``."""
+        pad = -tokens % self.tile_tokens
+        return tokens + self.tile_waste * pad

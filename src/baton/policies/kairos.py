@@ -47,7 +47,7 @@ import math
 from baton.core.decisions import ArrivalPlan, Decision, Deflect
 from baton.core.request import Phase, RequestState
 from baton.core.view import ClusterView
-from baton.perf.model import BatchShape
+from baton.perf.model import prefill_shape
 from baton.policies.base import PolicyContext, Stage
 from baton.policies.selection import argmin
 from baton.policies.prefill_time import PrefillPredictor
@@ -99,7 +99,7 @@ class Kairos(Stage):
         decodes, ctx = inst.decodes.n + len(inst.incoming), int(view.running_tokens(n))
 
         def iteration(x: int) -> float:
-            return perf.iteration_time_s(BatchShape(x, x * (x + 1) / 2.0, decodes, ctx))
+            return perf.iteration_time_s(prefill_shape(x, 0, decodes, ctx))
         lo, hi = self.min_chunk, self.max_chunk
         t_lo, t_hi = iteration(lo), iteration(hi)
         if t_lo > self.tbt_slo_s or (self.fixed_chunk and t_hi > self.tbt_slo_s):

@@ -8,7 +8,7 @@ from typing import Any
 
 from baton.core.errors import ConfigError
 from baton.core.instance import Role
-from baton.perf.presets import model_route
+from baton.perf.presets import PROFILE_PREFIX, ROUTE_PREFIX, model_route
 from baton.sim.engine_types import EngineConfig
 
 
@@ -97,21 +97,24 @@ def cluster_from_dict(data: Mapping[str, Any], where: str = "cluster") -> Cluste
 
 
 def model_from_dict(data: Any, where: str) -> str:
-    """``{config: PATH, gpu: NAME, tp: N}`` as a preset string (``hf:PATH@GPU:tpN``); a
-    relative PATH is resolved by whoever knows the YAML's folder."""
+    """``{config: PATH, gpu: NAME, tp: N}`` as a preset string (``hf:PATH@GPU:tpN``), or
+    ``{profile: DIR, ...}`` (``vidur:DIR@GPU:tpN``: Vidur operator profiles and the model's
+    config.json in DIR); a relative path is resolved by whoever knows the YAML's folder."""
     if not isinstance(data, Mapping):
-        raise ConfigError(f"{where}: expected a mapping with config, gpu and tp")
-    unknown = sorted(set(data) - {"config", "gpu", "tp"})
+        raise ConfigError(f"{where}: expected a mapping with config (or profile), gpu and tp")
+    unknown = sorted(set(data) - {"config", "profile", "gpu", "tp"})
     if unknown:
-        raise ConfigError(f"{where}.{unknown[0]}: unknown key; expected config, gpu or tp")
-    for key in ("config", "gpu"):
-        if key not in data:
-            raise ConfigError(f"{where}.{key}: required (config: a Hugging Face config.json, "
-                              "gpu: a GPU name from `baton list gpus`)")
-    config, gpu = _typed(data["config"], str, f"{where}.config"), _typed(data["gpu"], str, f"{where}.gpu")
+        raise ConfigError(f"{where}.{unknown[0]}: unknown key; expected config, profile, gpu or tp")
+    if ("config" in data) == ("profile" in data):
+        raise ConfigError(f"{where}: give exactly one of config (a Hugging Face config.json) or "
+                          "profile (a folder of Vidur profiles with the model's config.json)")
+    source = "config" if "config" in data else "profile"
+    if "gpu" not in data:
+        raise ConfigError(f"{where}.gpu: required (a GPU name from `baton list gpus`)")
+    path, gpu = _typed(data[source], str, f"{where}.{source}"), _typed(data["gpu"], str, f"{where}.gpu")
     tp = _typed(data.get("tp", 1), int, f"{where}.tp")
     try:
-        return model_route(config, gpu, tp)
+        return model_route(path, gpu, tp, ROUTE_PREFIX if source == "config" else PROFILE_PREFIX)
     except ConfigError as err:
         raise ConfigError(f"{where}.{err}") from None
 

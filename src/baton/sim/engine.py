@@ -31,7 +31,7 @@ import numpy as np
 
 from baton.core.decode_table import DecodeTable
 from baton.core.instance import InstanceState, Segment
-from baton.perf.model import BatchShape, PerfModel, chunk_attn_pairs, length_cv2
+from baton.perf.model import BatchShape, PerfModel, chunk_attn_pairs, chunk_diag_pairs, length_cv2
 from baton.sim.engine_types import (DecodeJoin, DecodeRow, EngineConfig, PrefillItem, PrefillKind,
                                     SegmentResult)
 
@@ -136,7 +136,8 @@ class Engine:
         shape = BatchShape(
             prefill_tokens=sum(c for _, c in self.chunks),
             prefill_attn_pairs=sum(chunk_attn_pairs(c, it.done_tokens) for it, c in self.chunks),
-            n_decodes=table.n, decode_ctx_tokens=table.ctx_sum, decode_ctx_cv2=self._cv2)
+            n_decodes=table.n, decode_ctx_tokens=table.ctx_sum, decode_ctx_cv2=self._cv2,
+            prefill_chunks=len(self.chunks), prefill_diag_pairs=sum(chunk_diag_pairs(c) for _, c in self.chunks))
         iter0 = self.perf.iteration_time_s(shape)
         max_iters, slope = 1, 0.0
         # after a preemption vLLM admits nothing until the next iteration: replan then
