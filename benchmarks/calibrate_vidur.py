@@ -77,7 +77,9 @@ def fit_terms(v: VidurProfile) -> dict[str, float]:
     dec = least_squares(lambda p: (layers * (p[0] + p[1] * d[:, 0]) + kvb * d[:, 1] / (bw * p[2]) - d[:, 2]) / 0.05,
                         [18e-6, 0.2e-6, 0.73], bounds=([0, 0, 0.1], [1e-4, 2e-6, 0.92])).x
     pairs = 4.0 * layers * m.n_heads * m.head_dim / tp
-    pr = np.array([(c, o, layers * v.prefill_attn_ms(c, o + c) * 1e-3)
+    # the profile's rows as measured: a chunk of c tokens after o tokens of context (Vidur's
+    # own lookup asks for the row at o + c; see VidurProfile.prefill_attn_ms)
+    pr = np.array([(c, o, layers * v.prefill_attn_ms(c, o) * 1e-3)
                    for c in list(range(32, 513, 32)) * 3 + list(range(544, 4097, 128))
                    for o in range(0, 4096 - c + 1, 256)], float)
     pre = least_squares(lambda p: (layers * p[0] + pairs * pr[:, 0] * pr[:, 1] / (peak * p[1])

@@ -75,13 +75,16 @@ MODELS: dict[str, ModelSpec] = {
 #   92% of HBM bandwidth, compute and memory joined by a 1.6-norm (median error 1.8%);
 # - decode attention: 24 us per layer, 0.24 us per sequence per layer, KV read at 74% of
 #   HBM bandwidth (Vidur's decode profile with its own rounding and 10% batching term);
-# - prefill attention: 25 us per chunk per layer; pairs to earlier context at 37% of peak,
-#   the chunk's own causal triangle at 14% (a 512-token chunk at offset 0 costs 0.11 ms per
-#   layer, not the 0.03 ms its FLOPs take at the off-diagonal rate).
+# - prefill attention (the profile's rows as measured: a chunk after its prior context):
+#   21 us per chunk per layer; pairs to earlier context at 39% of peak, the chunk's own
+#   causal triangle at 18% (a 512-token chunk at offset 0 measures 0.072 ms per layer, not
+#   the 0.02 ms its FLOPs take at the off-diagonal rate). Vidur 0.0.26 looks each chunk up
+#   at its context *including* the chunk, so it charges 0.11 ms for that chunk; Baton
+#   follows the measurement (README, "Fidelity").
 # Vidur models no per-iteration CPU cost, so neither does this.
 A100_VIDUR = Efficiency(compute=0.70, memory=0.92, roofline_p=1.6, attn_memory=0.74,
-                        attn_compute=0.37, attn_launch_s=24e-6, iteration_overhead_s=0.0,
-                        attn_per_seq_s=0.24e-6, prefill_chunk_s=25e-6, attn_diag_compute=0.14,
+                        attn_compute=0.39, attn_launch_s=24e-6, iteration_overhead_s=0.0,
+                        attn_per_seq_s=0.24e-6, prefill_chunk_s=21e-6, attn_diag_compute=0.18,
                         tile_tokens=128, tile_waste=0.56)
 
 

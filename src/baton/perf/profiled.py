@@ -8,8 +8,10 @@ GPU gives memory (KV capacity under the engine flags, as for every other model).
 Iteration time = layers x (linear operators at the batch's tokens + decode attention +
 prefill attention + 2 all-reduces with their CPU launch). It keeps the profiles' own
 shapes (tile steps, short-context attention costs) where the roofline has formulas, and
-differs from Vidur's own predictor in two ways a physical engine would not: no rounding of
-the decode context to 256 tokens, and decode attention affine in the batch's summed
+differs from Vidur's own predictor where that predictor departs from its measurements:
+prefill attention is read at the chunk's prior context (the profile's ``kv_cache_size``;
+Vidur asks at the context including the chunk), no rounding of contexts to 256 tokens,
+and decode attention affine in the batch's summed
 context at a fixed batch size (a least-squares line per profiled batch size, evaluated at
 the mean context), which the simulator's closed-form advance needs. Batches larger than
 the profile's largest scale its line by batch size.
@@ -86,7 +88,7 @@ class ProfiledModel(PerfModel):
         n = max(shape.prefill_chunks, 1)
         chunk = shape.prefill_tokens / n
         offset = max(shape.prefill_attn_pairs / n / chunk - (chunk + 1) / 2.0, 0.0)
-        return n * interp_chunk(self.tables.prefill, chunk, offset + chunk)
+        return n * interp_chunk(self.tables.prefill, chunk, offset)
 
     def iteration_time_s(self, shape: BatchShape) -> float:
         tokens = shape.prefill_tokens + shape.n_decodes

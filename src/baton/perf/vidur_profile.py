@@ -99,7 +99,11 @@ class VidurProfile:
         return float(np.interp(kv, xs, ys)) * (1.0 + DECODE_BATCHING * (b > 1))
 
     def prefill_attn_ms(self, chunk: int, kv: int) -> float:
-        """Prefill attention of one chunk whose context, chunk included, is ``kv`` (ms)."""
+        """Prefill attention of one chunk looked up at context ``kv`` (ms). Vidur's profile
+        measured a chunk after ``kv_cache_size`` tokens of prior context; Vidur's predictor
+        asks with the context including the chunk (``iteration`` passes done + chunk), so
+        it charges a chunk at offset o what the profile measured at o + chunk. Pass the
+        prior context to read the row as measured."""
         return interp_chunk(self.tables.prefill, _ceil(chunk, 32), _ceil(kv, KV_GRANULARITY))
 
     def iteration(self, chunks: list[tuple[int, int]], decode_contexts: list[int]) -> IterationParts:
