@@ -38,7 +38,8 @@ def add_common(p: argparse.ArgumentParser, rate_list: bool = False) -> None:
     p.add_argument("--prefill", type=int, help="prefill instances")
     p.add_argument("--decode", type=int, help="decode instances")
     p.add_argument("--mixed", type=int, help="mixed (colocated) instances")
-    p.add_argument("--preset", help="model@hardware performance preset, or a profile CSV from `baton profile`")
+    p.add_argument("--preset", help="model@hardware performance preset, hf:CONFIG_JSON@GPU:tpN, vidur:PROFILE_DIR@GPU:tpN, "
+                   "or a profile CSV from `baton profile`")
     m = p.add_argument_group("a model without a preset (instead of --preset)")
     m.add_argument("--model", metavar="CONFIG_JSON", help="a Hugging Face config.json (or its folder)")
     m.add_argument("--gpu", help="the GPU type it runs on (baton list gpus)")

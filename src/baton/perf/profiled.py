@@ -55,6 +55,8 @@ class ProfiledModel(PerfModel):
 
     def __init__(self, directory: str | Path, gpu: str, tp: int = 1) -> None:
         d = Path(directory)
+        if not d.is_dir():
+            raise ConfigError(f"{d}: not a folder of Vidur profile CSVs")
         if gpu not in HARDWARE:
             raise ConfigError(f"gpu: unknown GPU {gpu!r}; known GPUs: {', '.join(sorted(HARDWARE))}")
         if not (d / "config.json").is_file():
