@@ -7,7 +7,9 @@ the first run of each model trains its random forests, a few minutes). Every cas
 Vidur's synthetic generator (seed 42, uniform total tokens split at a prefill:decode
 ratio, Poisson arrivals) with Sarathi (chunk 512, batch cap 128) and round-robin over the
 replicas; Baton reads Vidur's ``request_metrics.csv`` (``--format vidur-metrics``) and runs
-``colocated-rr`` with the same engine limits. Per request it compares TTFT, TPOT ((e2e -
+``colocated-rr`` with the same engine limits and the KV capacity Vidur's memory planner gave
+each replica (53,248 tokens for Llama-2-70B TP2, 446,464 for CodeLlama-34B TP2;
+``baton.workload.source_engine``). Per request it compares TTFT, TPOT ((e2e -
 TTFT) / (output - 1) on both sides) and e2e: MAPE and p50/p90/p99 ratios (Baton / Vidur).
 
 Cases (``CASES``):
@@ -49,7 +51,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from baton.core.info import InfoModel, ViewMode  # noqa: E402
 from baton.sim import ClusterSpec, EngineConfig, simulate  # noqa: E402
-from baton.workload import load_trace  # noqa: E402
+from baton.workload import load_trace, source_engine  # noqa: E402
 from vidur_runner import VidurCase, ensure_hub, ensure_vidur, run_vidur, vidur_latencies  # noqa: E402
 
 LLAMA70 = "meta-llama/Llama-2-70b-hf"
@@ -83,9 +85,15 @@ CASES = [
 ]
 
 
-def cluster_for(case: Case) -> ClusterSpec:
+def cluster_for(case: Case, kv_tokens: int | None) -> ClusterSpec:
     return ClusterSpec(prefill=0, decode=0, mixed=case.replicas, preset=PRESETS[case.model],
-                       engine=EngineConfig(512, 128, 16, max_model_len=4096))
+                       engine=EngineConfig(512, 128, 16, max_model_len=4096, kv_tokens=kv_tokens))
+
+
+def vidur_kv(metrics: Path) -> int | None:
+    """The KV capacity Vidur's memory planner gave each replica of this run (tokens)."""
+    src = source_engine(metrics, "vidur-metrics")
+    return src.kv_tokens if src is not None else None
 
 
 def run_baton(metrics: Path, case: Case, squeeze: bool = False):
@@ -95,7 +103,7 @@ def run_baton(metrics: Path, case: Case, squeeze: bool = False):
     if squeeze:
         requests = [replace(r, arrival_s=0.0) for r in requests]
     cpu0 = time.process_time()
-    result = simulate(requests, cluster_for(case), "colocated-rr", info=InfoModel(ViewMode.EXACT))
+    result = simulate(requests, cluster_for(case, vidur_kv(metrics)), "colocated-rr", info=InfoModel(ViewMode.EXACT))
     cpu = time.process_time() - cpu0
     done = [r for r in result.records if r.finished]
     makespan = max(r.arrival_s + r.e2e_s for r in done) - min(r.arrival_s for r in done)
@@ -109,6 +117,8 @@ def baton_whole_process_s(metrics: Path, case: Case) -> float:
                "--mixed", str(case.replicas), "--preset", PRESETS[case.model], "--policy", "colocated-rr",
                "--max-num-batched-tokens", "512", "--max-num-seqs", "128", "--max-model-len", "4096",
                "--view", "exact", "--quiet", "--json", "--out", out]
+        if vidur_kv(metrics) is not None:
+            cmd += ["--kv-tokens", str(vidur_kv(metrics))]
         t0 = time.perf_counter()
         subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
         return time.perf_counter() - t0

@@ -76,3 +76,31 @@ def test_other_files_and_formats_are_not_a_source_engine(tmp_path):
 def test_a_broken_config_json_is_a_one_line_error(tmp_path, config, message):
     with pytest.raises(WorkloadError, match=message):
         source_engine(trace(tmp_path, config))
+
+
+def _with_memory(config, **model):
+    """SARATHI plus what Vidur's memory planner reads (Llama-2-70B's shapes by default)."""
+    c = json.loads(json.dumps(config))
+    c["cluster_config"]["replica_config"].update(
+        num_pipeline_stages=1, device_config={"total_memory_gb": 80},
+        model_config={"num_layers": 80, "num_q_heads": 64, "num_kv_heads": 8, "embedding_dim": 8192,
+                      "mlp_hidden_dim": 28672, "use_gated_mlp": True, **model})
+    c["cluster_config"]["cache_config"]["memory_margin_fraction"] = 0.1
+    c["request_generator_config"] = {"max_tokens": 4096}
+    return c
+
+
+def test_vidurs_kv_capacity_is_rederived_and_compared(tmp_path):
+    """Vidur's planner: 54,067 tokens fit beside the weights, kept as 13 whole 4,096-token
+    slots = 53,248 tokens (the figure Vidur's own runs report for Llama-2-70B TP2)."""
+    src = source_engine(trace(tmp_path, _with_memory(SARATHI)))
+    assert src.kv_tokens == 53_248
+    lines = mismatches(src, EngineConfig(512, 128, 16))
+    assert len(lines) == 1 and "53248 KV tokens" in lines[0] and "--kv-tokens 53248" in lines[0]
+    assert mismatches(src, EngineConfig(512, 128, 16, kv_tokens=53_248)) == []
+    bigger = _with_memory(SARATHI)
+    bigger["request_generator_config"]["max_tokens"] = 2048  # 26 slots of 2,048
+    assert source_engine(trace(tmp_path, bigger)).kv_tokens == 26 * 2048
+    partial = _with_memory(SARATHI)
+    del partial["cluster_config"]["replica_config"]["model_config"]["mlp_hidden_dim"]
+    assert source_engine(trace(tmp_path, partial)).kv_tokens is None  # not enough to redo it

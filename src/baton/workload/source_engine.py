@@ -13,6 +13,15 @@ Sarathi's ``chunk_size`` (its whole budget, vLLM's ``max_num_batched_tokens``), 
 others' ``max_tokens_in_batch`` / ``max_batched_tokens``; ``cluster_config.cache_config``
 (or the scheduler config) holds ``block_size``; ``cluster_config.replica_config`` the
 model, tensor parallelism and device.
+
+Vidur sizes its KV cache at run time and does not write the result: its memory planner
+takes ``total_memory_gb`` x (1 - ``memory_margin_fraction``), subtracts 2 bytes per weight
+of one GPU's share of the attention and MLP matrices (no embeddings, no LM head, no
+activations), divides by the KV bytes per token on that GPU, and then keeps only whole
+request slots of ``request_generator_config.max_tokens``: blocks = (max_tokens / block) x
+slots. ``vidur_kv_tokens`` redoes that arithmetic (Llama-2-70B TP2 on A100-80G at 4,096
+tokens per request: 13 slots, 53,248 tokens), so a comparison can give Baton's engine the
+same capacity (``--kv-tokens``).
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ class EngineFlags(Protocol):
     max_num_batched_tokens: int
     max_num_seqs: int
     block_size: int
+    kv_tokens: int | None
 
 
 @dataclass(slots=True, frozen=True)
@@ -54,6 +64,7 @@ class SourceEngine:
     model: str | None = None
     tensor_parallel_size: int | None = None
     device: str | None = None
+    kv_tokens: int | None = None
 
     def label(self) -> str:
         """``Vidur sarathi (path/config.json)``: the engine, for messages."""
@@ -86,7 +97,31 @@ def _vidur(data: dict[str, Any], file: Path) -> SourceEngine | None:
     return SourceEngine(str(file), str(name) if name is not None else None,
                         _int(sched, budget_key, file) if budget_key else None, budget_key,
                         _int(sched, "batch_size_cap", file), block, replica.get("model_name"),
-                        _int(replica, "tensor_parallel_size", file), replica.get("device"))
+                        _int(replica, "tensor_parallel_size", file), replica.get("device"),
+                        vidur_kv_tokens(data, block or 16))
+
+
+def vidur_kv_tokens(data: dict[str, Any], block: int) -> int | None:
+    """The KV capacity (tokens) Vidur's memory planner gave each replica; None when the
+    config lacks a field it needs (see the module docstring)."""
+    cluster = _section(data, "cluster_config")
+    replica, cache = _section(cluster, "replica_config"), _section(cluster, "cache_config")
+    model, device = _section(replica, "model_config"), _section(replica, "device_config")
+    try:
+        if cache.get("num_blocks"):
+            return int(cache["num_blocks"]) * block
+        tp, stages = int(replica["tensor_parallel_size"]), int(replica.get("num_pipeline_stages", 1))
+        width, heads = int(model["embedding_dim"]), int(model["num_q_heads"])
+        head_dim, q, kv = width // heads, heads // tp, int(model["num_kv_heads"]) // tp
+        mlp = (3 if model.get("use_gated_mlp", True) else 2) * width * int(model["mlp_hidden_dim"]) // tp
+        layers = int(model["num_layers"]) // stages
+        weights = (width * head_dim * (2 * q + 2 * kv) + mlp) * layers
+        free = int(device["total_memory_gb"]) * 1024 ** 3 * (1 - float(cache.get("memory_margin_fraction", 0.1)))
+        tokens = int((free - 2 * weights) // (4 * head_dim * kv * layers))
+        per_request = int(_section(data, "request_generator_config")["max_tokens"])
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
+    return (per_request // block) * (tokens // per_request) * block if tokens > 0 else None
 
 
 def source_engine(path: str | Path, fmt: str | None = None) -> SourceEngine | None:
@@ -118,4 +153,9 @@ def mismatches(src: SourceEngine, engine: EngineFlags, where: str = "cluster.eng
         own = f" ({src.budget_key})" if field == "max_num_batched_tokens" and src.budget_key else ""
         lines.append(f"the trace came from {src.label()} with {field} {want}{own}, but the simulated "
                      f"engine uses {have}: set {flag} {want} (or {where}.{field}) to simulate the same engine")
+    if src.kv_tokens is not None and getattr(engine, "kv_tokens", None) != src.kv_tokens:
+        have = engine.kv_tokens if getattr(engine, "kv_tokens", None) is not None else "its own size"
+        lines.append(f"the trace came from {src.label()} whose memory planner gave each replica "
+                     f"{src.kv_tokens} KV tokens, but the simulated engine uses {have}: set --kv-tokens "
+                     f"{src.kv_tokens} (or {where}.kv_tokens) to simulate the same engine")
     return lines
