@@ -100,6 +100,12 @@ QUEUE = trace([(0.0, 9000, 40), (0.15, 300, 340), (0.3, 300, 380), (0.45, 1000, 
 BURST = trace([(0.0, 200, 300), (0.1, 3500, 10), (0.2, 3500, 30), (0.3, 3500, 30), (0.4, 3500, 30),
                (0.5, 3500, 10), (0.6, 200, 200), (1.4, 1000, 60), (1.55, 500, 60), (1.7, 300, 30),
                (1.85, 2000, 40), (2.0, 1000, 30)])
+# BURST with short prompts after it: Kairos's decode path costs whole iterations of about
+# the TBT SLO each (ceil(prompt / chunk) of them) whatever the engine speed, its prefill path
+# scales with it, so prompts of 500-2,000 tokens sit within 20% of its choice and flip on
+# engines 1.2x slower; prompts of 200-300 tokens fit one decode iteration and stay 1.6x away
+BURST_THEN_SHORT = trace([*((r.arrival_s, r.prompt_tokens, r.output_tokens) for r in BURST[:7]),
+                          (1.4, 300, 60), (1.55, 250, 60), (1.7, 300, 30), (1.85, 200, 40), (2.0, 300, 30)])
 # 1P2D: a 7,000-token prompt first, then long answers with small prompts, short ones only
 # after several rebalancing rounds: a placement by (scraped) KV usage leaves the decode
 # loads uneven as requests end, so a rebalancer has moves to make (ARES without a learned
@@ -169,9 +175,9 @@ CASES: list[Case] = [
          SLO),
     Case("arrow-static", "arrow-static", PD1P2D, BURST, DISTRIBUTION, SCRAPED + " (token intervals)",
          slo_s=SLO),
-    Case("kairos", "kairos", PD1P2D, BURST, DISTRIBUTION, "TTFT/TBT predictions on live queues; replan ticks",
+    Case("kairos", "kairos", PD1P2D, BURST_THEN_SHORT, DISTRIBUTION, "TTFT/TBT predictions on live queues; replan ticks",
          DEFLECTS, SLO),
-    Case("kairos-reactive", "kairos-reactive", PD1P2D, BURST, DISTRIBUTION, "TTFT/TBT predictions on live queues",
+    Case("kairos-reactive", "kairos-reactive", PD1P2D, BURST_THEN_SHORT, DISTRIBUTION, "TTFT/TBT predictions on live queues",
          DEFLECTS, SLO),
     *(_cascade(n) for n in ("cascade", "cascade-chain", "cascade-refine-count", "cascade-refine-memory",
                             "cascade-rr-handover", "cascade-interstage-only")),
