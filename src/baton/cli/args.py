@@ -19,7 +19,8 @@ from baton.workload.loaders import parse_columns
 
 def add_workload_flags(p: argparse.ArgumentParser, rate_list: bool = False) -> None:
     p.add_argument("--config", help="experiment YAML (cluster, policy, workload, slo, seed)")
-    p.add_argument("--trace", help="trace file (Azure CSV, Mooncake JSONL, BurstGPT, ShareGPT JSON, Vidur CSV)")
+    p.add_argument("--trace", help="trace file (Azure CSV, Mooncake JSONL, BurstGPT, ShareGPT conversations, "
+                   "a JSON list of lengths, Vidur CSV)")
     p.add_argument("--format", choices=sorted(FORMATS), help="trace format (default: detect)")
     p.add_argument("--requests", type=int, help="N requests: the first N of a trace, or exactly N synthetic ones")
     p.add_argument("--arrivals", metavar="poisson:R|uniform:R",
@@ -27,6 +28,9 @@ def add_workload_flags(p: argparse.ArgumentParser, rate_list: bool = False) -> N
     p.add_argument("--columns", metavar="time=COL,prompt=COL,output=COL",
                    help="read any CSV or JSONL trace through these column names")
     p.add_argument("--time-unit", choices=["s", "ms"], default="s", help="unit of the --columns time column")
+    p.add_argument("--tokenizer", metavar="PATH",
+                   help="a local tokenizer.json (or its model folder) to count a text trace's tokens "
+                        "(ShareGPT); default: 4 characters per token")
     if rate_list:
         p.add_argument("--rate", required=True, help="request rates to sweep, e.g. 2,4,8,16 (req/s)")
     else:
@@ -108,6 +112,8 @@ def experiment_from(args: argparse.Namespace, base: Experiment | None = None) ->
         exp.workload = WorkloadConfig(trace=args.trace, format=args.format)
     if getattr(args, "arrivals", None):
         exp.workload.arrivals = args.arrivals
+    if getattr(args, "tokenizer", None):
+        exp.workload.tokenizer = args.tokenizer
     if getattr(args, "columns", None):
         exp.workload.columns = parse_columns(args.columns)
         exp.workload.time_unit = args.time_unit

@@ -26,7 +26,7 @@ from baton.metrics.summary import overload
 from baton.perf import build as build_preset
 from baton.policies import PolicyContext, build_scheduler
 from baton.sim import ClusterSpec
-from baton.workload import SyntheticSpec, load_trace, workload_stats
+from baton.workload import SyntheticSpec, workload_stats
 from baton.workload.loaders import parse_columns
 from baton.workload.stats import describe, implausible_rate
 
@@ -113,6 +113,8 @@ def _say_workload(exp: Experiment, requests: list, args) -> None:
     args.workload_text = f"{source}: {describe(requests)}"
     if not args.quiet:
         print(f"workload: {args.workload_text}", file=sys.stderr)
+        for note in exp.workload.notes:
+            print(f"note: {note}", file=sys.stderr)
     odd = implausible_rate(requests)
     if odd:
         print(f"warning: {source}: {odd}", file=sys.stderr)
@@ -253,10 +255,13 @@ def cmd_sweep(args: argparse.Namespace) -> None:
 def cmd_workload_stats(args: argparse.Namespace) -> None:
     from baton.report import Report, workload_figure, write_report
     columns = parse_columns(args.columns) if args.columns else None  # the trace flags of every command
-    requests = load_trace(args.file, args.format, args.arrivals, columns=columns, time_unit=args.time_unit)
+    workload = WorkloadConfig(trace=args.file, format=args.format, arrivals=args.arrivals, columns=columns,
+                              time_unit=args.time_unit, tokenizer=args.tokenizer)
+    requests = workload.whole_trace()
+    for note in workload.notes:
+        print(f"note: {note}", file=sys.stderr)
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    write_run_json(Path(args.out), Experiment(workload=WorkloadConfig(
-        trace=args.file, format=args.format, arrivals=args.arrivals, columns=columns, time_unit=args.time_unit)), [])
+    write_run_json(Path(args.out), Experiment(workload=workload), [])
     stats = workload_stats(requests)
     name = Path(args.file).name
     fig = workload_figure(np.array([r.prompt_tokens for r in requests]), np.array([r.output_tokens for r in requests]),

@@ -32,6 +32,16 @@ class WorkloadConfig:
     arrivals: str | None = None  # poisson:R | uniform:R, for traces without arrival times
     columns: dict[str, str] | None = None  # time/prompt/output column names (any CSV or JSONL)
     time_unit: str = "s"
+    tokenizer: str | None = None  # a local tokenizer.json (or its folder) for text traces
+    # one-line notes the loader gave (rows dropped, lengths estimated), for the run's output
+    notes: list[str] = field(default_factory=list, compare=False, repr=False)
+
+    def _read(self, seed: int) -> list[Request]:
+        said: list[str] = []
+        reqs = load_trace(self.trace, self.format, self.arrivals, seed, self.columns, self.time_unit,
+                          self.tokenizer, said)
+        self.notes.extend(n for n in said if n not in self.notes)
+        return reqs
 
     def source_engine(self) -> SourceEngine | None:
         """The engine settings the trace was produced under (``baton.workload.source_engine``),
@@ -42,13 +52,13 @@ class WorkloadConfig:
 
     def whole_trace(self, seed: int = 0) -> list[Request]:
         """Every request of the trace, unscaled (for disjoint windows)."""
-        return load_trace(self.trace, self.format, self.arrivals, seed, self.columns, self.time_unit)
+        return self._read(seed)
 
     def load(self, seed: int) -> list[Request]:
         """The workload's requests: a trace's first ``requests``, or exactly ``requests``
         synthetic ones (``requests`` sets the synthetic count, it never caps it)."""
         if self.trace:
-            reqs = load_trace(self.trace, self.format, self.arrivals, seed, self.columns, self.time_unit)
+            reqs = self._read(seed)
         else:
             spec = self.synthetic if self.requests is None else replace(self.synthetic, requests=self.requests)
             reqs = generate(spec, np.random.default_rng(seed))
@@ -94,7 +104,7 @@ def _workload(data: Any) -> WorkloadConfig:
     for key, value in data.items():
         if key == "synthetic":
             cfg.synthetic = _synthetic(value, "workload.synthetic")
-        elif key in ("trace", "format", "arrivals"):
+        elif key in ("trace", "format", "arrivals", "tokenizer"):
             if not isinstance(value, str):
                 raise ConfigError(f"workload.{key}: expected a string, got {value!r}")
             setattr(cfg, key, value)
@@ -107,8 +117,8 @@ def _workload(data: Any) -> WorkloadConfig:
                 raise ConfigError(f"workload.rate_rps: expected a positive number, got {value!r}")
             cfg.rate_rps = float(value)
         else:
-            raise ConfigError(f"workload.{key}: unknown key; expected trace, format, arrivals, synthetic, "
-                              f"requests or rate_rps")
+            raise ConfigError(f"workload.{key}: unknown key; expected trace, format, arrivals, tokenizer, "
+                              f"synthetic, requests or rate_rps")
     return cfg
 
 
@@ -134,6 +144,7 @@ def load_experiment(path: str | Path) -> Experiment:
         data = data["experiment"]  # a reproduction file: its regime works as an experiment
     exp = experiment_from_dict(data)
     exp.workload.trace = resolve_trace(exp.workload.trace, Path(path).parent)
+    exp.workload.tokenizer = resolve_trace(exp.workload.tokenizer, Path(path).parent)
     exp.cluster = replace(exp.cluster, preset=resolve_preset(exp.cluster.preset, Path(path).parent))
     return exp
 

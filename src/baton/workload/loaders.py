@@ -2,8 +2,10 @@
 
 Formats (``FORMATS``): ``azure`` (TIMESTAMP,ContextTokens,GeneratedTokens), ``mooncake``
 (JSON lines: timestamp in ms, input_length, output_length, hash_ids), ``burstgpt``
-(Timestamp, Request tokens, Response tokens, ...), ``sharegpt`` (a JSON list of objects
-with length fields), ``vidur`` (arrived_at, num_prefill_tokens, num_decode_tokens; arrived_at
+(Timestamp, Request tokens, Response tokens, ...; failed requests, with 0 response
+tokens, are dropped and counted), ``sharegpt`` (ShareGPT conversations, read as vLLM's
+benchmark reads them: ``baton.workload.sharegpt``), ``json-lengths`` (a JSON list of
+objects with length fields), ``vidur`` (arrived_at, num_prefill_tokens, num_decode_tokens; arrived_at
 is required) and ``vidur-metrics`` (Vidur's output ``request_metrics.csv``).
 Arrival times are shifted so the first request arrives at 0 s. In JSON and JSONL,
 ``timestamp`` is milliseconds (Mooncake) and ``arrival_s`` / ``arrived_at`` are seconds. A
@@ -16,12 +18,15 @@ from __future__ import annotations
 import csv
 import json
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from baton.core.errors import WorkloadError
 from baton.core.request import Request
+from baton.workload.sharegpt import is_sharegpt, sharegpt_rows
+from baton.workload.tokens import token_counter
 
 _PROMPT_KEYS = ("prompt_tokens", "input_length", "input_len", "prompt_len", "num_prefill_tokens")
 _OUTPUT_KEYS = ("output_tokens", "output_length", "output_len", "num_decode_tokens")
@@ -66,28 +71,47 @@ def _csv_rows(path: Path) -> Iterator[tuple[str, dict[str, str]]]:
             yield f"{path}:{line}", row
 
 
-def _azure(path: Path) -> list[tuple[float, int, int]]:
+@dataclass(slots=True)
+class ReadOptions:
+    """What a format reader may need besides the file: a tokenizer for text formats
+    (``tokens.token_counter``'s path, None for the estimate) and a list collecting
+    one-line notes on what was dropped or estimated."""
+
+    tokenizer: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _azure(path: Path, _opts: ReadOptions) -> list[tuple[float, int, int]]:
     return [(_azure_time(row["TIMESTAMP"], where),
              _positive_int(row["ContextTokens"], "ContextTokens", where),
              _positive_int(row["GeneratedTokens"], "GeneratedTokens", where))
             for where, row in _csv_rows(path)]
 
 
-def _burstgpt(path: Path) -> list[tuple[float, int, int]]:
-    return [(_number(row["Timestamp"], "Timestamp", where),
+def _burstgpt(path: Path, opts: ReadOptions) -> list[tuple[float, int, int]]:
+    """BurstGPT logs failed requests with 0 response tokens: they are not requests a
+    server completed, so they are dropped, and counted in a note."""
+    rows = [(_number(row["Timestamp"], "Timestamp", where),
              _positive_int(row["Request tokens"], "Request tokens", where),
              _positive_int(row["Response tokens"], "Response tokens", where))
             for where, row in _csv_rows(path)]
+    kept = [r for r in rows if r[2] > 0]
+    if len(kept) < len(rows):
+        opts.notes.append(f"{path.name}: {len(rows) - len(kept):,} of {len(rows):,} BurstGPT rows are failed "
+                          "requests (0 response tokens) and were dropped")
+    if rows and not kept:
+        raise WorkloadError(f"{path}: every BurstGPT row is a failed request (0 response tokens)")
+    return kept
 
 
-def _vidur(path: Path) -> list[tuple[float | None, int, int]]:
+def _vidur(path: Path, _opts: ReadOptions) -> list[tuple[float | None, int, int]]:
     return [(_number(row["arrived_at"], "arrived_at", where) if "arrived_at" in row else None,
              _positive_int(row["num_prefill_tokens"], "num_prefill_tokens", where),
              _positive_int(row["num_decode_tokens"], "num_decode_tokens", where))
             for where, row in _csv_rows(path)]
 
 
-def _vidur_metrics(path: Path) -> list[tuple[float, int, int, int]]:
+def _vidur_metrics(path: Path, _opts: ReadOptions) -> list[tuple[float, int, int, int]]:
     """Vidur's ``request_metrics.csv``: arrival is the running sum of
     ``request_inter_arrival_delay`` (empty for the first request), ids are Vidur's."""
     rows, t = [], 0.0
@@ -114,7 +138,7 @@ def _record(obj: Any, where: str) -> tuple[float | None, int, int]:
             _positive_int(obj[output_key], output_key, where))
 
 
-def _mooncake(path: Path) -> list[tuple[float, int, int]]:
+def _mooncake(path: Path, _opts: ReadOptions) -> list[tuple[float, int, int]]:
     rows = []
     with path.open() as handle:
         for line, text in enumerate(handle, start=1):
@@ -129,7 +153,11 @@ def _mooncake(path: Path) -> list[tuple[float, int, int]]:
     return rows
 
 
-def _sharegpt(path: Path) -> list[tuple[float, int, int]]:
+def _sharegpt(path: Path, opts: ReadOptions) -> list[tuple[None, int, int]]:
+    return sharegpt_rows(path, token_counter(opts.tokenizer), opts.notes)
+
+
+def _json_lengths(path: Path, _opts: ReadOptions) -> list[tuple[float | None, int, int]]:
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
@@ -139,10 +167,11 @@ def _sharegpt(path: Path) -> list[tuple[float, int, int]]:
     return [_record(obj, f"{path}: item {i}") for i, obj in enumerate(data)]
 
 
-FORMATS: dict[str, Callable[[Path], list[tuple[float, int, int]]]] = {
-    "azure": _azure, "mooncake": _mooncake, "burstgpt": _burstgpt,
-    "sharegpt": _sharegpt, "vidur": _vidur, "vidur-metrics": _vidur_metrics,
+FORMATS: dict[str, Callable[[Path, ReadOptions], list[tuple]]] = {
+    "azure": _azure, "mooncake": _mooncake, "burstgpt": _burstgpt, "sharegpt": _sharegpt,
+    "json-lengths": _json_lengths, "vidur": _vidur, "vidur-metrics": _vidur_metrics,
 }
+_JSON_LIST_FORMATS = ("sharegpt", "json-lengths")
 
 _HEADER_HINTS = (("TIMESTAMP", "azure"), ("Request tokens", "burstgpt"),
                  ("request_inter_arrival_delay", "vidur-metrics"), ("num_prefill_tokens", "vidur"))
@@ -153,7 +182,8 @@ _EXPECTED = {"azure": "TIMESTAMP,ContextTokens,GeneratedTokens",
              "vidur": "arrived_at,num_prefill_tokens,num_decode_tokens",
              "vidur-metrics": "Request Id,request_inter_arrival_delay,request_num_prefill_tokens,...",
              "mooncake": "JSON lines with timestamp, input_length, output_length",
-             "sharegpt": "a JSON list of objects with input/output lengths"}
+             "sharegpt": "a JSON list of {\"conversations\": [{\"from\", \"value\"}, ...]}",
+             "json-lengths": "a JSON list of objects with input/output lengths"}
 
 
 def _content_kind(path: Path) -> str | None:
@@ -176,7 +206,7 @@ def detect_format(path: Path) -> str:
     if kind == "jsonl" or (kind is None and path.suffix.lower() == ".jsonl"):
         return "mooncake"
     if kind == "json" or (kind is None and path.suffix.lower() == ".json"):
-        return "sharegpt"
+        return "sharegpt" if is_sharegpt(path) else "json-lengths"
     with path.open() as handle:
         header = handle.readline()
     for hint, name in _HEADER_HINTS:
@@ -193,10 +223,10 @@ def detect_format(path: Path) -> str:
 def _check_kind(path: Path, fmt: str) -> None:
     """A CSV format on a JSON file (or the reverse) is a clear error, not 17 odd columns."""
     kind = _content_kind(path)
-    if kind and fmt not in ("mooncake", "sharegpt"):
+    if kind and fmt not in ("mooncake", *_JSON_LIST_FORMATS):
         raise WorkloadError(f"{path}: is JSON ({'lines' if kind == 'jsonl' else 'a list'}), but --format "
                             f"{fmt} expects CSV columns {_EXPECTED.get(fmt, '')}; use --format "
-                            f"{'mooncake' if kind == 'jsonl' else 'sharegpt'} or leave --format out")
+                            f"{'mooncake' if kind == 'jsonl' else 'sharegpt or json-lengths'} or leave --format out")
 
 
 def _columns(path: Path) -> str:
@@ -270,10 +300,14 @@ def _mapped(path: Path, columns: dict[str, str], time_unit_s: float) -> list[tup
 
 
 def load_trace(path: str | Path, fmt: str | None = None, arrivals: str | None = None,
-               seed: int = 0, columns: dict[str, str] | None = None, time_unit: str = "s") -> list[Request]:
+               seed: int = 0, columns: dict[str, str] | None = None, time_unit: str = "s",
+               tokenizer: str | None = None, notes: list[str] | None = None) -> list[Request]:
     """Load a trace file as requests sorted by arrival, first arrival at 0 s. A trace
     without arrival times needs ``arrivals`` (``poisson:R`` / ``uniform:R``), which
-    replaces them in file order; with arrival times, ``arrivals`` is an error."""
+    replaces them in file order; with arrival times, ``arrivals`` is an error.
+    ``tokenizer`` (a local tokenizer.json or its folder) counts the tokens of text
+    formats; one-line notes on rows dropped or lengths estimated are appended to
+    ``notes``."""
     path = Path(path)
     if path.is_dir():
         raise WorkloadError(f"{path}: is a directory, not a trace file")
@@ -290,13 +324,16 @@ def load_trace(path: str | Path, fmt: str | None = None, arrivals: str | None = 
         if fmt not in FORMATS:
             raise WorkloadError(f"unknown trace format {fmt!r}; expected one of: {', '.join(FORMATS)}")
         _check_kind(path, fmt)
+    opts = ReadOptions(tokenizer)
     try:
         rows = (_mapped(path, columns, 1e-3 if time_unit == "ms" else 1.0) if columns is not None
-                else FORMATS[fmt](path))
+                else FORMATS[fmt](path, opts))
     except KeyError as exc:
         raise WorkloadError(f"{path}: missing column {exc.args[0]!r} for format {fmt}") from None
     except UnicodeDecodeError:
         raise WorkloadError(f"{path}: not a text file") from None
+    if notes is not None:
+        notes.extend(opts.notes)
     if not rows:
         raise WorkloadError(f"{path}: the trace has no requests")
     timed = [r[0] is not None for r in rows]

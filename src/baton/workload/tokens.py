@@ -1,0 +1,73 @@
+"""Counting the tokens of a text: a local Hugging Face tokenizer when one is given, else a
+documented estimate.
+
+A tokenizer is a ``tokenizer.json`` (the fast-tokenizer file every Hugging Face model folder
+carries), given as the file or its folder, read with the ``tokenizers`` package (``pip
+install -e '.[tokenizer]'``); nothing is downloaded. Without one, a text counts as
+``ceil(characters / 4)`` tokens: OpenAI's rule of thumb for English, which Llama-family
+BPE vocabularies also land near on prose (code and non-English text run higher).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from baton.core.errors import WorkloadError
+
+CHARS_PER_TOKEN = 4.0
+
+
+class TokenCounter(Protocol):
+    """Counts tokens of texts (no special tokens added)."""
+
+    name: str
+
+    def count(self, texts: Sequence[str]) -> list[int]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class EstimatedTokens:
+    """``ceil(len(text) / chars_per_token)`` tokens per text; an empty text has none."""
+
+    chars_per_token: float = CHARS_PER_TOKEN
+    name: str = "estimate (4 characters per token)"
+
+    def count(self, texts: Sequence[str]) -> list[int]:
+        return [math.ceil(len(t) / self.chars_per_token) for t in texts]
+
+
+class HFTokenizer:
+    """A Hugging Face fast tokenizer read from a local ``tokenizer.json``."""
+
+    def __init__(self, path: str | Path):
+        file = Path(path).expanduser()
+        if file.is_dir():
+            file = file / "tokenizer.json"
+        if not file.is_file():
+            raise WorkloadError(f"--tokenizer: no tokenizer.json at {file} (give the file or its model folder)")
+        try:
+            from tokenizers import Tokenizer
+        except ImportError:
+            raise WorkloadError("--tokenizer needs the tokenizers package: pip install -e '.[tokenizer]'") from None
+        try:
+            self._tok = Tokenizer.from_file(str(file))
+        except Exception as exc:  # the library raises a bare Exception on a bad file
+            raise WorkloadError(f"--tokenizer: {file} is not a tokenizer.json the tokenizers package reads: "
+                                f"{str(exc).splitlines()[0][:200]}") from None
+        self.name = f"tokenizer {file}"
+
+    def count(self, texts: Sequence[str]) -> list[int]:
+        return [len(e.ids) for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
+
+    def ids(self, text: str) -> list[int]:
+        """Token ids of one text, no special tokens."""
+        return list(self._tok.encode(text, add_special_tokens=False).ids)
+
+
+def token_counter(path: str | Path | None) -> TokenCounter:
+    """The tokenizer at ``path``, or the estimate when ``path`` is None."""
+    return EstimatedTokens() if path is None else HFTokenizer(path)
