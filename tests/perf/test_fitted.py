@@ -36,3 +36,23 @@ def test_bad_profile_rows_name_line(tmp_path):
     f.write_text("prefill_tokens,iteration_s\n1,0.1\n")
     with pytest.raises(ConfigError, match="missing column"):
         FittedModel.from_csv(f, 1, 1)
+
+
+def test_fit_follows_the_tile_step_of_a_profiled_engine():
+    """An A100 profile steps up just past 128 tokens (whole 128-row matmul tiles); the fit's
+    derived tile-padding feature follows the step, so 136 tokens costs more than 128."""
+    from baton.perf.model import prefill_shape
+    truth = build("llama-2-70b-tp2@a100-80g")
+    prompts = [16, 32, 64, 100, 128, 136, 192, 256, 300, 384, 512, 640, 768, 1024, 1536, 2048]
+    shapes = [prefill_shape(p) for p in prompts] + [BatchShape(0, 0, n, n * 1000) for n in (1, 8, 32, 64, 128)]
+    cols = {"prefill_tokens": np.array([s.prefill_tokens for s in shapes], float),
+            "prefill_attn_pairs": np.array([s.prefill_attn_pairs for s in shapes]),
+            "decode_requests": np.array([s.n_decodes for s in shapes], float),
+            "decode_ctx_tokens": np.array([s.decode_ctx_tokens for s in shapes], float),
+            "iteration_s": np.array([truth.iteration_time_s(s) for s in shapes])}
+    fitted = FittedModel.fit(cols, truth.kv_bytes_per_token, truth.kv_capacity_tokens)
+    step_truth = truth.iteration_time_s(prefill_shape(136)) / truth.iteration_time_s(prefill_shape(128))
+    step_fit = fitted.iteration_time_s(prefill_shape(136)) / fitted.iteration_time_s(prefill_shape(128))
+    assert step_truth > 1.15 and step_fit == pytest.approx(step_truth, rel=0.08)
+    errors = [abs(fitted.iteration_time_s(s) - t) / t for s, t in zip(shapes, cols["iteration_s"])]
+    assert np.mean(errors) < 0.05

@@ -4,9 +4,13 @@ For users who profile their own engine (``baton profile --engine URL`` writes on
 the columns ``prefill_tokens``, ``decode_requests``, ``decode_ctx_tokens`` and
 ``iteration_s`` (optional: ``prefill_attn_pairs``, ``decode_ctx_cv2``). The model is
 ``t = c0 + c1*prefill_tokens + c2*prefill_attn_pairs + c3*decode_requests
-+ c4*decode_ctx_tokens + c5*decode_ctx_tokens*decode_ctx_cv2`` with non-negative
-coefficients (scipy's NNLS, minimising squared relative error), which keeps it affine in the decode context as the
-simulator's closed-form advance requires.
++ c4*decode_ctx_tokens + c5*decode_ctx_tokens*decode_ctx_cv2 + c6*tile_pad_tokens
++ c7*prefill_chunks`` with non-negative coefficients (scipy's NNLS, minimising squared
+relative error), which keeps it affine in the decode context as the simulator's
+closed-form advance requires. The last two are derived, not columns: the empty rows of the
+last 128-row tile the batch's tokens fill (GPU matmuls run on whole tiles; a 130-token
+batch costs nearly a 256-token one) and the number of prefill chunks (each has a fixed
+attention cost per layer). An engine without such steps gets zero for them.
 
 A ``.json`` file beside the CSV (``baton profile`` writes it) gives the engine's KV
 capacity (``kv_capacity_tokens``), ``kv_bytes_per_token`` and ``max_model_len``; wherever
@@ -26,12 +30,15 @@ from baton.perf.model import BatchShape, PerfModel
 
 REQUIRED = ("prefill_tokens", "decode_requests", "decode_ctx_tokens", "iteration_s")
 FEATURES = ("const", "prefill_tokens", "prefill_attn_pairs", "decode_requests",
-            "decode_ctx_tokens", "decode_ctx_het")
+            "decode_ctx_tokens", "decode_ctx_het", "tile_pad_tokens", "prefill_chunks")
+TILE_TOKENS = 128  # rows per matmul tile of the GPU kernels vLLM runs (cuBLAS/CUTLASS)
 
 
-def _features(prefill_tokens, attn_pairs, n_decodes, ctx_tokens, cv2) -> np.ndarray:
+def _features(prefill_tokens, attn_pairs, n_decodes, ctx_tokens, cv2, chunks=None) -> np.ndarray:
+    tokens = np.asarray(prefill_tokens) + np.asarray(n_decodes)
+    chunks = (np.asarray(prefill_tokens) > 0).astype(float) if chunks is None else chunks
     return np.column_stack([np.ones_like(prefill_tokens), prefill_tokens, attn_pairs,
-                            n_decodes, ctx_tokens, ctx_tokens * cv2])
+                            n_decodes, ctx_tokens, ctx_tokens * cv2, -tokens % TILE_TOKENS, chunks])
 
 
 class FittedModel(PerfModel):
@@ -45,9 +52,12 @@ class FittedModel(PerfModel):
     def iteration_time_s(self, shape: BatchShape) -> float:
         if shape.empty:
             return 0.0
+        tokens = shape.prefill_tokens + shape.n_decodes
+        chunks = max(shape.prefill_chunks, 1) if shape.prefill_tokens else 0
         x = (1.0, shape.prefill_tokens, shape.prefill_attn_pairs, shape.n_decodes,
-             shape.decode_ctx_tokens, shape.decode_ctx_tokens * shape.decode_ctx_cv2)
-        return float(np.dot(self.coef, x))
+             shape.decode_ctx_tokens, shape.decode_ctx_tokens * shape.decode_ctx_cv2,
+             -tokens % TILE_TOKENS, chunks)
+        return float(np.dot(self.coef[:len(x)], x[:len(self.coef)]))
 
     @classmethod
     def fit(cls, rows: dict[str, np.ndarray], kv_bytes_per_token: int,
