@@ -125,9 +125,11 @@ MIXED = trace([(0.0, 300, 368), (0.15, 600, 95), (0.3, 2200, 369), (0.45, 1000, 
 # 4 mixed: 6,000-token prompts with short answers keep m1-m3 busy while four long answers
 # pile up on m0 (all seven in flight at the first tick, when CascadeInfer plans its stages);
 # then m1-m3 drain and m0 is the outlier
+# (the tail starts at 2.0 s, after the three 6,000-token requests have ended even on engines
+# 1.2x slower: at 1.4 s it met their ends, and where it went hung on which ended first)
 DRAIN = trace([(0.0, 300, 300), (0.05, 6000, 60), (0.1, 6000, 60), (0.15, 6000, 60), (0.2, 150, 300),
-               (0.25, 300, 300), (0.3, 200, 300), (1.4, 600, 40), (1.55, 2200, 20), (1.7, 150, 20),
-               (1.85, 1500, 60), (2.0, 1000, 40)])
+               (0.25, 300, 300), (0.3, 200, 300), (2.0, 600, 40), (2.15, 2200, 20), (2.3, 150, 20),
+               (2.45, 1500, 60), (2.6, 1000, 40)])
 # 4 mixed: the same start, then answers long enough to grow across the stage bounds that
 # CascadeInfer planned at its first tick (handovers between stages)
 GROWTH = trace([(0.0, 150, 350), (0.05, 6000, 60), (0.1, 6000, 60), (0.15, 6000, 60), (0.2, 800, 350),
