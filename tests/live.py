@@ -205,3 +205,12 @@ def wait_until(pred, timeout_s: float = 10.0, interval_s: float = 0.05) -> bool:
             return True
         time.sleep(interval_s)
     return pred()
+
+
+def decision_log(url: str, token: str = "t") -> list[tuple[str, int, int]]:
+    """``/admin/decisions`` as (kind, request id, instance id) tuples, after checking that
+    every entry names its instance and carries its times."""
+    entries = get(url + "/admin/decisions", headers={"Authorization": f"Bearer {token}"})[1]["decisions"]
+    for e in entries:
+        assert isinstance(e["instance"], str) and e["instance"] and e["time_s"] >= 0 and e["unix_time_s"] > 1.7e9, e
+    return [(e["kind"], e["req_id"], e["instance_id"]) for e in entries]

@@ -90,7 +90,7 @@ def test_workload_stats(tmp_path):
     assert p.returncode == 0, p.stderr
     stats = json.loads(p.stdout)["t.csv"]
     assert stats["requests"] == 20 and stats["duration_s"] == pytest.approx(19.0)
-    assert stats["prompt_max_tokens"] == 119 and stats["output_mean_tokens"] == pytest.approx(105.0)
+    assert stats["max_prompt_tokens"] == 119 and stats["mean_output_tokens"] == pytest.approx(105.0)
     assert stats["interarrival_cv"] == pytest.approx(0.0, abs=1e-6)
     assert (tmp_path / "o" / "workload.png").stat().st_size > 0
 
@@ -176,3 +176,24 @@ def test_workload_stats_takes_the_same_trace_flags_and_errors_say_what_to_do(tmp
     for cmd in (("workload", "stats", str(empty)), ("simulate", "--trace", str(empty))):
         e = baton(*cmd, "--out", str(tmp_path / "o"))
         assert e.returncode != 0 and "the file is empty" in e.stderr and "Traceback" not in e.stderr
+
+
+def test_compare_writes_comparison_csv_with_intervals_and_readable_records(tmp_path):
+    import csv
+    p = baton("compare", *SMALL, "--policies", "round-robin,least-kv", "--repeats", "3", "--json",
+              "--out", str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    summary = json.loads(p.stdout)
+    rows = list(csv.DictReader((tmp_path / "comparison.csv").open()))
+    assert [r["policy"] for r in rows] == ["round-robin", "least-kv"] and all(r["repeats"] == "3" for r in rows)
+    for r in rows:
+        mean = float(r["p99_tpot_s"])
+        assert mean == pytest.approx(summary[r["policy"]]["p99_tpot_s"], rel=1e-5)
+        assert float(r["p99_tpot_s_ci95_lo"]) <= mean <= float(r["p99_tpot_s_ci95_hi"])
+    assert rows[0]["p99_tpot_s_diff_ci95_lo"] == ""  # the first policy is the reference
+    diff = summary["least-kv"]["paired"]["p99_tpot_s"]["ci95"]
+    assert float(rows[1]["p99_tpot_s_diff_ci95_lo"]) == pytest.approx(diff[0], rel=1e-5)
+    records = list(csv.DictReader((tmp_path / "least-kv.requests.csv").open()))
+    assert {r["finished"] for r in records} <= {"true", "false"} and {r["deflected"] for r in records} == {"false"}
+    assert all(r["path"].startswith("prefill-0>decode-") for r in records if r["finished"] == "true")
+    assert set(next(csv.reader((tmp_path / "comparison.csv").open()))) >= {"p50_ttft_s", "p99_tbt_s", "goodput_rps"}

@@ -38,7 +38,7 @@ def sim_placements(result: SimResult) -> dict[int, Placement]:
     """Request id -> (prefill, decode) from the simulator's records."""
     out = {}
     for r in result.records:
-        hops = [int(i) for i in r.path.split("-")] if r.path else []
+        hops = [result.instance_names.index(n) for n in r.path.split(">")] if r.path else []
         hops = hops[:len(hops) - r.migrations]
         if hops:
             out[r.req_id] = (hops[0], hops[-1])

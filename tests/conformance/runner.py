@@ -87,7 +87,8 @@ async def run_live(case: Case) -> Live:
     async with cluster(case.engines(), gateway, case.preset) as c, aiohttp.ClientSession() as session:
         live.policy = await get_json(session, c.url + "/admin/policy")
         live.answers = await send_all(session, c.url, case.requests(), c.started)
-        live.decisions = [tuple(d) for d in (await get_json(session, c.url + "/admin/decisions"))["decisions"]]
+        live.decisions = [(d["kind"], d["req_id"], d["instance_id"])
+                          for d in (await get_json(session, c.url + "/admin/decisions"))["decisions"]]
         await _settle(session, c, live)
     live.wall_s = time.monotonic() - t0
     return live

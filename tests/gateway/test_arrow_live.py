@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 
-from tests.live import get, metric, post, servers, start_emulator, start_gateway, wait_until
+from tests.live import decision_log, get, metric, post, servers, start_emulator, start_gateway, wait_until
 
 AUTH = {"Authorization": "Bearer t"}
 ARROW = {"name": "arrow", "stages": [{"stage": "arrow", "monitor_interval_s": 0.2, "monitor_window_s": 1.0}]}
@@ -40,7 +40,7 @@ def test_arrow_lends_a_decode_instance_for_a_burst_and_takes_it_back(tmp_path):
                  for k in range(12)]
         for t in fire(gw, burst, results):
             t.join(120)
-        log = get(gw.url + "/admin/decisions", headers=AUTH)[1]["decisions"]
+        log = decision_log(gw.url)
         prefilled_on = {inst for kind, _, inst in log if kind == "prefill"}
         assert len(prefilled_on) >= 2, log  # a decode instance served prefills of the burst
         borrowed = sorted({str(inst) for kind, _, inst in log if kind == "prefill"} - {"0"})

@@ -15,7 +15,7 @@ import pytest
 
 from baton.emulator.tokens import token_text
 
-from tests.live import (Stream, chunk_texts, get, metric, post, request, servers, start_emulator,
+from tests.live import (Stream, chunk_texts, decision_log, get, metric, post, request, servers, start_emulator,
                         start_gateway, wait_until)
 
 TOKEN = "s3cret"
@@ -55,8 +55,8 @@ def idle(gw) -> bool:
     return all(v == 0 for v in body["in_flight"].values())
 
 
-def decisions(gw) -> list[list]:
-    return get(gw.url + "/admin/decisions", headers=AUTH)[1]["decisions"]
+def decisions(gw) -> list[tuple[str, int, int]]:
+    return decision_log(gw.url, TOKEN)
 
 
 def complete(gw, n=8, prompt=PROMPT, **extra):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 
-from tests.live import Stream, get, metric, post, servers, start_emulator, start_gateway, wait_until
+from tests.live import Stream, decision_log, get, metric, post, servers, start_emulator, start_gateway, wait_until
 
 AUTH = {"Authorization": "Bearer t"}
 TBT_SLO_S = 0.15
@@ -96,7 +96,7 @@ def test_a_held_prefill_is_replanned_when_the_decode_instance_frees_up(tmp_path)
         results = burst(gw, 16, spacing_s=0.01)
         assert len(results) == 16 and all(status == 200 and body["usage"]["completion_tokens"] == 4
                                           for status, body in results), results
-        log = [tuple(x) for x in get(gw.url + "/admin/decisions", headers=AUTH)[1]["decisions"]]
+        log = decision_log(gw.url)
         replanned = {rid for kind, rid, _ in log if kind == "deflect"}
         assert replanned, log  # re-planned after arrival ...
         assert all(("prefill", rid, 0) in log for rid in replanned)  # ... out of the PD queue

@@ -16,7 +16,7 @@ from baton.core.request import Request
 from baton.gateway.replay import replay
 from baton.sim import ClusterSpec
 from baton.sim.runner import simulate
-from tests.live import get, servers, start_emulator, start_gateway
+from tests.live import decision_log, servers, start_emulator, start_gateway
 
 # (arrival s, prompt tokens, output tokens): overlapping requests, well-separated decisions.
 # Chosen by a seeded search over such traces for the largest margins in the simulator: every
@@ -42,7 +42,7 @@ def runs(tmp_path_factory):
     gw = start_gateway(tmp, {"engines": engines, "policy": "least-loaded", "admin_token": "t"})
     with servers(p, d0, d1, gw):
         live = asyncio.run(replay(gw.url, requests))
-        decisions = get(gw.url + "/admin/decisions", headers={"Authorization": "Bearer t"})[1]["decisions"]
+        decisions = decision_log(gw.url)
     return sim, live, decisions
 
 
@@ -52,7 +52,8 @@ def test_same_placement_decisions(runs):
     placed: dict[int, list[int]] = {}
     for kind, rid, inst in decisions:
         placed.setdefault(rid, []).append(inst)
-    live_paths = ["-".join(map(str, placed[i])) for i in sorted(placed)]
+    names = ["prefill-0", "decode-0", "decode-1"]  # the simulator's names of instances 0, 1, 2
+    live_paths = [">".join(names[i] for i in placed[rid]) for rid in sorted(placed)]
     assert len(set(sim_paths)) > 1  # the policy really had choices to make
     assert live_paths == sim_paths
 

@@ -84,9 +84,9 @@ def test_stage_crossings_migrate_at_the_bound_in_the_simulator():
     _, result = run_checked(cluster, perf, sched, requests)
     long_runs = [r for r in result.records if r.req_id < 12]
     # 200 + 600 tokens: start in stage 0 (< 256), cross 256 and 512 into stages 1 and 2
-    assert all(r.path == "0-1-2" for r in long_runs), [r.path for r in long_runs]
+    assert all(r.path == "mixed-0>mixed-1>mixed-2" for r in long_runs), [r.path for r in long_runs]
     assert all(r.migrations == 2 for r in long_runs)
-    assert all(r.path == "2" and r.migrations == 0 for r in result.records if r.req_id >= 12)  # 700 + 50 < 1024
+    assert all(r.path == "mixed-2" and r.migrations == 0 for r in result.records if r.req_id >= 12)  # 700 + 50 < 1024
 
 
 def test_an_ask_waits_in_the_stage_queue_when_every_receiver_is_busy_with_transfers():

@@ -66,3 +66,16 @@ def test_pool_figure_appears_only_for_runs_that_changed_roles():
     moved = RunData("arrow", role_log=[(0.0, 0, "prefill"), (0.0, 1, "decode"), (1.5, 1, "prefill")], **base)
     names = [f.name for f in compare_figures([still, moved])]
     assert names[-1] == "pools_1" and not any(n == "pools_0" for n in names)
+    pools = compare_figures([still, moved])[-1].figure
+    counts_ax = next(ax for ax in pools.axes if ax.get_ylabel() == "instances")
+    pools.canvas.draw()
+    assert all(float(t).is_integer() for t in counts_ax.get_yticks())  # instance counts are whole
+
+
+def test_twelve_policies_get_twelve_colours_in_every_figure():
+    from matplotlib.colors import to_hex
+    runs = [run(f"p{i}", [0.1, 0.2 + i / 100], [0.01, 0.02 + i / 1000]) for i in range(12)]
+    cdf_lines = [ln for ln in latency_cdfs(runs).axes[0].get_lines() if ln.get_label().startswith("p")]
+    assert len({to_hex(ln.get_color()) for ln in cdf_lines}) == 12
+    bars = throughput_bars(runs).axes[0].patches
+    assert len({to_hex(b.get_facecolor()) for b in bars}) == 12

@@ -39,7 +39,7 @@ def test_a_decode_instance_is_lent_for_a_burst_and_comes_back():
     assert lent, flips  # Algorithm 1 borrowed a decode instance for the burst
     t_lent, borrowed = lent[0]
     assert t_lent < 0.1
-    served = [r for r in result.records if r.path.split("-")[0] == str(borrowed) and r.req_id < 30]
+    served = [r for r in result.records if r.path.split(">")[0] == result.instance_names[borrowed] and r.req_id < 30]
     assert served  # the borrowed instance prefilled part of the burst
     back = [t for t, i, r in flips if r == "decode" and 0.5 < t < 1.5]
     assert back, flips  # decode got busy: an instance went back to decode (monitor or Algorithm 2)
@@ -72,11 +72,11 @@ def test_queued_prefills_finish_on_an_instance_flipped_to_decode():
     sim._on_arrival = arrive_then_flip
     result = sim.run()
     assert_all_ended(sim, result, len(requests))
-    on_zero = [r for r in result.records if r.path.split("-")[0] == "0"]
+    on_zero = [r for r in result.records if r.path.split(">")[0] == result.instance_names[0]]
     assert on_zero and all(r.finished for r in on_zero)
     assert len(on_zero) == 3  # its three queued prompts, all prefilled after the flip began
     # and their decodes stay there (Algorithm 2: no transfer; the path is one instance)
-    assert all(r.path == "0" for r in on_zero)
+    assert all(r.path == result.instance_names[0] for r in on_zero)
     assert_drained(sim)
     # the flip's cost: its three queued requests shared the instance with decode work, which
     # began when the first of them finished its prefill there

@@ -10,8 +10,8 @@ def test_stats_of_a_known_workload():
     s = workload_stats(reqs)
     assert s["requests"] == 11 and s["duration_s"] == pytest.approx(5.0)
     assert s["mean_rate_rps"] == pytest.approx(2.0) and s["interarrival_cv"] == pytest.approx(0.0, abs=1e-9)
-    assert s["prompt_p50_tokens"] == 600 and s["prompt_max_tokens"] == 1100
-    assert s["output_mean_tokens"] == 7 and s["total_output_tokens"] == 77
+    assert s["p50_prompt_tokens"] == 600 and s["max_prompt_tokens"] == 1100
+    assert s["mean_output_tokens"] == 7 and s["total_output_tokens"] == 77
 
 
 def test_bursty_arrivals_have_high_cv():

@@ -18,6 +18,7 @@ from baton.cli.output import console, points_bar, progress_bar, rows_table, summ
 from baton.cli.source_check import check_source_engine
 from baton.core.errors import ConfigError
 from baton.experiments import Experiment, RunData, WorkloadConfig, load_experiment, policy_label, run_experiment
+from baton.experiments.comparison import write_comparison
 from baton.experiments.provenance import write_run_json
 from baton.experiments.repeats import combine, repeat_workloads, thin_tails_line
 from baton.experiments.sweep import run_sweep
@@ -120,7 +121,8 @@ def _say_workload(exp: Experiment, requests: list, args) -> None:
         print(f"warning: {source}: {odd}", file=sys.stderr)
 
 
-OWNED = ("*.requests.csv", "*.requests.parquet", "*.summary.json", "summary.json", "run.json", "report.html", "*.png",
+OWNED = ("*.requests.csv", "*.requests.parquet", "*.summary.json", "summary.json", "comparison.csv", "run.json",
+         "report.html", "*.png",
          "sweep.json", "sweep.html", "reproduce.json")
 
 
@@ -149,6 +151,7 @@ def _compare_report(exp: Experiment, runs: list[RunData], args, title: str,
     if thin:  # one line for the whole comparison, not one per policy and percentile
         print(f"warning: {thin}", file=sys.stderr)
     (Path(args.out) / "summary.json").write_text(json.dumps(summaries, indent=2))
+    write_comparison(Path(args.out) / "comparison.csv", repeats or {r.name: [r.summary] for r in runs})
     meta = [f"cluster {_cluster_text(exp)}; SLO TTFT {exp.slo.ttft_s} s, TPOT {exp.slo.tpot_s} s; "
             f"seed {exp.seed}; {getattr(args, 'workload_text', '')}"
             + (f"; means over {k} repeats, ~ = paired 95% interval includes 0" if k > 1 else "")]

@@ -45,7 +45,8 @@ def repeat_workloads(exp: Experiment, k: int) -> list[tuple[int, list[Request]]]
     return out
 
 
-def _t_interval(diffs: np.ndarray) -> tuple[float, float]:
+def mean_interval(diffs: np.ndarray) -> tuple[float, float]:
+    """The 95% t-interval of a mean over independent samples (NaN with fewer than two)."""
     if diffs.size < 2:
         return (math.nan, math.nan)
     from scipy import stats  # here: scipy.stats costs 0.6 s at import, every CLI call would pay it
@@ -80,7 +81,7 @@ def combine(runs: Mapping[str, Sequence[Mapping[str, float]]]) -> tuple[dict, di
             d = np.array([r.get(key, math.nan) - b.get(key, math.nan) for r, b in zip(reps, base)])
             d = d[~np.isnan(d)]
             if d.size:
-                lo, hi = _t_interval(d)
+                lo, hi = mean_interval(d)
                 paired[name][key] = {"mean_diff": float(d.mean()), "ci95": [lo, hi]}
     return means, paired
 

@@ -49,7 +49,8 @@ class RunData:
             tbt_percentiles_s={q: result.tbt.percentile_s(q) for q in PERCENTILES},
             load_times_s=np.array(result.load.times_s),
             load_tokens=m[:, cols] if m.size else np.zeros((0, len(cols))),
-            instance_labels=[f"instance {c}" for c in cols], role_log=list(result.role_log),
+            instance_labels=[result.instance_names[c] if result.instance_names else f"instance {c}" for c in cols],
+            role_log=list(result.role_log),
             arrival_s=np.array([r.arrival_s for r in result.records]),
             prompt_tokens=np.array([r.prompt_tokens for r in result.records]))
 

@@ -12,6 +12,7 @@ request that ended between a tick and its decisions) is dropped and counted
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from typing import Protocol
 
@@ -57,7 +58,7 @@ class Control:
         self.hold = PrefillHold(cluster, scheduler.replans_prefills, config.prefill_inflight_limit)
         self.flows: dict[int, InFlight] = {}
         self.watches: dict[int, tuple[int, int]] = {}  # req id -> (stage index, context tokens)
-        self.decisions: deque[tuple[str, int, int]] = deque(maxlen=config.decisions_log_size)  # admin API
+        self.decisions: deque[dict] = deque(maxlen=config.decisions_log_size)  # admin API, see note_decision
         self.outliers = OutlierDetector(config.outliers, self._may_eject)
         self.leg_errors = RateLimitedLog(log, "failed legs", logging.WARNING)
         for iid in cluster.engines:
@@ -69,6 +70,14 @@ class Control:
     @property
     def view(self):
         return self.cluster.view
+
+    def note_decision(self, kind: str, req_id: int, iid: int) -> None:
+        """One entry of ``/admin/decisions``: when (seconds on the gateway's clock and Unix
+        time), what (prefill, decode, deflect), which request and which instance (its
+        configured name and its id)."""
+        self.decisions.append({"time_s": round(self.cluster.clock(), 6), "unix_time_s": round(time.time(), 6),
+                               "kind": kind, "req_id": req_id, "instance": self.cluster.engines[iid].spec.name,
+                               "instance_id": iid})
 
     # --- placement -------------------------------------------------------------------------
     def plan(self, state: RequestState) -> ArrivalPlan:
@@ -83,11 +92,11 @@ class Control:
         if reason is not None:
             self.metrics.rejected.labels(reason).inc()
             raise ApiError(503, f"request rejected: {reason}", err_type="server_error")
-        self.decisions.append(("prefill", state.req_id, plan.prefill_instance))
+        self.note_decision("prefill", state.req_id, plan.prefill_instance)
         if plan.watch_context_tokens is not None and plan.watch_stage is not None:
             self.watches[state.req_id] = (plan.watch_stage, plan.watch_context_tokens)
         if plan.decode_instance is not None:
-            self.decisions.append(("decode", state.req_id, plan.decode_instance))
+            self.note_decision("decode", state.req_id, plan.decode_instance)
         return plan
 
     def choose_decode(self, state: RequestState, exclude: frozenset[int] = frozenset()) -> int:
@@ -104,7 +113,7 @@ class Control:
             if not ids:
                 raise ApiError(503, "no healthy decode instance", err_type="server_error")
             choice = min(ids, key=self.view.token_load)
-        self.decisions.append(("decode", state.req_id, choice))
+        self.note_decision("decode", state.req_id, choice)
         return choice
 
     def fallback_prefill(self, state: RequestState, exclude: frozenset[int] = frozenset()) -> int:
@@ -142,7 +151,7 @@ class Control:
 
     def deflect(self, decision: Deflect, stage_index: int) -> None:
         if self.hold.deflect(decision):
-            self.decisions.append(("deflect", decision.req_id, decision.instance))
+            self.note_decision("deflect", decision.req_id, decision.instance)
 
     def note_stale(self, kind: str) -> None:
         self.metrics.stale.labels(kind).inc()

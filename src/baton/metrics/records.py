@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import csv
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from baton.core.errors import ConfigError
 from baton.core.request import Phase, RequestState
+
+
+PATH_SEP = ">"  # between the instances a request visited, in its record's ``path``
 
 
 def _between(start: float | None, end: float | None) -> float:
@@ -45,7 +49,9 @@ class RequestRecord:
     deflected: bool = False
 
     @classmethod
-    def from_state(cls, s: RequestState) -> "RequestRecord":
+    def from_state(cls, s: RequestState, names: Sequence[str] | None = None) -> "RequestRecord":
+        """The record of a request that ended; ``names`` (by instance id) name the
+        instances of its ``path`` (``prefill-0>decode-1``), else their ids."""
         nan = float("nan")
         r = s.request
         finished = s.phase is Phase.FINISHED
@@ -65,7 +71,7 @@ class RequestRecord:
                    s.reject_reason or "", ttft, tpot, e2e,
                    e2e / r.output_tokens if finished else nan, queue, transfer, prefill,
                    max(decode_wait, 0.0) if decode_wait == decode_wait else nan, decode,
-                   s.preemptions, s.migrations, "-".join(str(i) for i in s.path),
+                   s.preemptions, s.migrations, PATH_SEP.join(names[i] if names else str(i) for i in s.path),
                    s.chunk_limit_tokens is not None)
 
 
@@ -86,6 +92,6 @@ def write_records(records: list[RequestRecord], path: str | Path) -> Path:
     with path.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=names)
         writer.writeheader()
-        for r in records:
-            writer.writerow(asdict(r))
+        for r in records:  # booleans as true/false, as every other tool reads them
+            writer.writerow({k: str(v).lower() if isinstance(v, bool) else v for k, v in asdict(r).items()})
     return path

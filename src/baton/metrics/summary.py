@@ -220,6 +220,5 @@ def summarize(records: list[RequestRecord], tbt: GapHistogram, counters: RunCoun
     out.update(window_metrics(records, slo, window))
     out.update(latency_metrics(in_window))
     out.update(tbt.summary())
-    out["p95_tbt_s"] = out["tbt_p95_s"]  # the name Kairos's evidence uses
     out.update(load.balance(decode_columns))
     return out

@@ -54,8 +54,8 @@ class GapHistogram:
         return float(min(self.max_s, self.low_s * math.exp((i + 0.5) * self.log_growth)))
 
     def summary(self) -> dict[str, float]:
-        out = {f"tbt_p{str(q).rstrip('0').rstrip('.').replace('.', '_')}_s": self.percentile_s(q)
+        out = {f"p{str(q).rstrip('0').rstrip('.').replace('.', '_')}_tbt_s": self.percentile_s(q)
                for q in PERCENTILES}
-        out["tbt_mean_s"] = self.sum_s / self.total if self.total else 0.0
-        out["tbt_max_s"] = self.max_s
+        out["mean_tbt_s"] = self.sum_s / self.total if self.total else 0.0
+        out["max_tbt_s"] = self.max_s
         return out

@@ -17,9 +17,20 @@ from baton.experiments.run import RunData  # noqa: E402
 from baton.experiments.sweep import SweepResult  # noqa: E402
 from baton.report.html import Figure  # noqa: E402
 
-from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
+from cycler import cycler  # noqa: E402
+from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter  # noqa: E402
 
 MAX_LINES = 12  # above this many instances, the load plot shows a min/median/max band
+# Twelve distinguishable colours (matplotlib's ten, then black and Kelly's yellow), so a
+# comparison of up to 12 policies never gives two of them one colour.
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+           "#bcbd22", "#17becf", "#000000", "#ffe119")
+
+
+def _subplots(*args, **kwargs):
+    """``plt.subplots`` whose axes cycle through ``PALETTE`` (set per figure, not globally)."""
+    with plt.rc_context({"axes.prop_cycle": cycler(color=PALETTE)}):
+        return plt.subplots(*args, **kwargs)
 
 
 def plain_log_labels(ax, which: str = "y") -> None:
@@ -56,7 +67,7 @@ def _cdf(ax, values: np.ndarray, label: str) -> None:
 
 def latency_cdfs(runs: Sequence[RunData], slo=None) -> MplFigure:
     """TTFT and TPOT CDFs; dashed lines at the SLOs; identical curves say so in the legend."""
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), layout="constrained")
+    fig, axes = _subplots(1, 2, figsize=(12, 4.5), layout="constrained")
     for i, run in enumerate(runs):
         _cdf(axes[0], run.ttft_s, run.name + _same_as(runs, i, "ttft_s"))
         _cdf(axes[1], run.tpot_s, run.name + _same_as(runs, i, "tpot_s"))
@@ -73,7 +84,7 @@ def latency_cdfs(runs: Sequence[RunData], slo=None) -> MplFigure:
 
 
 def tbt_percentiles(runs: Sequence[RunData]) -> MplFigure:
-    fig, ax = plt.subplots(figsize=(8, 4.5), layout="constrained")
+    fig, ax = _subplots(figsize=(8, 4.5), layout="constrained")
     qs = sorted(runs[0].tbt_percentiles_s) if runs else []
     width = 0.8 / max(len(runs), 1)
     for i, run in enumerate(runs):
@@ -105,7 +116,7 @@ def _load_panel(ax, run: RunData) -> None:
 def instance_load(runs: Sequence[RunData]) -> MplFigure:
     cols = min(len(runs), 3) or 1
     rows = (len(runs) + cols - 1) // cols or 1
-    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.4 * rows), layout="constrained",
+    fig, axes = _subplots(rows, cols, figsize=(5 * cols, 3.4 * rows), layout="constrained",
                              sharey=True, squeeze=False)
     for ax, run in zip(axes.flat, runs):
         _load_panel(ax, run)
@@ -121,9 +132,9 @@ def instance_load(runs: Sequence[RunData]) -> MplFigure:
 
 
 def throughput_bars(runs: Sequence[RunData]) -> MplFigure:
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), layout="constrained")
+    fig, axes = _subplots(1, 2, figsize=(12, 4.5), layout="constrained")
     names = [r.name for r in runs]
-    colors = [f"C{i}" for i in range(len(runs))]
+    colors = [PALETTE[i % len(PALETTE)] for i in range(len(runs))]
     for ax, key, label in ((axes[0], "throughput_tok_s", "output tokens/s"),
                            (axes[1], "goodput_rps", "requests/s meeting both SLOs")):
         vals = [r.summary.get(key, float("nan")) for r in runs]
@@ -166,7 +177,7 @@ def pool_sizes(run: RunData) -> MplFigure:
     end = float(run.arrival_s.max()) if run.arrival_s.size else 1.0
     bin_s = max(1.0, end / 200)
     edges = np.arange(0.0, end + bin_s, bin_s)
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 6), sharex=True, layout="constrained")
+    fig, (top, bottom) = _subplots(2, 1, figsize=(11, 6), sharex=True, layout="constrained")
     rate, _ = np.histogram(run.arrival_s, edges)
     tokens, _ = np.histogram(run.arrival_s, edges, weights=run.prompt_tokens)
     top.plot(edges[:-1], rate / bin_s, lw=1, color="C0", label="arrivals (req/s)")
@@ -181,6 +192,7 @@ def pool_sizes(run: RunData) -> MplFigure:
             bottom.step(t, series, where="post", lw=1.6, color=f"C{i + 1}", ls=("-", "--", ":")[i],
                         label=f"{role} instances")
     bottom.set(xlabel="time (s)", ylabel="instances")
+    bottom.yaxis.set_major_locator(MaxNLocator(integer=True))  # instance counts are whole
     bottom.legend(fontsize=8)
     bottom.grid(True, alpha=0.3)
     return fig
@@ -202,7 +214,7 @@ def compare_figures(runs: Sequence[RunData], slo=None) -> list[Figure]:
 
 def sweep_figures(sweep: SweepResult) -> list[Figure]:
     """SLO attainment, P99 TPOT and P95 TTFT against request rate, one line per policy."""
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5), layout="constrained")
+    fig, axes = _subplots(1, 3, figsize=(16, 4.5), layout="constrained")
     panels = (("slo_attainment", 100, "SLO attainment (%)", "SLO attainment vs rate", "linear"),
               ("p99_tpot_s", 1e3, "P99 TPOT (ms, log scale)", "P99 TPOT vs rate", "log"),
               ("p95_ttft_s", 1e3, "P95 TTFT (ms, log scale)", "P95 TTFT vs rate", "log"))
@@ -225,7 +237,7 @@ def sweep_figures(sweep: SweepResult) -> list[Figure]:
 def workload_figure(prompt_tokens: np.ndarray, output_tokens: np.ndarray,
                     arrival_s: np.ndarray, title: str) -> Figure:
     """Histograms of prompt and output lengths (log bins) and the arrival rate over time."""
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.2), layout="constrained")
+    fig, axes = _subplots(1, 3, figsize=(16, 4.2), layout="constrained")
     for ax, vals, what in ((axes[0], prompt_tokens, "prompt"), (axes[1], output_tokens, "output")):
         vals = np.maximum(vals, 1)
         bins = np.logspace(0, np.log10(vals.max() + 1), 50) if vals.size else 10
@@ -245,7 +257,7 @@ def workload_figure(prompt_tokens: np.ndarray, output_tokens: np.ndarray,
 
 def claims_figure(outcomes) -> Figure:
     """A paper's claimed relative changes against Baton's, with Baton's 95% intervals."""
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.4 * len(outcomes) + 2), 4.5), layout="constrained")
+    fig, ax = _subplots(figsize=(max(6.0, 1.4 * len(outcomes) + 2), 4.5), layout="constrained")
     x = np.arange(len(outcomes))
     claims = [o.claim.claim * 100 for o in outcomes]
     baton = [o.baton * 100 for o in outcomes]

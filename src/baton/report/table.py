@@ -12,7 +12,7 @@ COLUMNS = (
     ("finished", "done", 1, "{:.0f}"), ("rejected", "rej", 1, "{:.0f}"),
     ("p50_ttft_s", "P50 TTFT ms", 1e3, "{:.1f}"), ("p95_ttft_s", "P95 TTFT ms", 1e3, "{:.1f}"),
     ("mean_tpot_s", "mean TPOT ms", 1e3, "{:.2f}"), ("p99_tpot_s", "P99 TPOT ms", 1e3, "{:.2f}"),
-    ("tbt_p99_s", "P99 TBT ms", 1e3, "{:.2f}"), ("throughput_tok_s", "tok/s", 1, "{:.0f}"),
+    ("p99_tbt_s", "P99 TBT ms", 1e3, "{:.2f}"), ("throughput_tok_s", "tok/s", 1, "{:.0f}"),
     ("goodput_rps", "goodput rps", 1, "{:.2f}"), ("slo_attainment", "SLO %", 100, "{:.1f}"),
     ("preemptions", "preempt", 1, "{:.0f}"), ("migrations", "migr", 1, "{:.0f}"),
     ("load_cv", "load CV", 1, "{:.2f}"),

@@ -41,6 +41,13 @@ class ClusterSpec:
     def roles(self) -> list[Role]:
         return [Role.PREFILL] * self.prefill + [Role.DECODE] * self.decode + [Role.MIXED] * self.mixed
 
+    def instance_names(self) -> list[str]:
+        """One name per instance id: its starting role and its index among them
+        (``prefill-0``, ``decode-0``, ``mixed-0``), as a deployment would name them; a
+        name stays with its instance when the instance changes role."""
+        return ([f"prefill-{i}" for i in range(self.prefill)] + [f"decode-{i}" for i in range(self.decode)]
+                + [f"mixed-{i}" for i in range(self.mixed)])
+
     def engine_for(self, role: Role) -> EngineConfig:
         """The flags an instance starting in ``role`` runs with (mixed: ``engine``)."""
         if role is Role.PREFILL and self.prefill_engine is not None:

@@ -33,6 +33,7 @@ class SimResult:
     role_log: list[tuple[float, int, str]] = field(default_factory=list)  # (time s, instance, new role)
     tbt_deflected: GapHistogram | None = None
     policy_report: dict[str, float] = field(default_factory=dict)  # the policy's own figures
+    instance_names: list[str] = field(default_factory=list)  # by instance id
 
     def summary(self, slo: SLO, warmup_s: float | None = None) -> dict[str, float]:
         out = summarize(self.records, self.tbt, self.counters, self.load, slo, self.makespan_s,
@@ -40,8 +41,8 @@ class SimResult:
         out["wall_s"] = self.wall_s
         out["events"] = self.counters.events
         hist = self.tbt_deflected
-        out["deflected_tbt_p95_s"] = hist.percentile_s(95) if hist is not None and hist.total else float("nan")
-        out["deflected_tbt_p99_s"] = hist.percentile_s(99) if hist is not None and hist.total else float("nan")
+        out["p95_deflected_tbt_s"] = hist.percentile_s(95) if hist is not None and hist.total else float("nan")
+        out["p99_deflected_tbt_s"] = hist.percentile_s(99) if hist is not None and hist.total else float("nan")
         out.update(self.policy_report)
         return out
 
@@ -51,8 +52,9 @@ class Recorder:
     seconds, passed in by the simulator."""
 
     def __init__(self, view: ClusterView, instances: Mapping[int, InstanceState], counters: RunCounters,
-                 sample_interval_s: float) -> None:
+                 sample_interval_s: float, names: list[str] | None = None) -> None:
         self.view, self.instances, self.counters = view, instances, counters
+        self.names = names if names is not None else [f"instance-{i}" for i in instances]
         self.records: list[RequestRecord] = []
         self.tbt = GapHistogram()
         self.tbt_deflected = GapHistogram()  # gaps of iterations that carried a deflected prefill chunk
@@ -62,7 +64,7 @@ class Recorder:
 
     def ended(self, st: RequestState) -> None:
         """A request finished or was rejected."""
-        self.records.append(RequestRecord.from_state(st))
+        self.records.append(RequestRecord.from_state(st, self.names))
 
     def segment_gaps(self, result: SegmentResult) -> None:
         """The token gaps of a segment's decode rows."""
@@ -119,4 +121,4 @@ class Recorder:
         out_tokens = sum(r.output_tokens for r in self.records if r.finished)
         return SimResult(sorted(self.records, key=lambda r: r.req_id), self.tbt, self.counters,
                          self.load, makespan_s, time.perf_counter() - wall_start, decode_cols, out_tokens,
-                         self.role_log, self.tbt_deflected, policy_report)
+                         self.role_log, self.tbt_deflected, policy_report, self.names)

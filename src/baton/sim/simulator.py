@@ -67,7 +67,8 @@ class Simulator:
         self.pending_watch: dict[int, int] = {}
         self.stale_decisions: dict[str, int] = {}  # by kind: about requests that had ended
         self.counters = RunCounters()
-        self.recorder = Recorder(self.view, self.instances, self.counters, sample_interval_s)
+        self.recorder = Recorder(self.view, self.instances, self.counters, sample_interval_s,
+                                 cluster.instance_names())
         self.sample_interval_s = sample_interval_s
         self.events = EventQueue()
         self.now = 0.0

@@ -24,8 +24,8 @@ def describe(requests: list[Request]) -> str:
         return "0 requests"
     rate = s["mean_rate_rps"]
     return (f"{s['requests']:,} requests over {s['duration_s']:,.1f} s ({rate:,.2f} req/s); prompt mean/p50/p99 "
-            f"{s['prompt_mean_tokens']:,.0f}/{s['prompt_p50_tokens']:,.0f}/{s['prompt_p99_tokens']:,.0f} tokens, "
-            f"output {s['output_mean_tokens']:,.0f}/{s['output_p50_tokens']:,.0f}/{s['output_p99_tokens']:,.0f}")
+            f"{s['mean_prompt_tokens']:,.0f}/{s['p50_prompt_tokens']:,.0f}/{s['p99_prompt_tokens']:,.0f} tokens, "
+            f"output {s['mean_output_tokens']:,.0f}/{s['p50_output_tokens']:,.0f}/{s['p99_output_tokens']:,.0f}")
 
 
 # beyond these a trace's rate is more likely a unit mistake than a workload: no cluster
@@ -64,6 +64,6 @@ def workload_stats(requests: list[Request]) -> dict[str, float]:
         "interarrival_cv": float(gaps.std() / gaps.mean()) if gaps.size and gaps.mean() > 0 else float("nan"),
         "total_prompt_tokens": float(prompts.sum()), "total_output_tokens": float(outputs.sum()),
     }
-    out.update({f"prompt_{k}": v for k, v in _dist(prompts, "tokens").items()})
-    out.update({f"output_{k}": v for k, v in _dist(outputs, "tokens").items()})
+    out.update(_dist(prompts, "prompt_tokens"))
+    out.update(_dist(outputs, "output_tokens"))
     return out
