@@ -104,7 +104,7 @@ def test_cluster_counts(tmp_path):
               "--out", str(tmp_path / "a"))
     assert p.returncode == 0, p.stderr  # --mixed alone: 0P0D + 3 mixed
     paths = {r["path"] for r in __import__("csv").DictReader(open(tmp_path / "a" / "colocated.requests.csv"))}
-    assert paths <= {"0", "1", "2"}  # three instances, no 2P2D added
+    assert paths <= {"mixed-0", "mixed-1", "mixed-2"}  # three instances, no 2P2D added
     for flags, message in ((("--prefill", "0"), "needs an instance that can prefill"),
                            (("--decode", "-1"), "--decode: expected a non-negative integer")):
         p = baton("simulate", *flags, "--requests", "20", "--quiet", "--out", str(tmp_path / "b"))

@@ -197,3 +197,16 @@ def test_compare_writes_comparison_csv_with_intervals_and_readable_records(tmp_p
     assert {r["finished"] for r in records} <= {"true", "false"} and {r["deflected"] for r in records} == {"false"}
     assert all(r["path"].startswith("prefill-0>decode-") for r in records if r["finished"] == "true")
     assert set(next(csv.reader((tmp_path / "comparison.csv").open()))) >= {"p50_ttft_s", "p99_tbt_s", "goodput_rps"}
+
+
+def test_the_table_fits_an_80_column_terminal_one_line_per_policy(tmp_path):
+    import os
+    policies = ["round-robin", "least-requests", "power-of-two", "least-kv"]
+    p = baton("compare", *SMALL, "--policies", ",".join(policies), "--out", str(tmp_path),
+              env={**os.environ, "COLUMNS": "80"})
+    assert p.returncode == 0, p.stderr
+    lines = [line for line in p.stdout.splitlines() if not line.startswith("report:")]  # a path
+    assert all(len(line) <= 80 for line in lines), "\n".join(lines)
+    rows = [line for line in lines if any(line.strip().startswith(name + "  ") for name in policies)]
+    assert len(rows) == len(policies)  # every name whole, every policy on one line
+    assert all("%" in row for row in rows[1:])  # with its change against the first

@@ -6,7 +6,6 @@ import argparse
 import json
 import math
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,22 +13,18 @@ import numpy as np
 
 from baton import __version__
 from baton.cli.args import experiment_from, parse_rates
-from baton.cli.output import console, points_bar, progress_bar, rows_table, summary_table
+from baton.cli.output import console, points_bar, rows_table, summary_table
+from baton.cli.running import clean, clear_owned, cluster_text, compare_report, emit_json, run_all, validate_policies
 from baton.cli.source_check import check_source_engine
 from baton.core.errors import ConfigError
-from baton.experiments import Experiment, RunData, WorkloadConfig, load_experiment, policy_label, run_experiment
-from baton.experiments.comparison import write_comparison
+from baton.experiments import Experiment, WorkloadConfig, load_experiment, policy_label
 from baton.experiments.provenance import write_run_json
-from baton.experiments.repeats import combine, repeat_workloads, thin_tails_line
+from baton.experiments.repeats import repeat_workloads
 from baton.experiments.sweep import run_sweep
-from baton.metrics import SLO, write_records
-from baton.metrics.summary import overload
-from baton.perf import build as build_preset
-from baton.policies import PolicyContext, build_scheduler
+from baton.metrics import SLO
 from baton.sim import ClusterSpec
 from baton.workload import SyntheticSpec, workload_stats
 from baton.workload.loaders import parse_columns
-from baton.workload.stats import describe, implausible_rate
 
 DEMO_POLICIES = ("round-robin", "least-loaded", "least-kv", "least-requests", "power-of-two", "colocated",
                  "ils", "sibyl", "ares", "arrow", "kairos")
@@ -45,142 +40,18 @@ def demo_experiment() -> Experiment:
                       slo=SLO(ttft_s=1.0, tpot_s=0.05), seed=7)
 
 
-def clean(summary: dict) -> dict:
-    """JSON-safe: NaN becomes null."""
-    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in summary.items()}
-
-
-def _emit_json(payload: dict) -> None:
-    print(json.dumps(payload, allow_nan=False))
-
-
-def _cluster_text(exp: Experiment) -> str:
-    c = exp.cluster
-    return f"{c.prefill}P{c.decode}D{f'+{c.mixed}M' if c.mixed else ''} {c.preset}"
-
-
-def _validate(exp: Experiment, policies: list[tuple[str, Any]]) -> None:
-    """Build every policy once before any run, so a bad name fails fast."""
-    perf = build_preset(exp.cluster.preset)
-    names = [n for n, _ in policies]
-    dup = {n for n in names if names.count(n) > 1}
-    if dup:
-        raise ConfigError(f"policy names must be unique; repeated: {', '.join(sorted(dup))}")
-    for _, pol in policies:
-        build_scheduler(pol, PolicyContext(rng=np.random.default_rng(0), perf=perf))
-
-
-def _run_all(exp: Experiment, policies: list[tuple[str, Any]], args,
-             workloads: list[tuple[int, list]] | None = None) -> tuple[list[RunData], dict[str, list[dict]]]:
-    """Every policy on every workload (one per repeat). Returns the first repeat's report
-    data and every repeat's summary per policy; records of repeat k > 0 go to
-    ``NAME.rK.requests.csv``."""
-    _validate(exp, policies)
-    if getattr(args, "records_format", "csv") == "parquet":
-        try:
-            import pyarrow  # noqa: F401
-        except ImportError:
-            raise ConfigError("--records-format parquet needs pyarrow: pip install -e '.[parquet]'") from None
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    _clear_owned(out)
-    workloads = workloads or [(exp.seed, exp.workload.load(exp.seed))]  # loaded once for all policies
-    _say_workload(exp, workloads[0][1], args)
-    write_run_json(out, exp, [n for n, _ in policies], {"repeats": len(workloads), **check_source_engine(exp)})
-    runs, summaries = [], {name: [] for name, _ in policies}
-    for k, (seed, requests) in enumerate(workloads):
-        horizon_s = requests[-1].arrival_s if requests else 0.0
-        for name, pol in policies:
-            label = name if len(workloads) == 1 else f"{name} ({k + 1}/{len(workloads)})"
-            with progress_bar(not args.quiet, label, horizon_s) as update:
-                result, data = run_experiment(replace(exp, policy=pol, seed=seed), closed_form=not args.reference,
-                                              progress=update, name=name, requests=requests)
-            stem = name if k == 0 else f"{name}.r{k}"
-            write_records(result.records, out / f"{stem}.requests.{getattr(args, 'records_format', 'csv')}")
-            summaries[name].append(data.summary)
-            warning = overload(data.summary, exp.slo)
-            if warning:
-                print(f"warning: {label}: {warning}", file=sys.stderr)
-            if k == 0:
-                (out / f"{name}.summary.json").write_text(json.dumps(clean(data.summary), indent=2))
-                runs.append(data)
-    return runs, summaries
-
-
-def _say_workload(exp: Experiment, requests: list, args) -> None:
-    """Name the workload and its rate on every run (stderr; the HTML header shows it too),
-    and warn, even under --quiet, when the rate looks like a unit mistake."""
-    source = Path(exp.workload.trace).name if exp.workload.trace else "synthetic workload"
-    args.workload_text = f"{source}: {describe(requests)}"
-    if not args.quiet:
-        print(f"workload: {args.workload_text}", file=sys.stderr)
-        for note in exp.workload.notes:
-            print(f"note: {note}", file=sys.stderr)
-    odd = implausible_rate(requests)
-    if odd:
-        print(f"warning: {source}: {odd}", file=sys.stderr)
-
-
-OWNED = ("*.requests.csv", "*.requests.parquet", "*.summary.json", "summary.json", "comparison.csv", "run.json",
-         "report.html", "*.png",
-         "sweep.json", "sweep.html", "reproduce.json")
-
-
-def _clear_owned(out: Path) -> None:
-    """A new run never mixes with an earlier one's files: remove what Baton wrote there
-    (records, summaries, reports, figures), nothing else."""
-    for pattern in OWNED:
-        for f in out.glob(pattern):
-            if f.is_file():
-                f.unlink()
-
-
-def _compare_report(exp: Experiment, runs: list[RunData], args, title: str,
-                    repeats: dict[str, list[dict]] | None = None) -> None:
-    from baton.report import Report, compare_figures, write_report
-    k = len(next(iter(repeats.values()))) if repeats else 1
-    if k > 1:
-        means, paired = combine(repeats)
-        summaries = {name: {**clean(m), "paired": {key: {"mean_diff": v["mean_diff"],
-                                                        "ci95": [_finite(x) for x in v["ci95"]]}
-                                                  for key, v in paired.get(name, {}).items()}}
-                     for name, m in means.items()}
-    else:
-        summaries, paired = {r.name: clean(r.summary) for r in runs}, {}
-    thin = thin_tails_line(repeats or {r.name: [r.summary] for r in runs})
-    if thin:  # one line for the whole comparison, not one per policy and percentile
-        print(f"warning: {thin}", file=sys.stderr)
-    (Path(args.out) / "summary.json").write_text(json.dumps(summaries, indent=2))
-    write_comparison(Path(args.out) / "comparison.csv", repeats or {r.name: [r.summary] for r in runs})
-    meta = [f"cluster {_cluster_text(exp)}; SLO TTFT {exp.slo.ttft_s} s, TPOT {exp.slo.tpot_s} s; "
-            f"seed {exp.seed}; {getattr(args, 'workload_text', '')}"
-            + (f"; means over {k} repeats, ~ = paired 95% interval includes 0" if k > 1 else "")]
-    if thin:
-        meta.append(f"warning: {thin}")
-    table_summaries = {n: {key: v for key, v in s.items() if key != "paired"} for n, s in summaries.items()}
-    path = write_report(args.out, Report(title, table_summaries, compare_figures(runs, exp.slo), meta))
-    if args.json:
-        _emit_json(summaries)
-    else:
-        console().print(summary_table(table_summaries, title, paired, wide=getattr(args, "wide", False)))
-        print(f"report: {path}")
-
-
-def _finite(x: float) -> float | None:
-    return None if math.isnan(x) else x
-
-
 def cmd_simulate(args: argparse.Namespace) -> None:
     exp = experiment_from(args)
     if args.policy:
         exp.policy = args.policy
     name = policy_label(exp.policy)
-    runs, _ = _run_all(exp, [(name, exp.policy)], args)
+    runs, _ = run_all(exp, [(name, exp.policy)], args)
     summaries = {name: clean(runs[0].summary)}
     if args.json:
-        _emit_json(summaries)
+        emit_json(summaries)
     else:
-        console().print(summary_table(summaries, f"{name} on {_cluster_text(exp)}", wide=args.wide))
+        out = console()
+        out.print(summary_table(summaries, f"{name} on {cluster_text(exp)}", wide=args.wide, width=out.width))
         print(f"records and summary written to {args.out}")
 
 
@@ -197,14 +68,14 @@ def cmd_compare(args: argparse.Namespace) -> None:
     exp = experiment_from(args)
     policies = _named_policies(args)
     workloads = repeat_workloads(exp, args.repeats)
-    runs, repeats = _run_all(exp, policies, args, workloads)
-    _compare_report(exp, runs, args, f"{' vs '.join(n for n, _ in policies)} on {_cluster_text(exp)}", repeats)
+    runs, repeats = run_all(exp, policies, args, workloads)
+    compare_report(exp, runs, args, f"{' vs '.join(n for n, _ in policies)} on {cluster_text(exp)}", repeats)
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
     exp = experiment_from(args, base=demo_experiment())
-    runs, repeats = _run_all(exp, [(p, p) for p in DEMO_POLICIES], args)
-    _compare_report(exp, runs, args, f"Baton demo: bursty heavy-tailed workload on {_cluster_text(exp)}", repeats)
+    runs, repeats = run_all(exp, [(p, p) for p in DEMO_POLICIES], args)
+    compare_report(exp, runs, args, f"Baton demo: bursty heavy-tailed workload on {cluster_text(exp)}", repeats)
 
 
 def _sweep_payload(sweep) -> dict:
@@ -230,7 +101,7 @@ def cmd_sweep(args: argparse.Namespace) -> None:
     exp = experiment_from(args)
     rates = parse_rates(args.rate)
     policies = _named_policies(args)
-    _validate(exp, policies)
+    validate_policies(exp, policies)
     source = check_source_engine(exp)
     with points_bar(not args.quiet, "sweep", len(rates) * len(policies)) as update:
         sweep = run_sweep(exp, dict(policies), rates, executor="ray" if args.ray else "processes",
@@ -238,18 +109,18 @@ def cmd_sweep(args: argparse.Namespace) -> None:
                           target_attainment=args.target, on_point=update)
     payload = _sweep_payload(sweep)
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    _clear_owned(Path(args.out))
+    clear_owned(Path(args.out))
     write_run_json(Path(args.out), exp, [n for n, _ in policies], {"rates_rps": rates, **source})
     (Path(args.out) / "sweep.json").write_text(json.dumps(payload, indent=2))
     head = ["policy", f"max rate @{args.target:.0%} (req/s)"] + [f"{r:g} req/s" for r in rates]
     rows = _sweep_rows(sweep)
-    title = f"Rate sweep on {_cluster_text(exp)}"
+    title = f"Rate sweep on {cluster_text(exp)}"
     caption = "SLO attainment / P99 TPOT ms / P95 TTFT ms at each rate"
     path = write_report(args.out, Report(title, figures=sweep_figures(sweep), extra_tables=[(caption, head, rows)],
                                          meta=[f"seed {exp.seed}; SLO TTFT {exp.slo.ttft_s} s, TPOT {exp.slo.tpot_s} s"]),
                         stem="sweep")
     if args.json:
-        _emit_json(payload)
+        emit_json(payload)
         return
     console().print(rows_table(f"{title}: {caption}", head, rows))
     print(f"report: {path}")
@@ -273,7 +144,7 @@ def cmd_workload_stats(args: argparse.Namespace) -> None:
     path = write_report(args.out, Report(f"Workload statistics: {name}", figures=[fig],
                                          extra_tables=[("Statistics", ["metric", "value"], rows)]), stem="workload")
     if args.json:
-        _emit_json({name: clean(stats)})
+        emit_json({name: clean(stats)})
         return
     console().print(rows_table(f"Workload statistics: {name}", ["metric", "value"], rows))
     print(f"histogram: {(Path(args.out) / 'workload.png').resolve()}")
@@ -291,7 +162,7 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
     result = survival_calibration(lengths, args.delta_tokens, args.alpha, args.train_fraction)
     name = Path(exp.workload.trace).name if exp.workload.trace else "synthetic"
     if args.json:
-        _emit_json({name: clean(result)})
+        emit_json({name: clean(result)})
         return
     print(f"survival calibration on {name}: mean absolute error {result['mae']:.4f}, "
           f"p95 {result['p95_abs_error']:.4f}, max {result['max_abs_error']:.4f} "
@@ -373,7 +244,7 @@ def cmd_reproduce(args: argparse.Namespace) -> None:
         raise ConfigError(f"--repeats: at least 2 are needed for an interval, got {args.repeats}")
     claims = claims_of(args.paper, Path(args.dir) if args.dir else ROOT, args.full)
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    _clear_owned(Path(args.out))
+    clear_owned(Path(args.out))
     write_run_json(Path(args.out), claims[0].experiment, [c.name for c in claims],
                    {"paper": args.paper, "repeats": args.repeats, "full": args.full, "trace": args.trace})
     outcomes, cache = [], {}
@@ -396,7 +267,7 @@ def cmd_reproduce(args: argparse.Namespace) -> None:
     payload = {o.claim.name: o.json() for o in outcomes}
     (Path(args.out) / "reproduce.json").write_text(json.dumps(payload, indent=2))
     if args.json:
-        _emit_json(payload)
+        emit_json(payload)
     else:
         console().print(rows_table(f"{args.paper}: the paper's claims against Baton", head, rows))
         print(f"report: {path}")

@@ -7,6 +7,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -14,14 +15,22 @@ from rich.table import Table
 from baton.report.table import headers, table_rows
 
 
+COMPACT_BELOW = 100  # terminal columns under which the table takes its compact form
+
+
 def summary_table(results: Mapping[str, Mapping[str, float]], title: str,
-                  paired: Mapping | None = None, wide: bool = False) -> Table:
+                  paired: Mapping | None = None, wide: bool = False, width: int | None = None) -> Table:
     """Policies as rows; rows after the first show their change against the first, in %
-    (``~``: its paired 95% interval over repeats includes 0)."""
-    table = Table(title=title)
-    for i, name in enumerate(headers(wide)):
-        table.add_column(name, justify="left" if i == 0 else "right")
-    for policy, cells in table_rows(results, paired, wide):
+    (``~``: its paired 95% interval over repeats includes 0). In a terminal narrower than
+    ``COMPACT_BELOW`` columns the table drops its vertical rules, the brackets around
+    changes and counts that are zero for every policy, so that each policy stays one line
+    in 80 columns."""
+    compact = not wide and width is not None and width < COMPACT_BELOW
+    table = Table(title=title, box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD,
+                  padding=(0, 1), collapse_padding=compact)
+    for i, name in enumerate(headers(wide, results, compact)):
+        table.add_column(name, justify="left" if i == 0 else "right", no_wrap=i == 0 and compact)
+    for policy, cells in table_rows(results, paired, wide, compact):
         table.add_row(policy, *cells)
     return table
 

@@ -38,30 +38,39 @@ def change_pct(value, ref) -> float | None:
     return (value - ref) / abs(ref) * 100
 
 
-def _columns(wide: bool):
-    return COLUMNS if wide else tuple(c for c in COLUMNS if c[0] in NARROW)
+def _columns(wide: bool, results: Mapping[str, Mapping[str, float]] | None = None, compact: bool = False):
+    """The columns shown: all (``wide``), or those of ``NARROW``; ``compact`` also leaves
+    out counts that are zero for every policy (they say nothing and cost width)."""
+    cols = COLUMNS if wide else tuple(c for c in COLUMNS if c[0] in NARROW)
+    if compact and results:
+        cols = tuple(c for c in cols if c[0] not in ABSOLUTE or any(s.get(c[0]) for s in results.values()))
+    return cols
 
 
 def table_rows(results: Mapping[str, Mapping[str, float]],
                paired: Mapping[str, Mapping[str, Mapping]] | None = None,
-               wide: bool = True) -> list[tuple[str, list[str]]]:
+               wide: bool = True, compact: bool = False) -> list[tuple[str, list[str]]]:
     """One row per policy; rows after the first carry their change against the first,
     marked ``~`` when the paired 95% interval of the difference (over repeats) includes 0.
-    ``wide=False`` keeps the columns that fit a 100-column terminal."""
+    ``wide=False`` keeps the columns that fit a 100-column terminal; ``compact`` writes
+    the change without brackets and drops all-zero counts, to fit 80 columns."""
     base = next(iter(results.values()), {})
     rows = []
     for i, (policy, summary) in enumerate(results.items()):
         cells = []
-        for key, _, scale, fmt in _columns(wide):
+        for key, _, scale, fmt in _columns(wide, results, compact):
             text = cell(summary.get(key), scale, fmt)
             pct = change_pct(summary.get(key), base.get(key)) if i and key not in ABSOLUTE else None
             entry = (paired or {}).get(policy, {}).get(key)
             mark = "~" if includes_zero(entry) else ""
-            cells.append(text if pct is None else f"{text} ({mark}{pct:+.0f}%)")
+            if pct is None:
+                cells.append(text)
+            else:
+                cells.append(f"{text} {mark}{pct:+.0f}%" if compact else f"{text} ({mark}{pct:+.0f}%)")
         rows.append((policy, cells))
     return rows
 
 
-
-def headers(wide: bool = True) -> list[str]:
-    return ["policy"] + [title for _, title, _, _ in _columns(wide)]
+def headers(wide: bool = True, results: Mapping[str, Mapping[str, float]] | None = None,
+            compact: bool = False) -> list[str]:
+    return ["policy"] + [title for _, title, _, _ in _columns(wide, results, compact)]
