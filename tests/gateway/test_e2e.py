@@ -491,3 +491,32 @@ def test_a_migrated_chat_without_a_budget_ends_where_an_unmoved_one_does(tmp_pat
         assert direct[-1]["usage"]["completion_tokens"] == 160 - direct[-1]["usage"]["prompt_tokens"]
         assert chunk_texts(events) == chunk_texts(direct)
         assert events[-1]["usage"] == direct[-1]["usage"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_stop_strings_end_generation_as_vllm_does(cluster, stream):
+    """The emulator applies ``stop`` as vLLM does (text cut before the string, finish
+    reason stop, stop_reason naming it), directly and through the PD gateway."""
+    full = expected(4, 60)
+    at = full.find("for it")
+    n = next(k for k in range(1, 61) if "for it" in expected(4, k))
+    for url in (cluster["p"].url, cluster["pd"].url):
+        body = {"prompt": PROMPT, "max_tokens": 60, "stop": ["zzz", "for it"], "ignore_eos": True}
+        if stream:
+            s = Stream(url + "/v1/completions", {**body, "stream": True, "stream_options": {"include_usage": True}})
+            events = list(s.events())
+            s.close()
+            text, usage = chunk_texts(events), events[-1]["usage"]
+            reason = [e["choices"][0]["finish_reason"] for e in events if e["choices"]][-1]
+        else:
+            status, out = post(url + "/v1/completions", body)
+            assert status == 200, out
+            text, usage, reason = out["choices"][0]["text"], out["usage"], out["choices"][0]["finish_reason"]
+            if url == cluster["p"].url:
+                assert out["choices"][0]["stop_reason"] == "for it"
+        assert (text, reason, usage["completion_tokens"]) == (full[:at], "stop", n), url
+    status, out = post(cluster["p"].url + "/v1/completions", {"prompt": PROMPT, "max_tokens": 60, "stop": "for it",
+                                                              "include_stop_str_in_output": True})
+    assert out["choices"][0]["text"] == full[:at + len("for it")]
+    status, out = post(cluster["p"].url + "/v1/completions", {"prompt": PROMPT, "stop": [3]})
+    assert status == 400 and out["error"]["param"] == "stop"

@@ -49,6 +49,7 @@ class Sequence:
     prompt_len: int
     max_new: int
     prefill_only: bool = False
+    finish_reason: str = "length"  # at max_new: "stop" when a stop string ends it there
     generated: int = 0
     to_prefill: int = 0
     ctx: int = 0
@@ -255,7 +256,7 @@ class Batcher:
             s.events.put_nowait(("done", "length"))
         elif s.generated >= s.max_new:
             self.running.remove(s)
-            self._finish(s, "length")
+            self._finish(s, s.finish_reason)
 
     def _finish(self, seq: Sequence, reason: str | None) -> None:
         if seq.state is SeqState.DONE:

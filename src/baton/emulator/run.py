@@ -33,6 +33,9 @@ def add_emulate_args(p: argparse.ArgumentParser) -> None:
                    help="role for SGLang bootstrap requests")
     p.add_argument("--kv-hold-timeout-s", type=float, default=30.0,
                    help="free a remote-decode prefill's KV if nobody pulls it in this time")
+    p.add_argument("--tokenizer", metavar="PATH",
+                   help="a local tokenizer.json (or its model folder): prompts count in its tokens, as the "
+                        "served model's would (default: one token per whitespace-separated word)")
     p.add_argument("--hidden-states", metavar="ZMQ_ADDRESS",
                    help="publish synthetic hidden states of tagged requests here, as Baton's vLLM plugin does "
                         "(needs pyzmq)")
@@ -70,7 +73,8 @@ def build_emulator(args: argparse.Namespace) -> "Emulator":
     config = EmulatorConfig(args.model, args.host, args.port, args.max_model_len, args.nic_gbps,
                             args.disaggregation_mode, args.kv_hold_timeout_s,
                             hidden_states=args.hidden_states, hidden_every_tokens=args.hidden_states_every,
-                            hidden_secret_key=secret, hidden_client_keys=tuple(args.hidden_states_client_key))
+                            hidden_secret_key=secret, hidden_client_keys=tuple(args.hidden_states_client_key),
+                            tokenizer=args.tokenizer)
     return Emulator(config, batcher, perf)
 
 

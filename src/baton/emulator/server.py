@@ -15,6 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from baton.emulator.batcher import Batcher, BatcherConfig, Sequence, SeqState, blocks_for
 from baton.emulator.timings import RequestTimings
+from baton.emulator.stops import StopPlan, plan_stop, stop_strings
 from baton.emulator.tokens import prompt_ids, token_text
 from baton.perf.model import PerfModel
 from baton.emulator.hidden import HiddenPublisher
@@ -43,6 +44,7 @@ class EmulatorConfig:
     hidden_every_tokens: int = 16
     hidden_secret_key: str | None = field(default=None, repr=False)  # Z85: publish as a CURVE server
     hidden_client_keys: tuple[str, ...] = ()  # Z85 public keys of the gateways admitted (none: any)
+    tokenizer: str | None = None  # a local tokenizer.json: prompts counted in its tokens, not words
 
 
 class _EngineMetrics:
@@ -98,6 +100,10 @@ class Emulator:
         self._rooms: dict[int, asyncio.Future] = {}
         self._session: ClientSession | None = None
         self._tasks: list[asyncio.Task] = []
+        self.encode = None
+        if config.tokenizer:
+            from baton.workload.tokens import HFTokenizer
+            self.encode = HFTokenizer(config.tokenizer).ids
         self.hidden = HiddenPublisher(config.hidden_states, config.hidden_every_tokens,
                                       secret_key=config.hidden_secret_key,
                                       client_keys=config.hidden_client_keys) if config.hidden_states else None
@@ -151,15 +157,20 @@ class Emulator:
             if model is not None and model != self.config.model:  # as vLLM answers
                 raise ApiError(404, f"The model `{model}` does not exist.", err_type="NotFoundError",
                                param="model", code="model_not_found")
-            ids = prompt_ids(kind, parsed.body)
+            ids = prompt_ids(kind, parsed.body, self.encode)
+            stops = stop_strings(parsed.body)
             seq = self._sequence(request, parsed, ids)
+            stop = None if seq.prefill_only else plan_stop(stops, len(ids), seq.max_new,
+                                                              bool(parsed.body.get("include_stop_str_in_output")))
+            if stop is not None:
+                seq.max_new, seq.finish_reason = stop.tokens, "stop"
             await self._place(seq, parsed.body)
         except ApiError as exc:
             return web.json_response(exc.body(), status=exc.status)
         try:
             if parsed.stream:
-                return await self._stream(request, parsed, seq, ids)
-            return await self._collect(parsed, seq, ids)
+                return await self._stream(request, parsed, seq, ids, stop)
+            return await self._collect(parsed, seq, ids, stop)
         finally:
             if seq.state is not SeqState.DONE and seq.state is not SeqState.HELD:
                 self.batcher.abort(seq)
@@ -254,7 +265,8 @@ class Emulator:
                 "remote_host": self.config.host, "remote_port": self.config.port,
                 "remote_request_id": seq.rid, "tp_size": 1}
 
-    async def _collect(self, parsed: ParsedRequest, seq: Sequence, ids: list[int]) -> web.Response:
+    async def _collect(self, parsed: ParsedRequest, seq: Sequence, ids: list[int],
+                       stop: StopPlan | None) -> web.Response:
         positions, reason = [], None
         while reason is None:
             kind, value = await seq.events.get()
@@ -263,22 +275,25 @@ class Emulator:
             else:
                 reason = value
         with_ids = bool(parsed.body.get("return_token_ids"))
+        text = "".join(token_text(p) for p in positions)
         out = full_response(parsed.kind, seq.rid, self.config.model, int(time.time()),
-                            "".join(token_text(p) for p in positions), reason, len(ids), len(positions),
+                            text[:stop.text_chars] if stop else text, reason, len(ids), len(positions),
                             positions if with_ids else None, ids if with_ids else None)
+        if stop is not None:
+            out["choices"][0]["stop_reason"] = stop.stop_str
         if seq.prefill_only and seq.state is SeqState.HELD:
             self._hold(seq)
             out["kv_transfer_params"] = self._transfer_params(seq)
         return web.json_response(out)
 
     async def _stream(self, request: web.Request, parsed: ParsedRequest, seq: Sequence,
-                      ids: list[int]) -> web.StreamResponse:
+                      ids: list[int], stop: StopPlan | None) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
         with_ids, created, first = bool(parsed.body.get("return_token_ids")), int(time.time()), True
         # a prefill-only leg does not know the answer's length: no synthetic state for it
         tag = (parsed.body.get("vllm_xargs") or {}).get("baton_tag") if self.hidden and not seq.prefill_only else None
-        n_gen = 0
+        n_gen, sent_chars = 0, 0
         while True:
             kind, value = await seq.events.get()
             if kind == "done":
@@ -286,11 +301,17 @@ class Emulator:
             n_gen += 1
             if tag is not None and self.hidden.due(n_gen):
                 self.hidden.publish(str(tag), n_gen, seq.max_new)
-            chunk = stream_chunk(parsed.kind, seq.rid, self.config.model, created, token_text(value),
+            text = token_text(value)
+            if stop is not None:  # the stop string and what follows it are never sent
+                text, sent_chars = text[:max(0, stop.text_chars - sent_chars)], sent_chars + len(text)
+            chunk = stream_chunk(parsed.kind, seq.rid, self.config.model, created, text,
                                  None, [value] if with_ids else None, first, ids if first and with_ids else None)
             first = False
             await resp.write(sse(chunk))
-        await resp.write(sse(stream_chunk(parsed.kind, seq.rid, self.config.model, created, "", value)))
+        last = stream_chunk(parsed.kind, seq.rid, self.config.model, created, "", value)
+        if stop is not None:
+            last["choices"][0]["stop_reason"] = stop.stop_str
+        await resp.write(sse(last))
         if parsed.include_usage:
             await resp.write(sse(usage_chunk(parsed.kind, seq.rid, self.config.model, created,
                                              len(ids), seq.generated)))

@@ -12,6 +12,7 @@ migrations token by token.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 from baton.protocol.requests import CHAT
@@ -34,15 +35,17 @@ def _content_text(content: Any) -> str:
     return ""
 
 
-def prompt_ids(kind: str, body: dict[str, Any]) -> list[int]:
-    """Token ids of a validated request's prompt (chat: a simple template)."""
+def prompt_ids(kind: str, body: dict[str, Any], encode: Callable[[str], list[int]] | None = None) -> list[int]:
+    """Token ids of a validated request's prompt (chat: a simple template); text is split
+    by ``encode`` (a real tokenizer's) when given, else into whitespace words."""
+    encode = encode or word_ids
     if kind == CHAT:
         ids: list[int] = []
         for m in body["messages"]:
-            ids += [BOS, _ROLE_IDS.get(m["role"], 7)] + word_ids(_content_text(m.get("content"))) + [EOT]
+            ids += [BOS, _ROLE_IDS.get(m["role"], 7)] + encode(_content_text(m.get("content"))) + [EOT]
         return ids + [BOS, ASSISTANT]
     prompt = body["prompt"]
-    return list(prompt) if isinstance(prompt, list) else (word_ids(prompt) or [BOS])
+    return list(prompt) if isinstance(prompt, list) else (encode(prompt) or [BOS])
 
 
 # frequent words, each a single token (with its leading space) in the common BPE vocabularies

@@ -1,0 +1,56 @@
+"""Stop strings, as vLLM applies them, on the emulator's known output.
+
+The emulator's output text is fixed by token position (``tokens.token_text``), so where a
+stop string first appears is known when the request arrives: generation ends with the
+token that completes it, the finish reason is ``stop`` (``stop_reason`` names the string),
+and the text ends where the string begins (vLLM leaves the stop string out unless
+``include_stop_str_in_output``). A continuation (prompt + generated tokens as token ids)
+searches only its own new text, as a fresh vLLM request would.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from baton.emulator.tokens import token_text
+from baton.protocol.errors import ApiError
+
+
+@dataclass(frozen=True, slots=True)
+class StopPlan:
+    """Where a stop string ends generation: after ``tokens`` tokens, text cut at
+    ``text_chars`` characters, because of ``stop_str``."""
+
+    tokens: int
+    text_chars: int
+    stop_str: str
+
+
+def stop_strings(body: dict[str, Any]) -> list[str]:
+    """The request's stop strings (``stop``: a string or a list of strings); 400 otherwise."""
+    stop = body.get("stop")
+    if stop is None:
+        return []
+    if isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+        raise ApiError(400, "stop: expected a string or a list of strings", param="stop")
+    return [s for s in stop if s]
+
+
+def plan_stop(stops: list[str], first_position: int, max_new: int, keep_stop: bool = False) -> StopPlan | None:
+    """The first stop string in the text of positions ``first_position`` onwards, within
+    ``max_new`` tokens; None when none appears."""
+    if not stops:
+        return None
+    text, longest = "", max(len(s) for s in stops)
+    for k in range(max_new):
+        start = max(0, len(text) - longest + 1)  # a match must end in the new token's text
+        text += token_text(first_position + k)
+        hits = [(text.find(s, start), s) for s in stops]
+        hits = [(i, s) for i, s in hits if i >= 0]
+        if hits:
+            at, s = min(hits)
+            return StopPlan(k + 1, at + len(s) if keep_stop else at, s)
+    return None
