@@ -29,7 +29,7 @@ steady window's requests meeting both; preempt = KV preemptions (recomputed); mi
 migrations; load CV = mean coefficient of variation of decode instances' token load;
 OAR = optimal-assignment ratio at decode start (oar_tokens, oar_count); (+x%) = change
 against the first row, ~ = its 95% interval over repeats includes 0. In the records CSV,
-path = the instances a request visited (prefill-decode[-migration targets])."""
+path = the instances a request visited, by name (prefill-0>decode-1[>migration targets])."""
 
 
 def parser() -> argparse.ArgumentParser:
