@@ -24,12 +24,19 @@ class Request:
 
     ``output_tokens`` is the true output length. Policies must not read it directly;
     only oracle estimators (``baton.predict.oracle``) do, so ablations stay honest.
+
+    ``prefix_ids`` says what the tokens are, for prefix caching: one id per block of
+    ``prefix_block_tokens`` tokens of the sequence (prompt, then output where known), equal
+    ids meaning equal tokens (Mooncake's ``hash_ids``, 512 tokens each; hashes of token
+    ids or text). Empty: the content is unknown and nothing is reused.
     """
 
     req_id: int
     arrival_s: float
     prompt_tokens: int
     output_tokens: int
+    prefix_ids: tuple[int, ...] = ()
+    prefix_block_tokens: int = 0
 
 
 @dataclass(slots=True)

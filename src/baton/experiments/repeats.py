@@ -5,6 +5,7 @@ paired differences against the first policy with Student-t 95% intervals."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -40,7 +41,7 @@ def repeat_workloads(exp: Experiment, k: int) -> list[tuple[int, list[Request]]]
     for i in range(k):
         part = full[i * w.requests:(i + 1) * w.requests]
         t0 = part[0].arrival_s
-        part = [Request(r.req_id, r.arrival_s - t0, r.prompt_tokens, r.output_tokens) for r in part]
+        part = [replace(r, arrival_s=r.arrival_s - t0) for r in part]
         out.append((exp.seed, scale_to_rate(part, w.rate_rps) if w.rate_rps else part))
     return out
 

@@ -21,6 +21,14 @@ Memory pressure follows vLLM v1's scheduler (``v1/core/sched/scheduler.py``):
   fit, and nothing is admitted in an iteration that preempted;
 - KV arriving from elsewhere (PD handoffs, migrations) is a waiting request too: it may
   only take blocks while nothing waits ahead of it (``reserve``).
+
+With prefix caching (``EngineConfig.enable_prefix_caching``, on by default as in vLLM v1;
+``sim/prefix_cache.py``), a request admitted from the waiting queue starts at its longest
+cached prefix of full blocks: those tokens cost no prefill compute but their blocks count
+against capacity (a cached block that was free leaves the free queue). Computed full
+blocks are registered as the chunks end; a request's blocks go back to the free queue,
+still cached, when it finishes, is preempted or its KV leaves (PD handoff, migration). KV
+that arrives from elsewhere is not looked up: the receiving side takes the whole context.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import numpy as np
 from baton.core.decode_table import DecodeTable
 from baton.core.instance import InstanceState, Segment
 from baton.perf.model import BatchShape, PerfModel, chunk_attn_pairs, chunk_diag_pairs, length_cv2
+from baton.sim.engine_kv import KeySource, KvBlocks
 from baton.sim.engine_types import (DecodeJoin, DecodeRow, EngineConfig, PrefillItem, PrefillKind,
                                     SegmentResult)
 
@@ -42,17 +51,17 @@ def _ceil_div(a: np.ndarray | int, b: int):
     return -((-a) // b)
 
 
-class Engine:
+class Engine(KvBlocks):
     """A simulated instance. The simulator calls ``plan`` when the engine is idle or a
     segment ended, ``interrupt`` when new work arrives mid-segment, and ``finish`` when
     the segment's end event fires."""
 
     def __init__(self, state: InstanceState, config: EngineConfig, perf: PerfModel,
-                 closed_form: bool = True) -> None:
-        self.state, self.cfg, self.perf, self.closed_form = state, config, perf, closed_form
+                 closed_form: bool = True, keys: KeySource | None = None) -> None:
+        super().__init__(state, config, keys)
+        self.perf, self.closed_form = perf, closed_form
         self.prefills: OrderedDict[int, PrefillItem] = OrderedDict()
         self.joins: deque[DecodeJoin] = deque()
-        self.held_blocks: dict[int, int] = {}       # KV kept for outgoing transfers
         self.new_rows: dict[int, float | None] = {}  # req -> time of its previous token
         self.chunks: list[tuple[PrefillItem, int]] = []
         self.busy = False
@@ -85,23 +94,6 @@ class Engine:
     def waiting(self) -> bool:
         """Whether a request waits in the FCFS queue for admission (blocks or a slot)."""
         return any(not it.admitted for it in self.prefills.values())
-
-    def reserve(self, now_s: float, blocks: int) -> bool:
-        """Take ``blocks`` KV blocks for arriving KV if they are free at ``now_s`` and no
-        waiting request is ahead (vLLM admits its waiting queue in order, preempted
-        requests first). The caller must then cut the running segment (``interrupt``):
-        its block horizon assumed them free."""
-        if blocks > self.state.kv_blocks_free_at(now_s) or self.waiting:
-            return False
-        self.state.kv_blocks_used += blocks
-        return True
-
-    def release(self, blocks: int) -> None:
-        self.state.kv_blocks_used -= blocks
-
-    def release_held(self, req_id: int) -> None:
-        """Free the blocks kept here for a request's outgoing KV (``held_blocks``)."""
-        self.release(self.held_blocks.pop(req_id))
 
     # --- segment control ---------------------------------------------------------------
     def interrupt(self, now_s: float) -> float | None:
@@ -182,7 +174,7 @@ class Engine:
         if table.n:
             grow = np.maximum(_ceil_div(table.col("ctx"), bs) - table.col("blocks"), 0)
             table.add_blocks(grow)
-            self.state.kv_blocks_used += int(grow.sum())
+            self._allocate(int(grow.sum()))
         for item, chunk in chunks:
             self._grow_item(item, chunk)
         return chunks
@@ -205,28 +197,18 @@ class Engine:
         return chunks, need
 
     @staticmethod
-    def _chunk(item: PrefillItem, budget: int, scheduled: list[tuple[PrefillItem, int]]) -> int:
-        """This iteration's chunk of ``item``. Chunk-limited (deflected) prefills share one
-        allowance per iteration, the smallest limit among them: the instance runs one
-        TBT-safe chunked-prefill schedule, not one per deflected request."""
+    def _chunk(item: PrefillItem, budget: int, scheduled: list[tuple[PrefillItem, int]],
+               done_tokens: int | None = None) -> int:
+        """This iteration's chunk of ``item`` (``done_tokens`` computed so far, default its
+        own). Chunk-limited (deflected) prefills share one allowance per iteration, the
+        smallest limit among them: the instance runs one TBT-safe chunked-prefill schedule,
+        not one per deflected request."""
+        left = item.total_tokens - (item.done_tokens if done_tokens is None else done_tokens)
         if item.chunk_limit is None:
-            return min(item.total_tokens - item.done_tokens, budget)
+            return min(left, budget)
         limited = [(it.chunk_limit, c) for it, c in scheduled if it.chunk_limit is not None]
         allowance = min([item.chunk_limit, *(lim for lim, _ in limited)]) - sum(c for _, c in limited)
-        return max(0, min(item.total_tokens - item.done_tokens, budget, allowance))
-
-    def _grow_item(self, item: PrefillItem, chunk: int) -> None:
-        extra = max(0, _ceil_div(item.done_tokens + chunk, self.cfg.block_size) - item.blocks)
-        item.blocks += extra
-        self.state.kv_blocks_used += extra
-
-    def _trim_reservation(self, item: PrefillItem) -> None:
-        """A migration reserved a margin above the context; rows must hold exactly what
-        their context needs (segment block growth assumes it), so give the rest back."""
-        excess = item.blocks - _ceil_div(item.total_tokens, self.cfg.block_size)
-        if excess > 0:
-            item.blocks -= excess
-            self.state.kv_blocks_used -= excess
+        return max(0, min(left, budget, allowance))
 
     def _preempt_latest(self) -> None:
         """Preempt the running request admitted last (vLLM's FCFS victim)."""
@@ -242,7 +224,7 @@ class Engine:
 
     def _preempt_prefill(self, item: PrefillItem) -> None:
         """A running prefill loses its blocks and progress and waits at the queue head."""
-        self.state.kv_blocks_used -= item.blocks
+        self.free_request(item.req_id, item.blocks, item.done_tokens)
         self.state.progress_prefill(item.req_id, -item.done_tokens)
         item.blocks, item.done_tokens, item.admitted = 0, 0, False
         self.prefills.move_to_end(item.req_id, last=False)
@@ -252,7 +234,7 @@ class Engine:
     def preempt(self, req_id: int) -> None:
         """Drop a decode's KV and queue it for recompute at the front of the queue."""
         row = DecodeRow.removed_from(self.state.decodes, req_id)
-        self.state.kv_blocks_used -= row.blocks
+        self.free_request(req_id, row.blocks, row.ctx)
         self.new_rows.pop(req_id, None)
         self._cv2 = None
         self.preemptions += 1
@@ -271,15 +253,21 @@ class Engine:
         for item in self.prefills.values():
             if item.admitted:
                 continue
-            chunk = self._chunk(item, budget, running + chunks)
+            hit, keys = self._prefix_hit(item)
+            done = hit * self.cfg.block_size if hit else item.done_tokens
+            chunk = self._chunk(item, budget, running + chunks, done)
             if chunk <= 0 and item.chunk_limit is not None:
                 continue  # a deflected prefill waits for the next allowance; others may go
-            upto = item.total_tokens if self.cfg.reserve_full_sequence else item.done_tokens + chunk
-            blocks = max(0, _ceil_div(upto, self.cfg.block_size) - item.blocks)
+            upto = item.total_tokens if self.cfg.reserve_full_sequence else done + chunk
+            blocks = max(0, _ceil_div(upto, self.cfg.block_size) - item.blocks - hit)
+            if hit:  # cached blocks in the free queue are taken from it: they need room too
+                blocks += self.cache.free_hits(keys)
             if budget <= 0 or seqs >= self.cfg.max_num_seqs or blocks > st.kv_blocks_total - st.kv_blocks_used:
                 break
             self.admit_seq += 1
             item.admitted, item.admit_seq = True, self.admit_seq
+            if self.cache is not None and item.blocks == 0:
+                self._take_prefix(item, keys, done)
             self._trim_reservation(item)
             self._grow_item(item, chunk)
             seqs += 1
@@ -322,7 +310,7 @@ class Engine:
             if growth:
                 new_blocks = _ceil_div(table.col("ctx") + k - 1, self.cfg.block_size)
                 table.add_blocks(new_blocks - table.col("blocks"))
-                st.kv_blocks_used += growth
+                self._allocate(growth)
             n_new = len(self.new_rows)
             result.gaps = (seg.iter0_s, seg.slope_s, k, table.n - n_new, n_new)
             first_end_s = seg.start_s + seg.iter0_s
@@ -340,6 +328,8 @@ class Engine:
         for item, chunk in self.chunks:
             item.done_tokens += chunk
             st.progress_prefill(item.req_id, chunk)
+            if self.cache is not None:
+                self.cache.register(item.req_id, self.keys_of(item.req_id)[:item.done_tokens // self.cfg.block_size])
             if item.done_tokens >= item.total_tokens:
                 del self.prefills[item.req_id]
                 st.drop_prefill(item.req_id)
@@ -358,7 +348,8 @@ class Engine:
             result.thresholds.append((rid, ctx))
             table.set(rid, "watch_ctx", DecodeTable.NO_WATCH)
         for rid in done.tolist():
-            self.state.kv_blocks_used -= table.remove(rid)["blocks"]
+            row = table.remove(rid)
+            self.free_request(rid, row["blocks"], row["ctx"])
             result.finished.append(rid)
         if len(done):
             self._cv2 = None

@@ -56,7 +56,7 @@ class Handoffs:
         """The prefill ended on ``src``, where its KV stays (``blocks``) until the handoff
         completes. Returns when it completes if the bytes are already through (the last
         layers' tail), else None: the flow's end completes it."""
-        self.port.engines[src].held_blocks[rid] = blocks
+        self.port.engines[src].hold(rid, blocks, self.port.states[rid].request.prompt_tokens)
         tr = self.transfers.get(rid)
         if tr is None:
             self.begin(rid, src, dst)

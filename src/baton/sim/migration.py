@@ -129,7 +129,7 @@ class Migrator:
         st.phase, st.last_token_s = Phase.TRANSFER, port.now
         st.generated_tokens = row.generated
         if move.mode is MigrationMode.RECOMPUTE:
-            eng.release(row.blocks)
+            eng.free_request(move.req_id, row.blocks, row.ctx)
             port.retry_receives(move.src)
             self._finish_move(move)
             # On the target it is a new waiting request, as in vLLM: the reservation that
@@ -146,7 +146,7 @@ class Migrator:
         if need > move.reserved_blocks and not port.reserve(move.dst, need - move.reserved_blocks):
             return self._abort(move, row)
         move.reserved_blocks = max(move.reserved_blocks, need)
-        eng.held_blocks[move.req_id] = row.blocks
+        eng.hold(move.req_id, row.blocks, row.ctx)
         move.final = True
         delta = row.ctx - move.round_start_ctx
         if move.mode is MigrationMode.STOP_COPY:

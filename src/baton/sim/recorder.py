@@ -16,6 +16,7 @@ from baton.core.request import RequestState
 from baton.core.view import ClusterView
 from baton.metrics import SLO, GapHistogram, LoadSeries, RequestRecord, RunCounters, summarize
 from baton.sim.engine_types import SegmentResult
+from baton.sim.prefix_cache import CacheStats
 
 
 @dataclass(slots=True)
@@ -34,6 +35,7 @@ class SimResult:
     tbt_deflected: GapHistogram | None = None
     policy_report: dict[str, float] = field(default_factory=dict)  # the policy's own figures
     instance_names: list[str] = field(default_factory=list)  # by instance id
+    prefix_cache: dict[int, CacheStats] = field(default_factory=dict)  # by instance id, engines caching prefixes
 
     def summary(self, slo: SLO, warmup_s: float | None = None) -> dict[str, float]:
         out = summarize(self.records, self.tbt, self.counters, self.load, slo, self.makespan_s,
@@ -43,8 +45,18 @@ class SimResult:
         hist = self.tbt_deflected
         out["p95_deflected_tbt_s"] = hist.percentile_s(95) if hist is not None and hist.total else float("nan")
         out["p99_deflected_tbt_s"] = hist.percentile_s(99) if hist is not None and hist.total else float("nan")
+        out.update(prefix_cache_summary(self.prefix_cache))
         out.update(self.policy_report)
         return out
+
+
+def prefix_cache_summary(stats: Mapping[int, CacheStats]) -> dict[str, float]:
+    """Cluster-wide prefix caching: prompt tokens looked up and found in a cache, and
+    ``prefix_cache_hit_rate`` = found / looked up (NaN when no engine caches prefixes)."""
+    queries = sum(s.queries for s in stats.values())
+    hits = sum(s.hits for s in stats.values())
+    return {"prefix_cache_queries_tokens": queries, "prefix_cache_hits_tokens": hits,
+            "prefix_cache_hit_rate": hits / queries if queries else float("nan")}
 
 
 class Recorder:
@@ -61,6 +73,7 @@ class Recorder:
         self.load = LoadSeries(sample_interval_s)
         self.role_log: list[tuple[float, int, str]] = [(0.0, i, s.role.value) for i, s in instances.items()]
         self._flipped: dict[int, tuple[float, Role]] = {}  # instance -> (flip time, new role) until new work
+        self.prefix_cache: dict[int, CacheStats] = {}  # set by the simulator at the end
 
     def ended(self, st: RequestState) -> None:
         """A request finished or was rejected."""
@@ -121,4 +134,4 @@ class Recorder:
         out_tokens = sum(r.output_tokens for r in self.records if r.finished)
         return SimResult(sorted(self.records, key=lambda r: r.req_id), self.tbt, self.counters,
                          self.load, makespan_s, time.perf_counter() - wall_start, decode_cols, out_tokens,
-                         self.role_log, self.tbt_deflected, policy_report, self.names)
+                         self.role_log, self.tbt_deflected, policy_report, self.names, self.prefix_cache)

@@ -30,6 +30,7 @@ from baton.sim.handoffs import Handoffs
 from baton.sim.migration import Migrator
 from baton.sim.network import Flow, Network
 from baton.sim.port import FlowKind, FlowTag
+from baton.sim.prefix_cache import block_keys
 from baton.sim.recorder import Recorder, SimResult
 
 
@@ -57,7 +58,8 @@ class Simulator:
         blocks = [perf.kv_tokens_for(cfg.memory_flags()) // bs for cfg in configs]
         self.block_size = bs
         self.instances = {i: InstanceState(i, role, blocks[i], bs) for i, role in enumerate(roles)}
-        self.engines = {i: Engine(s, configs[i], perf, closed_form) for i, s in self.instances.items()}
+        self.engines = {i: Engine(s, configs[i], perf, closed_form, self._block_keys)
+                        for i, s in self.instances.items()}
         self.states: dict[int, RequestState] = {}
         self.view = ClusterView(self.instances, self.states, info)
         self.net = Network(cluster.nic_bytes_per_s, cluster.nic_latency_s)
@@ -110,8 +112,12 @@ class Simulator:
             raise SimulationError(f"simulation stalled at t={self.now:.3f}s with {self._open} "
                                   f"requests open (e.g. {stuck})")
         self._on_sample()
+        self.recorder.prefix_cache = {i: e.cache.stats for i, e in self.engines.items() if e.cache is not None}
         return self.recorder.result(self.now, wall0, sum(e.preemptions for e in self.engines.values()),
                                     self.net.bytes_moved, self.scheduler.report())
+
+    def _block_keys(self, req_id: int, block_size: int) -> tuple[int, ...]:
+        return block_keys(self.states[req_id].request, block_size)
 
     def kick(self, instance_id: int) -> None:
         """Make an engine notice new work: plan if idle, else cut its segment."""
@@ -208,12 +214,12 @@ class Simulator:
             self.scheduler.observe(self.view, PrefillDone(st.req_id, instance_id, self.now))
         if st.request.output_tokens <= 1:
             st.first_token_s = st.last_token_s = self.now
-            self.engines[instance_id].release(item.blocks)
+            self.engines[instance_id].free_request(st.req_id, item.blocks, item.total_tokens)
             return self.finish(st)
         dst = st.decode_instance if st.bound_early else apply_decode_choice(
             self.scheduler.decode_choice(self.view, st), self, self.view)
         if dst is None:
-            self.engines[instance_id].release(item.blocks)
+            self.engines[instance_id].free_request(st.req_id, item.blocks, item.total_tokens)
             return self.reject(st, "no_decode_instance")
         check_usable(self.view, dst, "decode")
         st.decode_instance = dst
@@ -235,7 +241,7 @@ class Simulator:
         st.last_token_s = self.now
         generated = item.generated + 1
         if generated >= item.stop_at:
-            self.engines[instance_id].release(item.blocks)
+            self.engines[instance_id].free_request(st.req_id, item.blocks, item.total_tokens)
             return self.finish(st)
         self.join(instance_id, st, item.total_tokens + 1, generated, item.blocks)
 

@@ -1,0 +1,171 @@
+"""vLLM v1's automatic prefix caching over one simulated engine's KV blocks.
+
+Read from vLLM's ``v1/core/kv_cache_manager.py``, ``block_pool.py`` and
+``kv_cache_utils.py``:
+
+- full blocks are keyed by a chain: a block's key covers its parent's key and its own
+  tokens (``block_keys``), so equal keys mean equal prefixes;
+- a request being scheduled from the waiting queue (new, or preempted and re-admitted)
+  starts from its longest prefix of cached full blocks, never the whole prompt: at least
+  its last token is computed (``max_hit_blocks``);
+- a block a running request holds can be shared by any number of requests (reference
+  counts); a computed full block is registered under its key, so a request arriving later
+  hits it while its first owner still runs;
+- freed blocks join the tail of one free queue in reverse order of their request (its last
+  block first); allocation takes the queue's head, evicting the cached key it held. A cached
+  block hit while free leaves the queue.
+
+The engine keeps counting blocks (``kv_blocks_used`` is physical blocks in use); this class
+knows which free blocks hold which key and which used blocks are shared. Blocks that hold
+no key (partial blocks, tokens whose content is unknown) sit in the free queue as
+anonymous runs.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from baton.core.request import Request
+
+
+def block_keys(request: Request, block_size: int) -> tuple[int, ...]:
+    """Chained keys of the request's full blocks of ``block_size`` tokens, from its
+    ``prefix_ids`` (each of ``prefix_block_tokens`` tokens; an engine block covering
+    several, or part of one, is keyed by those ids and its offset in the first)."""
+    ids, g = request.prefix_ids, request.prefix_block_tokens
+    if not ids or g <= 0:
+        return ()
+    known = len(ids) * g
+    out, parent = [], 0
+    for j in range(known // block_size):
+        lo, hi = j * block_size, (j + 1) * block_size
+        parent = hash((parent, ids[lo // g:(hi - 1) // g + 1], lo % g))
+        out.append(parent)
+    return tuple(out)
+
+
+@dataclass(slots=True)
+class CacheStats:
+    """vLLM's prefix-cache counters: prompt tokens looked up and found (``queries`` and
+    ``hits``, as ``vllm:prefix_cache_queries`` / ``_hits``), and requests looked up."""
+
+    requests: int = 0
+    queries: int = 0
+    hits: int = 0
+
+
+@dataclass(slots=True, eq=False)  # hashed by identity: each run is its own queue entry
+class _Anon:
+    """A run of free blocks that hold no key (a unique object, so runs never merge)."""
+
+    count: int
+
+
+@dataclass(slots=True)
+class PrefixCache:
+    """Which free blocks hold which keys (LRU free queue) and which used blocks are shared."""
+
+    total_blocks: int
+    free: OrderedDict = field(default_factory=OrderedDict)  # key or _Anon -> None, head evicted first
+    active: dict[int, int] = field(default_factory=dict)     # key -> requests holding it
+    held: dict[int, list[int]] = field(default_factory=dict)  # request -> its shared keys, in order
+    stats: CacheStats = field(default_factory=CacheStats)
+
+    def __post_init__(self) -> None:
+        self.free[_Anon(self.total_blocks)] = None
+
+    # --- lookup -----------------------------------------------------------------------
+    def hit_blocks(self, keys: Sequence[int], max_blocks: int) -> int:
+        """Length of the longest prefix of ``keys`` cached here (held or free)."""
+        n = 0
+        for k in keys[:max_blocks]:
+            if k not in self.active and k not in self.free:
+                break
+            n += 1
+        return n
+
+    def free_hits(self, keys: Sequence[int]) -> int:
+        """How many of ``keys`` sit in the free queue (taking them uses free blocks)."""
+        return sum(1 for k in keys if k in self.free)
+
+    def note_query(self, prompt_tokens: int, hit_tokens: int) -> None:
+        self.stats.requests += 1
+        self.stats.queries += prompt_tokens
+        self.stats.hits += hit_tokens
+
+    # --- blocks in ----------------------------------------------------------------------
+    def take_hits(self, req_id: int, keys: Sequence[int]) -> int:
+        """The request holds the cached ``keys`` (a prefix of its blocks); returns how many
+        left the free queue (new physical blocks in use)."""
+        from_free = 0
+        mine = self.held.setdefault(req_id, [])
+        for k in keys:
+            if k in self.free:
+                del self.free[k]
+                from_free += 1
+            self.active[k] = self.active.get(k, 0) + 1
+            mine.append(k)
+        return from_free
+
+    def allocate(self, n: int) -> None:
+        """Take ``n`` blocks from the head of the free queue, evicting the keys they held."""
+        while n > 0:
+            head = next(iter(self.free))
+            if isinstance(head, _Anon):
+                used = min(n, head.count)
+                head.count -= used
+                n -= used
+                if head.count == 0:
+                    del self.free[head]
+            else:
+                del self.free[head]
+                n -= 1
+
+    def register(self, req_id: int, keys: Sequence[int]) -> int:
+        """Blocks the request just computed, in order after those it holds: each whose key
+        is cached nowhere becomes a shared cached block. Stops at the first already cached
+        (that copy stays private). Returns how many were registered."""
+        mine = self.held.setdefault(req_id, [])
+        n = 0
+        for k in keys[len(mine):]:
+            if k in self.active or k in self.free:
+                break
+            self.active[k] = 1
+            mine.append(k)
+            n += 1
+        return n
+
+    # --- blocks out ---------------------------------------------------------------------
+    def release(self, req_id: int, blocks: int, keys: Sequence[int], full_blocks: int) -> int:
+        """Free a request's ``blocks`` blocks (its shared ones first in its block list);
+        ``keys`` are its block keys and ``full_blocks`` how many of its blocks are full.
+        Returns the physical blocks freed (shared blocks still held by others are not)."""
+        mine = self.held.pop(req_id, [])
+        private = blocks - len(mine)
+        tail_keys = []  # private full blocks with a key nobody caches: cached when freed
+        for j in range(len(mine), min(len(mine) + private, full_blocks, len(keys))):
+            k = keys[j]
+            if k in self.active or k in self.free or (tail_keys and k == tail_keys[-1]):
+                break
+            tail_keys.append(k)
+        anon = private - len(tail_keys)
+        if anon > 0:
+            self.free[_Anon(anon)] = None
+        for k in reversed(tail_keys):
+            self.free[k] = None
+        freed = private
+        for k in reversed(mine):
+            left = self.active[k] - 1
+            if left:
+                self.active[k] = left
+            else:
+                del self.active[k]
+                self.free[k] = None
+                freed += 1
+        return freed
+
+    def holds(self, req_id: int) -> int:
+        """How many shared blocks the request holds."""
+        return len(self.held.get(req_id, ()))
