@@ -74,6 +74,8 @@ def assert_drained(sim) -> None:
         assert inst.prefill_queue_sq_tokens == 0
         eng = sim.engines[i]
         assert not eng.held_blocks and not eng.prefills and not eng.joins
+        if eng.cache is not None:  # every block back in the free queue, none still shared
+            assert eng.cache.free_blocks() == inst.kv_blocks_total and not eng.cache.active and not eng.cache.held
 
 
 def run_checked(cluster, perf, scheduler, requests, sample_interval_s: float = 0.1):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 from pathlib import Path
-from dataclasses import replace
+from dataclasses import fields, replace
 
 from baton.core.errors import ConfigError
 from baton.core.info import ViewMode
@@ -15,6 +15,7 @@ from baton.perf.presets import model_route
 from baton.sim.cluster import check_counts, engine_from_dict
 from baton.workload import FORMATS
 from baton.workload.loaders import parse_columns
+from baton.workload.sessions import SessionsSpec
 
 
 def add_workload_flags(p: argparse.ArgumentParser, rate_list: bool = False) -> None:
@@ -31,6 +32,13 @@ def add_workload_flags(p: argparse.ArgumentParser, rate_list: bool = False) -> N
     p.add_argument("--tokenizer", metavar="PATH",
                    help="a local tokenizer.json (or its model folder) to count a text trace's tokens "
                         "(ShareGPT); default: 4 characters per token")
+    p.add_argument("--workload", choices=["synthetic", "sessions"],
+                   help="without --trace: the synthetic workload (default) or multi-turn sessions with "
+                        "shared system prompts (prefix reuse; the flags below)")
+    s = p.add_argument_group("--workload sessions (workload/sessions.py; YAML workload: {kind: sessions, ...})")
+    for f in fields(SessionsSpec):
+        s.add_argument(f"--{f.name.replace('_', '-')}", type=int if f.type == "int" else float, metavar="N",
+                       help=f"default {f.default}")
     if rate_list:
         p.add_argument("--rate", required=True, help="request rates to sweep, e.g. 2,4,8,16 (req/s)")
     else:
@@ -61,6 +69,8 @@ def add_common(p: argparse.ArgumentParser, rate_list: bool = False) -> None:
     g.add_argument("--max-num-batched-tokens", type=int, help="tokens per iteration")
     g.add_argument("--block-size", type=int, help="tokens per KV block")
     g.add_argument("--max-model-len", type=int, help="longest prompt + output served (longer: rejected, reason context)")
+    g.add_argument("--enable-prefix-caching", dest="prefix_caching", action=argparse.BooleanOptionalAction,
+                   default=None, help="vLLM v1's automatic prefix caching (on unless --no-enable-prefix-caching)")
     p.add_argument("--ttft-slo", type=float, help="TTFT SLO in seconds")
     p.add_argument("--tpot-slo", type=float, help="TPOT SLO in seconds")
     p.add_argument("--seed", type=int, help="random seed")
@@ -110,6 +120,7 @@ def experiment_from(args: argparse.Namespace, base: Experiment | None = None) ->
     exp = _with_view_flags(exp, args)
     if args.trace:
         exp.workload = WorkloadConfig(trace=args.trace, format=args.format)
+    exp.workload = _with_sessions(exp.workload, args)
     if getattr(args, "arrivals", None):
         exp.workload.arrivals = args.arrivals
     if getattr(args, "tokenizer", None):
@@ -132,6 +143,21 @@ def experiment_from(args: argparse.Namespace, base: Experiment | None = None) ->
     return exp
 
 
+def _with_sessions(workload: WorkloadConfig, args: argparse.Namespace) -> WorkloadConfig:
+    """--workload sessions and its parameters (over a YAML's sessions spec)."""
+    given = {f.name: getattr(args, f.name) for f in fields(SessionsSpec) if getattr(args, f.name, None) is not None}
+    if getattr(args, "workload", None) == "synthetic":
+        workload.sessions = None
+    if getattr(args, "workload", None) == "sessions" or (given and workload.sessions is not None):
+        if args.trace:
+            raise ConfigError("--workload sessions: generates its requests; it takes no --trace")
+        workload.sessions = replace(workload.sessions or SessionsSpec(), **given)
+        workload.sessions.check()
+    elif given:
+        raise ConfigError(f"--{next(iter(given)).replace('_', '-')}: a sessions parameter; add --workload sessions")
+    return workload
+
+
 def preset_flag(args: argparse.Namespace) -> str | None:
     """--preset, or --model/--gpu/--tp as a preset string (``hf:PATH@GPU:tpN``; a relative
     PATH is relative to where baton runs); None: the YAML's or the default."""
@@ -152,7 +178,7 @@ def preset_flag(args: argparse.Namespace) -> str | None:
 
 
 ENGINE_FLAGS = ("kv_tokens", "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens",
-                "block_size", "max_model_len")
+                "block_size", "max_model_len", "prefix_caching")
 
 
 def _with_engine_flags(exp: Experiment, args: argparse.Namespace) -> Experiment:

@@ -136,7 +136,9 @@ def cmd_workload_stats(args: argparse.Namespace) -> None:
         print(f"note: {note}", file=sys.stderr)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     write_run_json(Path(args.out), Experiment(workload=workload), [])
-    stats = workload_stats(requests)
+    if args.cache_tokens <= 0:
+        raise ConfigError(f"--cache-tokens: expected a positive integer, got {args.cache_tokens}")
+    stats = workload_stats(requests, args.cache_tokens)
     name = Path(args.file).name
     fig = workload_figure(np.array([r.prompt_tokens for r in requests]), np.array([r.output_tokens for r in requests]),
                           np.array([r.arrival_s for r in requests]), f"Workload {name}")

@@ -76,6 +76,8 @@ def parser() -> argparse.ArgumentParser:
                        help="read any CSV or JSONL trace through these column names")
     stats.add_argument("--time-unit", choices=["s", "ms"], default="s", help="unit of the --columns time column")
     stats.add_argument("--tokenizer", metavar="PATH", help="a local tokenizer.json (or its folder) for text traces")
+    stats.add_argument("--cache-tokens", type=int, default=500_000,
+                       help="prefix reuse with a cache of this many tokens (LRU) besides an unbounded one")
     stats.add_argument("--out", default="baton-out", help="output directory for the figure")
     stats.add_argument("--json", action="store_true", help="print the statistics as one JSON object")
     rep = sub.add_parser("reproduce", help="a paper's headline figures: its claims against Baton, with 95%% intervals")

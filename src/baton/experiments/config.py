@@ -18,6 +18,7 @@ from baton.metrics import SLO
 from baton.perf.presets import model_route, parse_model_route, route_prefix
 from baton.sim.cluster import ClusterSpec, cluster_from_dict
 from baton.workload import SourceEngine, SyntheticSpec, first, generate, load_trace, scale_to_rate, source_engine
+from baton.workload.sessions import SessionsSpec, generate_sessions
 
 
 @dataclass(slots=True)
@@ -27,6 +28,7 @@ class WorkloadConfig:
     trace: str | None = None
     format: str | None = None
     synthetic: SyntheticSpec = field(default_factory=SyntheticSpec)
+    sessions: SessionsSpec | None = None  # the multi-turn sessions generator instead (workload/sessions.py)
     requests: int | None = None
     rate_rps: float | None = None
     arrivals: str | None = None  # poisson:R | uniform:R, for traces without arrival times
@@ -59,10 +61,12 @@ class WorkloadConfig:
         synthetic ones (``requests`` sets the synthetic count, it never caps it)."""
         if self.trace:
             reqs = self._read(seed)
+        elif self.sessions is not None:
+            reqs = generate_sessions(self.sessions, np.random.default_rng(seed))
         else:
             spec = self.synthetic if self.requests is None else replace(self.synthetic, requests=self.requests)
             reqs = generate(spec, np.random.default_rng(seed))
-        if self.requests is not None and self.trace:
+        if self.requests is not None and (self.trace or self.sessions is not None):
             reqs = first(reqs, self.requests)
         if self.rate_rps is not None:
             reqs = scale_to_rate(reqs, self.rate_rps)
@@ -82,10 +86,11 @@ class Experiment:
     warmup_s: float | None = None  # None: 10% of the arrival span
 
 
-def _synthetic(data: Any, where: str) -> SyntheticSpec:
+def _spec(cls: Any, data: Any, where: str) -> Any:
+    """A dataclass of ints, floats and strings from a mapping; errors name the key."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where}: expected a mapping")
-    kinds = {f.name: f.type for f in fields(SyntheticSpec)}
+    kinds = {f.name: f.type for f in fields(cls)}
     out = {}
     for key, value in data.items():
         if key not in kinds:
@@ -93,15 +98,36 @@ def _synthetic(data: Any, where: str) -> SyntheticSpec:
         want = {"int": int, "float": (int, float), "str": str}[str(kinds[key])]
         if not isinstance(value, want) or isinstance(value, bool):
             raise ConfigError(f"{where}.{key}: expected {kinds[key]}, got {value!r}")
-        out[key] = value
-    return SyntheticSpec(**out)
+        out[key] = float(value) if str(kinds[key]) == "float" else value
+    return cls(**out)
+
+
+def _synthetic(data: Any, where: str) -> SyntheticSpec:
+    return _spec(SyntheticSpec, data, where)
+
+
+_COMMON_KEYS = ("requests", "rate_rps", "kind")
+
+
+def _sessions(data: Mapping) -> SessionsSpec:
+    spec = _spec(SessionsSpec, {k: v for k, v in data.items() if k not in _COMMON_KEYS}, "workload")
+    spec.check()
+    return spec
 
 
 def _workload(data: Any) -> WorkloadConfig:
     if not isinstance(data, Mapping):
         raise ConfigError("workload: expected a mapping")
     cfg = WorkloadConfig()
+    kind = data.get("kind", "synthetic")
+    if kind not in ("synthetic", "trace", "sessions"):
+        raise ConfigError(f"workload.kind: expected synthetic, trace or sessions, got {kind!r}")
+    if kind == "sessions":
+        cfg.sessions = _sessions(data)
+        data = {k: v for k, v in data.items() if k in _COMMON_KEYS}
     for key, value in data.items():
+        if key == "kind":
+            continue
         if key == "synthetic":
             cfg.synthetic = _synthetic(value, "workload.synthetic")
         elif key in ("trace", "format", "arrivals", "tokenizer"):
@@ -117,7 +143,7 @@ def _workload(data: Any) -> WorkloadConfig:
                 raise ConfigError(f"workload.rate_rps: expected a positive number, got {value!r}")
             cfg.rate_rps = float(value)
         else:
-            raise ConfigError(f"workload.{key}: unknown key; expected trace, format, arrivals, tokenizer, "
+            raise ConfigError(f"workload.{key}: unknown key; expected kind, trace, format, arrivals, tokenizer, "
                               f"synthetic, requests or rate_rps")
     return cfg
 

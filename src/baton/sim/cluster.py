@@ -135,7 +135,9 @@ def check_counts(spec: ClusterSpec, where: str = "cluster") -> None:
 
 ENGINE_TYPES: dict[str, type] = {"max_num_batched_tokens": int, "max_num_seqs": int, "block_size": int,
                                  "max_model_len": int, "gpu_memory_utilization": float,
-                                 "kv_buffer_bytes": float, "kv_tokens": int, "reserve_full_sequence": bool}
+                                 "kv_buffer_bytes": float, "kv_tokens": int, "reserve_full_sequence": bool,
+                                 "prefix_caching": bool}
+_ENGINE_FIELDS = {"prefix_caching": "enable_prefix_caching"}  # YAML key -> EngineConfig field
 
 
 def engine_from_dict(data: Any, where: str, base: EngineConfig | None = None) -> EngineConfig:
@@ -147,12 +149,12 @@ def engine_from_dict(data: Any, where: str, base: EngineConfig | None = None) ->
         if key not in ENGINE_TYPES:
             raise ConfigError(f"{where}.{key}: unknown key; expected one of: {', '.join(sorted(ENGINE_TYPES))}")
         values[key] = _typed(value, ENGINE_TYPES[key], f"{where}.{key}")
-        if values[key] == 0 and key not in ("kv_buffer_bytes", "reserve_full_sequence"):
+        if values[key] == 0 and ENGINE_TYPES[key] is not bool and key != "kv_buffer_bytes":
             raise ConfigError(f"{where}.{key}: expected a positive number, got 0")
     if values.get("gpu_memory_utilization", 0.5) > 1.0:
         raise ConfigError(f"{where}.gpu_memory_utilization: expected a fraction in (0, 1], "
                           f"got {values['gpu_memory_utilization']}")
-    return replace(base or EngineConfig(), **values)
+    return replace(base or EngineConfig(), **{_ENGINE_FIELDS.get(k, k): v for k, v in values.items()})
 
 
 def check_engines(spec: ClusterSpec, where: str = "cluster") -> None:

@@ -4,7 +4,7 @@ Read from vLLM's ``v1/core/kv_cache_manager.py``, ``block_pool.py`` and
 ``kv_cache_utils.py``:
 
 - full blocks are keyed by a chain: a block's key covers its parent's key and its own
-  tokens (``block_keys``), so equal keys mean equal prefixes;
+  tokens (``baton.core.prefix.block_keys``), so equal keys mean equal prefixes;
 - a request being scheduled from the waiting queue (new, or preempted and re-admitted)
   starts from its longest prefix of cached full blocks, never the whole prompt: at least
   its last token is computed (``max_hit_blocks``);
@@ -27,23 +27,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from baton.core.request import Request
 
-
-def block_keys(request: Request, block_size: int) -> tuple[int, ...]:
-    """Chained keys of the request's full blocks of ``block_size`` tokens, from its
-    ``prefix_ids`` (each of ``prefix_block_tokens`` tokens; an engine block covering
-    several, or part of one, is keyed by those ids and its offset in the first)."""
-    ids, g = request.prefix_ids, request.prefix_block_tokens
-    if not ids or g <= 0:
-        return ()
-    known = len(ids) * g
-    out, parent = [], 0
-    for j in range(known // block_size):
-        lo, hi = j * block_size, (j + 1) * block_size
-        parent = hash((parent, ids[lo // g:(hi - 1) // g + 1], lo % g))
-        out.append(parent)
-    return tuple(out)
 
 
 @dataclass(slots=True)
@@ -165,6 +149,14 @@ class PrefixCache:
                 self.free[k] = None
                 freed += 1
         return freed
+
+    def free_blocks(self) -> int:
+        """Blocks in the free queue (cached or not): total minus the physical blocks in use."""
+        return sum(e.count if isinstance(e, _Anon) else 1 for e in self.free)
+
+    def cached_keys(self) -> list[int]:
+        """Keys of the cached free blocks, next to be evicted first."""
+        return [e for e in self.free if not isinstance(e, _Anon)]
 
     def holds(self, req_id: int) -> int:
         """How many shared blocks the request holds."""

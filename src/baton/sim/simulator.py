@@ -30,7 +30,7 @@ from baton.sim.handoffs import Handoffs
 from baton.sim.migration import Migrator
 from baton.sim.network import Flow, Network
 from baton.sim.port import FlowKind, FlowTag
-from baton.sim.prefix_cache import block_keys
+from baton.core.prefix import block_keys
 from baton.sim.recorder import Recorder, SimResult
 
 

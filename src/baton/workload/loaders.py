@@ -138,7 +138,21 @@ def _record(obj: Any, where: str) -> tuple[float | None, int, int]:
             _positive_int(obj[output_key], output_key, where))
 
 
-def _mooncake(path: Path, _opts: ReadOptions) -> list[tuple[float, int, int]]:
+MOONCAKE_BLOCK_TOKENS = 512  # the Mooncake traces' hash_ids: one per 512-token block
+
+
+def _hash_ids(obj: dict, where: str) -> tuple[int, ...]:
+    ids = obj.get("hash_ids")
+    if ids is None:
+        return ()
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise WorkloadError(f"{where}: hash_ids: expected a list of integers")
+    return tuple(ids)
+
+
+def _mooncake(path: Path, _opts: ReadOptions) -> list[tuple]:
+    """JSON lines; Mooncake's ``hash_ids`` (equal ids: equal 512-token blocks) are kept as
+    the requests' prefix identity."""
     rows = []
     with path.open() as handle:
         for line, text in enumerate(handle, start=1):
@@ -149,7 +163,9 @@ def _mooncake(path: Path, _opts: ReadOptions) -> list[tuple[float, int, int]]:
                 obj = json.loads(text)
             except json.JSONDecodeError as exc:
                 raise WorkloadError(f"{where}: invalid JSON: {exc.msg}") from None
-            rows.append(_record(obj, where))
+            row = _record(obj, where)
+            ids = _hash_ids(obj, where)
+            rows.append((*row, None, ids, MOONCAKE_BLOCK_TOKENS) if ids else row)
     return rows
 
 
@@ -348,6 +364,8 @@ def load_trace(path: str | Path, fmt: str | None = None, arrivals: str | None = 
                             "or pass --arrivals poisson:R|uniform:R")
     rows.sort(key=lambda r: r[0])
     t0 = rows[0][0]
-    # formats with their own request ids keep them (to match results by id)
-    return [Request(r[3] if len(r) > 3 else i, r[0] - t0, max(1, r[1]), max(1, r[2]))
+    # formats with their own request ids keep them (to match results by id); rows may add
+    # (id or None, prefix ids, tokens per id)
+    return [Request(r[3] if len(r) > 3 and r[3] is not None else i, r[0] - t0, max(1, r[1]), max(1, r[2]),
+                    *(r[4:6] if len(r) > 4 else ()))
             for i, r in enumerate(rows)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from baton.core.prefix import reuse_offered
 from baton.core.request import Request
 
 
@@ -51,8 +52,15 @@ def implausible_rate(requests: list[Request]) -> str | None:
     return None
 
 
-def workload_stats(requests: list[Request]) -> dict[str, float]:
-    """Counts, rate, inter-arrival burstiness (CV) and length percentiles; units in keys."""
+REUSE_BLOCK_TOKENS = 16  # vLLM's default block size: reuse is counted in its full blocks
+
+
+def workload_stats(requests: list[Request], cache_tokens: int = 500_000) -> dict[str, float]:
+    """Counts, rate, inter-arrival burstiness (CV) and length percentiles; units in keys.
+    With prefix identity (``Request.prefix_ids``), also the reuse it offers: the share of
+    prompt blocks a prefix cache could serve, remembering everything
+    (``prefix_reuse_share``) and remembering ``cache_tokens`` tokens, least recently used
+    forgotten first (``prefix_reuse_share_cached``)."""
     arrivals = np.array([r.arrival_s for r in requests])
     prompts = np.array([r.prompt_tokens for r in requests], dtype=float)
     outputs = np.array([r.output_tokens for r in requests], dtype=float)
@@ -66,4 +74,9 @@ def workload_stats(requests: list[Request]) -> dict[str, float]:
     }
     out.update(_dist(prompts, "prompt_tokens"))
     out.update(_dist(outputs, "output_tokens"))
+    if any(r.prefix_ids for r in requests):
+        out["prefix_reuse_share"] = reuse_offered(requests, REUSE_BLOCK_TOKENS)
+        out["prefix_reuse_share_cached"] = reuse_offered(requests, REUSE_BLOCK_TOKENS,
+                                                         cache_tokens // REUSE_BLOCK_TOKENS)
+        out["reuse_cache_tokens"] = cache_tokens
     return out

@@ -1,0 +1,51 @@
+"""Prefix identity: the chained keys of a request's full KV blocks, as vLLM's prefix cache
+keys them (a block's key covers its parent's key and its own tokens), computed from the ids
+a workload gives (``Request.prefix_ids``)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from baton.core.request import Request
+
+
+def block_keys(request: Request, block_size: int) -> tuple[int, ...]:
+    """Chained keys of the request's full blocks of ``block_size`` tokens, from its
+    ``prefix_ids`` (each of ``prefix_block_tokens`` tokens; an engine block covering
+    several, or part of one, is keyed by those ids and its offset in the first)."""
+    ids, g = request.prefix_ids, request.prefix_block_tokens
+    if not ids or g <= 0:
+        return ()
+    known = len(ids) * g
+    out, parent = [], 0
+    for j in range(known // block_size):
+        lo, hi = j * block_size, (j + 1) * block_size
+        parent = hash((parent, ids[lo // g:(hi - 1) // g + 1], lo % g))
+        out.append(parent)
+    return tuple(out)
+
+
+def reuse_offered(requests: list[Request], block_size: int = 16,
+                  capacity_blocks: int | None = None) -> float:
+    """Share of prompt blocks (full blocks of ``block_size`` tokens, in arrival order) whose
+    key was seen before as a prefix a cache could serve: the leading run of a prompt's
+    blocks already seen. ``capacity_blocks`` bounds what is remembered (least recently used
+    forgotten first); None remembers everything. NaN when no request has prefix ids."""
+    seen: OrderedDict[int, None] = OrderedDict()
+    total = reused = 0
+    for r in sorted(requests, key=lambda q: q.arrival_s):
+        keys = block_keys(r, block_size)
+        if not keys:
+            continue
+        prompt = keys[:r.prompt_tokens // block_size]
+        total += len(prompt)
+        run = 0
+        while run < len(prompt) and prompt[run] in seen:
+            run += 1
+        reused += run
+        for k in keys[:(r.prompt_tokens + r.output_tokens) // block_size]:
+            seen[k] = None
+            seen.move_to_end(k)
+        while capacity_blocks is not None and len(seen) > capacity_blocks:
+            seen.popitem(last=False)
+    return reused / total if total else float("nan")
