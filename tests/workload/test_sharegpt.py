@@ -116,3 +116,24 @@ def test_the_cli_prints_the_loader_notes(tmp_path, capsys):
     main(["workload", "stats", str(f), "--arrivals", "uniform:1", "--out", str(tmp_path / "out"), "--json"])
     err = capsys.readouterr().err
     assert "note: sg.json: 2 ShareGPT conversations" in err
+
+
+@pytest.mark.parametrize("with_tokenizer", [False, True])
+def test_conversations_that_share_a_beginning_share_prefix_blocks(tmp_path, with_tokenizer):
+    from baton.core.prefix import block_keys
+    system = "You are a careful assistant. " * 12
+    data = [{"conversations": [{"from": "human", "value": system + q}, {"from": "gpt", "value": "Sure. " * 20}]}
+            for q in ("What is the capital of France?", "Name three prime numbers please.")]
+    tokenizer = None
+    if with_tokenizer:
+        tokenizers = pytest.importorskip("tokenizers")
+        words = sorted({w for d in data for t in d["conversations"] for w in t["value"].split()})
+        tok = tokenizers.Tokenizer(tokenizers.models.WordLevel({w: i for i, w in enumerate(["[UNK]", *words])},
+                                                               unk_token="[UNK]"))
+        tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+        tokenizer = str(tmp_path / "tokenizer.json")
+        tok.save(tokenizer)
+    a, b = load_trace(_write(tmp_path, data), arrivals="uniform:1", tokenizer=tokenizer)
+    ka, kb = block_keys(a, 16), block_keys(b, 16)
+    shared = next(i for i, (x, y) in enumerate(zip(ka, kb)) if x != y)
+    assert shared >= 2 and ka[0] == kb[0]  # the common system prompt's blocks, then they differ

@@ -8,7 +8,9 @@ least two turns and takes those two. Lengths are counted with the given tokenize
 ``baton.workload.tokens``' estimate). Conversations with fewer than two turns or an empty
 first or second turn are skipped and counted; vLLM's benchmark also drops prompts over
 1,024 tokens and pairs over 2,048 (a limit of its default model), which Baton does not.
-The file has no arrival times: ``--arrivals poisson:R`` draws them.
+The file has no arrival times: ``--arrivals poisson:R`` draws them. Every request carries
+prefix ids hashed from its tokens (or, without a tokenizer, from its text), so prompts that
+share a beginning share cached blocks.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from baton.core.errors import WorkloadError
-from baton.workload.tokens import TokenCounter
+from baton.workload.tokens import ID_BLOCK_TOKENS, TokenCounter
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,9 +80,8 @@ def sharegpt_rows(path: Path, counter: TokenCounter,
     pairs, skipped = exchanges(data, path)
     if not pairs:
         raise WorkloadError(f"{path}: no conversation has two non-empty turns")
-    prompts = counter.count([p.prompt for p in pairs])
-    outputs = counter.count([p.output for p in pairs])
+    seqs = counter.sequences([p.prompt for p in pairs], [p.output for p in pairs])
     if notes is not None:
         notes.append(f"{path.name}: {len(pairs):,} ShareGPT conversations, tokens counted by {counter.name}"
                      + (f"; {skipped:,} skipped (fewer than two turns, or an empty one)" if skipped else ""))
-    return [(None, p, o) for p, o in zip(prompts, outputs)]
+    return [(None, s.prompt_tokens, s.output_tokens, None, s.prefix_ids, ID_BLOCK_TOKENS) for s in seqs]

@@ -10,6 +10,7 @@ BPE vocabularies also land near on prose (code and non-English text run higher).
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +29,26 @@ class TokenCounter(Protocol):
 
     def count(self, texts: Sequence[str]) -> list[int]: ...
 
+    def sequences(self, prompts: Sequence[str], outputs: Sequence[str]) -> list[TextSequence]: ...
+
+
+ID_BLOCK_TOKENS = 16  # tokens per prefix id of a text trace (vLLM's default block size)
+
+
+@dataclass(frozen=True, slots=True)
+class TextSequence:
+    """A prompt and its answer as token counts, with one prefix id per ``ID_BLOCK_TOKENS``
+    tokens of the two together (``Request.prefix_ids``)."""
+
+    prompt_tokens: int
+    output_tokens: int
+    prefix_ids: tuple[int, ...]
+
+
+def _stable_hash(data: bytes) -> int:
+    """A hash that is the same in every process (``hash`` of a str is salted per run)."""
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little", signed=True)
+
 
 @dataclass(frozen=True, slots=True)
 class EstimatedTokens:
@@ -38,6 +59,15 @@ class EstimatedTokens:
 
     def count(self, texts: Sequence[str]) -> list[int]:
         return [math.ceil(len(t) / self.chars_per_token) for t in texts]
+
+    def sequences(self, prompts: Sequence[str], outputs: Sequence[str]) -> list[TextSequence]:
+        """Prefix ids from the text itself, one per ``ID_BLOCK_TOKENS`` x 4 characters."""
+        step = int(ID_BLOCK_TOKENS * self.chars_per_token)
+        out = []
+        for p, o, n_p, n_o in zip(prompts, outputs, self.count(prompts), self.count(outputs)):
+            text = (p + o).encode()
+            out.append(TextSequence(n_p, n_o, tuple(_stable_hash(text[i:i + step]) for i in range(0, len(text), step))))
+        return out
 
 
 class HFTokenizer:
@@ -62,6 +92,17 @@ class HFTokenizer:
 
     def count(self, texts: Sequence[str]) -> list[int]:
         return [len(e.ids) for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
+
+    def sequences(self, prompts: Sequence[str], outputs: Sequence[str]) -> list[TextSequence]:
+        """Prefix ids from the token ids, one per ``ID_BLOCK_TOKENS`` tokens of prompt + answer."""
+        enc = self._tok.encode_batch(list(prompts) + list(outputs), add_special_tokens=False)
+        n = len(prompts)
+        out = []
+        for p, o in zip(enc[:n], enc[n:]):
+            ids = list(p.ids) + list(o.ids)
+            out.append(TextSequence(len(p.ids), len(o.ids), tuple(hash(tuple(ids[i:i + ID_BLOCK_TOKENS]))
+                                                                for i in range(0, len(ids), ID_BLOCK_TOKENS))))
+        return out
 
     def ids(self, text: str) -> list[int]:
         """Token ids of one text, no special tokens."""
