@@ -27,11 +27,11 @@ def test_helpers_reach_the_simulator_only_through_the_port():
 
 
 def test_the_recorder_and_the_lower_modules_never_import_upwards():
-    assert sim_imports("recorder") <= {"engine_types", "prefix_cache"}
+    assert sim_imports("recorder") <= {"engine_types"}
     assert sim_imports("port") <= {"engine", "engine_types"}
     assert sim_imports("engine") <= {"engine_types", "engine_kv"}
-    assert sim_imports("engine_kv") <= {"engine_types", "prefix_cache"}
-    for name in ("clock", "network", "engine_types", "prefix_cache"):
+    assert sim_imports("engine_kv") <= {"engine_types"}
+    for name in ("clock", "network", "engine_types"):
         assert not sim_imports(name), name
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from baton.core.instance import InstanceState
 from baton.sim.engine_types import EngineConfig, PrefillItem
-from baton.sim.prefix_cache import PrefixCache
+from baton.core.prefix_cache import PrefixCache
 
 KeySource = Callable[[int, int], tuple[int, ...]]  # (request id, block size) -> its block keys
 

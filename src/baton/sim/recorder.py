@@ -16,7 +16,7 @@ from baton.core.request import RequestState
 from baton.core.view import ClusterView
 from baton.metrics import SLO, GapHistogram, LoadSeries, RequestRecord, RunCounters, summarize
 from baton.sim.engine_types import SegmentResult
-from baton.sim.prefix_cache import CacheStats
+from baton.core.prefix_cache import CacheStats
 
 
 @dataclass(slots=True)
