@@ -17,6 +17,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from baton.core.prefix_cache import PrefixCache
 from baton.emulator.timings import RequestTimings
 from baton.perf.model import PerfModel, batch_shape
 
@@ -38,6 +39,7 @@ class BatcherConfig:
     max_num_batched_tokens: int = 8192
     max_num_seqs: int = 256
     time_scale: float = 1.0
+    enable_prefix_caching: bool = True  # vLLM v1's default (core/prefix_cache.py)
 
 
 @dataclass(slots=True, eq=False)
@@ -50,6 +52,7 @@ class Sequence:
     max_new: int
     prefill_only: bool = False
     finish_reason: str = "length"  # at max_new: "stop" when a stop string ends it there
+    prompt_ids: tuple[int, ...] = ()  # for prefix caching (output ids are their positions)
     generated: int = 0
     to_prefill: int = 0
     ctx: int = 0
@@ -66,6 +69,16 @@ class Sequence:
     def emit_token(self) -> None:
         self.events.put_nowait(("token", self.prompt_len + self.generated))
         self.generated += 1
+
+    def block_keys(self, block_size: int) -> tuple[int, ...]:
+        """Chained keys of the full blocks of prompt + output so far (vLLM's block hashes
+        over token ids; the emulator's output ids are their positions)."""
+        ids = list(self.prompt_ids) + list(range(self.prompt_len, self.prompt_len + self.generated))
+        keys, parent = [], 0
+        for i in range(len(ids) // block_size):
+            parent = hash((parent, tuple(ids[i * block_size:(i + 1) * block_size])))
+            keys.append(parent)
+        return tuple(keys)
 
 
 def blocks_for(tokens: int, block_size: int) -> int:
@@ -89,6 +102,7 @@ class Batcher:
         self._wake = asyncio.Event()
         self._freed = asyncio.Condition()
         self._reserving = 0
+        self.cache = PrefixCache(config.kv_blocks) if config.enable_prefix_caching else None
 
     # --- submission ------------------------------------------------------------------
     def submit(self, seq: Sequence) -> None:
@@ -103,7 +117,7 @@ class Batcher:
         async def _take() -> None:
             async with self._freed:
                 await self._freed.wait_for(lambda: self.free_blocks >= blocks)
-                self.blocks_used += blocks
+                self._allocate(blocks)
         self._reserving += 1
         try:
             await asyncio.wait_for(_take(), timeout_s)
@@ -116,6 +130,8 @@ class Batcher:
     def unreserve(self, blocks: int) -> None:
         """Give back blocks taken by ``reserve`` when the transfer they were for failed."""
         self.blocks_used -= blocks
+        if self.cache is not None and blocks:
+            self.cache.release(None, blocks, (), 0)
         self._wake.set()
         self._notify_freed()
 
@@ -174,8 +190,31 @@ class Batcher:
     def _admissible(self) -> bool:
         if not self.waiting or len(self.running) >= self.config.max_num_seqs:
             return False
-        head = self.waiting[0]
-        return blocks_for(head.to_prefill + 1, self.config.block_size) <= self.free_blocks
+        return self._admission(self.waiting[0])[2] <= self.free_blocks
+
+    def _admission(self, seq: Sequence) -> tuple[int, tuple[int, ...], int]:
+        """(cached blocks it starts from, their keys, free blocks it takes): its longest
+        cached prefix of full blocks, never its whole sequence (one token is computed)."""
+        bs = self.config.block_size
+        need = blocks_for(seq.to_prefill + 1, bs)
+        if self.cache is None or seq.ctx:
+            return 0, (), need
+        keys = seq.block_keys(bs)
+        hit = self.cache.hit_blocks(keys, (seq.to_prefill - 1) // bs)
+        return hit, keys[:hit], need - hit + self.cache.free_hits(keys[:hit])
+
+    def _allocate(self, blocks: int) -> None:
+        self.blocks_used += blocks
+        if self.cache is not None and blocks:
+            self.cache.allocate(blocks)
+
+    def _free(self, seq: Sequence) -> None:
+        """A sequence's blocks go back; with prefix caching its full blocks stay cached."""
+        if self.cache is None:
+            self.blocks_used -= seq.blocks
+        else:
+            self.blocks_used -= self.cache.release(seq, seq.blocks, seq.block_keys(self.config.block_size),
+                                                   seq.ctx // self.config.block_size)
 
     def _plan(self) -> tuple[list[Sequence], list[tuple[Sequence, int]]]:
         """This iteration's decodes and prefill chunks; allocates blocks, may preempt."""
@@ -189,9 +228,14 @@ class Batcher:
                 budget -= chunks[-1][1]
         while budget > 0 and self._admissible():
             s = self.waiting.popleft()
-            need = blocks_for(s.to_prefill + 1, self.config.block_size)
-            self.blocks_used += need
-            s.blocks = need
+            hit, keys, _ = self._admission(s)
+            total = blocks_for(s.to_prefill + 1, self.config.block_size)
+            if self.cache is not None:
+                self.cache.note_query(s.to_prefill, hit * self.config.block_size)
+                self.blocks_used += self.cache.take_hits(s, keys)
+                s.ctx, s.to_prefill = hit * self.config.block_size, s.to_prefill - hit * self.config.block_size
+            self._allocate(total - hit)
+            s.blocks = total
             self._admit(s)
             chunks.append((s, min(s.to_prefill, budget)))
             budget -= chunks[-1][1]
@@ -215,12 +259,12 @@ class Batcher:
             while need > self.free_blocks and s.state is SeqState.RUNNING:
                 self._preempt(max(self.running, key=lambda r: r.admit_seq))
             if s.state is SeqState.RUNNING and need > 0:
-                self.blocks_used += need
+                self._allocate(need)
                 s.blocks += need
 
     def _preempt(self, victim: Sequence) -> None:
         self.running.remove(victim)
-        self.blocks_used -= victim.blocks
+        self._free(victim)
         victim.blocks, victim.ctx = 0, 0
         victim.to_prefill = victim.prompt_len + victim.generated
         victim.state = SeqState.WAITING
@@ -237,6 +281,8 @@ class Batcher:
                 continue
             s.to_prefill -= chunk
             s.ctx += chunk
+            if self.cache is not None:
+                self.cache.register(s, s.block_keys(self.config.block_size)[:s.ctx // self.config.block_size])
             if s.to_prefill == 0:
                 self._emit(s)
         self._notify_freed()
@@ -261,7 +307,7 @@ class Batcher:
     def _finish(self, seq: Sequence, reason: str | None) -> None:
         if seq.state is SeqState.DONE:
             return
-        self.blocks_used -= seq.blocks
+        self._free(seq)
         seq.blocks, seq.state = 0, SeqState.DONE
         if reason is not None:
             self.finished += 1

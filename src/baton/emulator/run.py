@@ -33,6 +33,8 @@ def add_emulate_args(p: argparse.ArgumentParser) -> None:
                    help="role for SGLang bootstrap requests")
     p.add_argument("--kv-hold-timeout-s", type=float, default=30.0,
                    help="free a remote-decode prefill's KV if nobody pulls it in this time")
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
+                   help="vLLM v1's automatic prefix caching: a prompt's cached full blocks cost no prefill")
     p.add_argument("--tokenizer", metavar="PATH",
                    help="a local tokenizer.json (or its model folder): prompts count in its tokens, as the "
                         "served model's would (default: one token per whitespace-separated word)")
@@ -64,7 +66,7 @@ def build_emulator(args: argparse.Namespace) -> "Emulator":
     if kv_blocks <= 0:
         raise ConfigError("--kv-blocks: expected a positive integer")
     batcher = BatcherConfig(kv_blocks, args.block_size, args.max_num_batched_tokens, args.max_num_seqs,
-                            args.time_scale)
+                            args.time_scale, args.enable_prefix_caching)
     if args.hidden_states_every <= 0:
         raise ConfigError("--hidden-states-every: expected a positive integer")
     secret = secret_key_from_file(args.hidden_states_key_file) if args.hidden_states_key_file else None

@@ -85,6 +85,10 @@ class _EngineMetrics:
         yield self._counter("vllm:prompt_tokens", "Prefilled prompt tokens", b.prompt_tokens)
         yield self._counter("vllm:generation_tokens", "Generated tokens", b.generation_tokens)
         yield self._counter("vllm:request_success", "Finished requests", b.finished)
+        if b.cache is not None:  # vLLM v1's prefix-cache counters, in tokens
+            yield self._counter("vllm:prefix_cache_queries", "Prefix cache queries, in queried tokens",
+                                b.cache.stats.queries)
+            yield self._counter("vllm:prefix_cache_hits", "Prefix cache hits, in cached tokens", b.cache.stats.hits)
         yield self._cache_info()
 
 
@@ -188,7 +192,8 @@ class Emulator:
         kvp = parsed.body.get("kv_transfer_params") or {}
         prefill_only = bool(kvp.get("do_remote_decode")) or self._sglang_role(parsed.body) == "prefill"
         rid = request.headers.get("X-Request-Id") or f"cmpl-{uuid.uuid4().hex}"
-        return Sequence(rid, len(ids), 1 if prefill_only else max_new, prefill_only=prefill_only)
+        return Sequence(rid, len(ids), 1 if prefill_only else max_new, prefill_only=prefill_only,
+                        prompt_ids=tuple(ids))
 
     def _sglang_role(self, body: dict[str, Any]) -> str | None:
         if body.get("bootstrap_room") is None or self.config.disaggregation_mode == "null":
