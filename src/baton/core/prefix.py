@@ -18,6 +18,17 @@ def block_keys(request: Request, block_size: int) -> tuple[int, ...]:
         return ()
     known = len(ids) * g
     out, parent = [], 0
+    if g == block_size:  # one id per block: the common case, without slicing
+        for i in ids:
+            parent = hash((parent, i))
+            out.append(parent)
+        return tuple(out)
+    if g % block_size == 0:  # each engine block inside one id (Mooncake's 512 onto 16)
+        for i in ids:
+            for offset in range(0, g, block_size):
+                parent = hash((parent, (i,), offset))
+                out.append(parent)
+        return tuple(out)
     for j in range(known // block_size):
         lo, hi = j * block_size, (j + 1) * block_size
         parent = hash((parent, ids[lo // g:(hi - 1) // g + 1], lo % g))

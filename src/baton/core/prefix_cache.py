@@ -84,27 +84,30 @@ class PrefixCache:
         """The request holds the cached ``keys`` (a prefix of its blocks); returns how many
         left the free queue (new physical blocks in use)."""
         from_free = 0
-        mine = self.held.setdefault(req_id, [])
+        free, active = self.free, self.active
         for k in keys:
-            if k in self.free:
-                del self.free[k]
+            if k in free:
+                del free[k]
                 from_free += 1
-            self.active[k] = self.active.get(k, 0) + 1
-            mine.append(k)
+                active[k] = 1
+            else:
+                active[k] += 1
+        self.held.setdefault(req_id, []).extend(keys)
         return from_free
 
     def allocate(self, n: int) -> None:
         """Take ``n`` blocks from the head of the free queue, evicting the keys they held."""
+        free = self.free
         while n > 0:
-            head = next(iter(self.free))
-            if isinstance(head, _Anon):
+            head, _ = free.popitem(last=False)
+            if head.__class__ is _Anon:
                 used = min(n, head.count)
                 head.count -= used
                 n -= used
-                if head.count == 0:
-                    del self.free[head]
+                if head.count:  # the rest of the run stays at the head
+                    free[head] = None
+                    free.move_to_end(head, last=False)
             else:
-                del self.free[head]
                 n -= 1
 
     def register(self, req_id: int, keys: Sequence[int]) -> int:
@@ -112,14 +115,17 @@ class PrefixCache:
         is cached nowhere becomes a shared cached block. Stops at the first already cached
         (that copy stays private). Returns how many were registered."""
         mine = self.held.setdefault(req_id, [])
-        n = 0
-        for k in keys[len(mine):]:
-            if k in self.active or k in self.free:
+        active, free, start = self.active, self.free, len(mine)
+        n = start
+        for n in range(start, len(keys)):
+            k = keys[n]
+            if k in active or k in free:
                 break
-            self.active[k] = 1
-            mine.append(k)
-            n += 1
-        return n
+            active[k] = 1
+        else:
+            n = len(keys)
+        mine.extend(keys[start:n])
+        return n - start
 
     # --- blocks out ---------------------------------------------------------------------
     def release(self, req_id: int, blocks: int, keys: Sequence[int], full_blocks: int) -> int:
@@ -129,9 +135,9 @@ class PrefixCache:
         mine = self.held.pop(req_id, [])
         private = blocks - len(mine)
         tail_keys = []  # private full blocks with a key nobody caches: cached when freed
-        for j in range(len(mine), min(len(mine) + private, full_blocks, len(keys))):
-            k = keys[j]
-            if k in self.active or k in self.free or (tail_keys and k == tail_keys[-1]):
+        active, free = self.active, self.free
+        for k in keys[len(mine):min(len(mine) + private, full_blocks)]:
+            if k in active or k in free:
                 break
             tail_keys.append(k)
         anon = private - len(tail_keys)

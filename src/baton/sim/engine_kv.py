@@ -24,7 +24,6 @@ class KvBlocks:
         self.state, self.cfg = state, config
         self.cache = PrefixCache(state.kv_blocks_total) if config.enable_prefix_caching else None
         self._key_source = keys
-        self._keys: dict[int, tuple[int, ...]] = {}  # block keys of requests with KV here
         self.held_blocks: dict[int, int] = {}        # KV kept for outgoing transfers
         self.held_ctx: dict[int, int] = {}           # context tokens of held_blocks' requests
 
@@ -50,7 +49,7 @@ class KvBlocks:
         if self.cache is None:
             self.state.kv_blocks_used -= blocks
             return
-        keys = self._keys.pop(req_id, None) or self.keys_of(req_id)
+        keys = self.keys_of(req_id)
         self.state.kv_blocks_used -= self.cache.release(req_id, blocks, keys, ctx_tokens // self.cfg.block_size)
 
     def hold(self, req_id: int, blocks: int, ctx_tokens: int) -> None:
@@ -65,10 +64,7 @@ class KvBlocks:
         """The request's block keys at this engine's block size (empty: content unknown)."""
         if self.cache is None or self._key_source is None:
             return ()
-        keys = self._keys.get(req_id)
-        if keys is None:
-            keys = self._keys[req_id] = self._key_source(req_id, self.cfg.block_size)
-        return keys
+        return self._key_source(req_id, self.cfg.block_size)
 
     def _allocate(self, blocks: int) -> None:
         self.state.kv_blocks_used += blocks

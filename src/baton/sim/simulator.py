@@ -58,6 +58,7 @@ class Simulator:
         blocks = [perf.kv_tokens_for(cfg.memory_flags()) // bs for cfg in configs]
         self.block_size = bs
         self.instances = {i: InstanceState(i, role, blocks[i], bs) for i, role in enumerate(roles)}
+        self._keys: dict[tuple[int, int], tuple[int, ...]] = {}  # (request, block size) -> block keys
         self.engines = {i: Engine(s, configs[i], perf, closed_form, self._block_keys)
                         for i, s in self.instances.items()}
         self.states: dict[int, RequestState] = {}
@@ -117,7 +118,11 @@ class Simulator:
                                     self.net.bytes_moved, self.scheduler.report())
 
     def _block_keys(self, req_id: int, block_size: int) -> tuple[int, ...]:
-        return block_keys(self.states[req_id].request, block_size)
+        """A request's block keys, computed once per run (requests that end drop theirs)."""
+        keys = self._keys.get((req_id, block_size))
+        if keys is None:
+            keys = self._keys[(req_id, block_size)] = block_keys(self.states[req_id].request, block_size)
+        return keys
 
     def kick(self, instance_id: int) -> None:
         """Make an engine notice new work: plan if idle, else cut its segment."""
@@ -311,6 +316,7 @@ class Simulator:
         st.generated_tokens = st.request.output_tokens
         self.migrator.cancel(st.req_id)
         self.watch_owner.pop(st.req_id, None)
+        self._keys.pop((st.req_id, self.block_size), None)
         self.recorder.ended(st)
         self._open -= 1
         if self.scheduler.observes:
@@ -319,6 +325,7 @@ class Simulator:
     def reject(self, st: RequestState, reason: str) -> None:
         st.phase, st.reject_reason = Phase.REJECTED, reason
         bookings.drop_bookings(self.instances, st)
+        self._keys.pop((st.req_id, self.block_size), None)
         self.recorder.ended(st)
         self._open -= 1
 
