@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 
 
@@ -47,6 +48,17 @@ class _Anon:
     count: int
 
 
+class CacheListener(Protocol):
+    """Told when blocks become cached and when cached blocks are evicted (vLLM's KV events:
+    BlockStored, BlockRemoved)."""
+
+    def stored(self, req_id: Any, first_index: int, keys: Sequence[int]) -> None: ...
+
+    def removed(self, keys: Sequence[int]) -> None: ...
+
+    def flush(self) -> None: ...
+
+
 @dataclass(slots=True)
 class PrefixCache:
     """Which free blocks hold which keys (LRU free queue) and which used blocks are shared."""
@@ -56,6 +68,7 @@ class PrefixCache:
     active: dict[int, int] = field(default_factory=dict)     # key -> requests holding it
     held: dict[int, list[int]] = field(default_factory=dict)  # request -> its shared keys, in order
     stats: CacheStats = field(default_factory=CacheStats)
+    listener: CacheListener | None = None
 
     def __post_init__(self) -> None:
         self.free[_Anon(self.total_blocks)] = None
@@ -97,7 +110,7 @@ class PrefixCache:
 
     def allocate(self, n: int) -> None:
         """Take ``n`` blocks from the head of the free queue, evicting the keys they held."""
-        free = self.free
+        free, evicted = self.free, []
         while n > 0:
             head, _ = free.popitem(last=False)
             if head.__class__ is _Anon:
@@ -109,6 +122,9 @@ class PrefixCache:
                     free.move_to_end(head, last=False)
             else:
                 n -= 1
+                evicted.append(head)
+        if evicted and self.listener is not None:
+            self.listener.removed(evicted)
 
     def register(self, req_id: int, keys: Sequence[int]) -> int:
         """Blocks the request just computed, in order after those it holds: each whose key
@@ -125,6 +141,8 @@ class PrefixCache:
         else:
             n = len(keys)
         mine.extend(keys[start:n])
+        if n > start and self.listener is not None:
+            self.listener.stored(req_id, start, keys[start:n])
         return n - start
 
     # --- blocks out ---------------------------------------------------------------------
@@ -140,6 +158,8 @@ class PrefixCache:
             if k in active or k in free:
                 break
             tail_keys.append(k)
+        if tail_keys and self.listener is not None:
+            self.listener.stored(req_id, len(mine), tail_keys)
         anon = private - len(tail_keys)
         if anon > 0:
             self.free[_Anon(anon)] = None

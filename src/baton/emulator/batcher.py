@@ -17,7 +17,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from baton.core.prefix_cache import PrefixCache
+from baton.core.prefix_cache import CacheListener, PrefixCache
 from baton.emulator.timings import RequestTimings
 from baton.perf.model import PerfModel, batch_shape
 
@@ -70,10 +70,14 @@ class Sequence:
         self.events.put_nowait(("token", self.prompt_len + self.generated))
         self.generated += 1
 
+    def token_ids(self) -> list[int]:
+        """Prompt and output token ids so far (the emulator's output ids are their positions)."""
+        return list(self.prompt_ids) + list(range(self.prompt_len, self.prompt_len + self.generated))
+
     def block_keys(self, block_size: int) -> tuple[int, ...]:
         """Chained keys of the full blocks of prompt + output so far (vLLM's block hashes
-        over token ids; the emulator's output ids are their positions)."""
-        ids = list(self.prompt_ids) + list(range(self.prompt_len, self.prompt_len + self.generated))
+        over token ids)."""
+        ids = self.token_ids()
         keys, parent = [], 0
         for i in range(len(ids) // block_size):
             parent = hash((parent, tuple(ids[i * block_size:(i + 1) * block_size])))
@@ -88,7 +92,8 @@ def blocks_for(tokens: int, block_size: int) -> int:
 class Batcher:
     """The engine loop and its queues; ``run()`` is a task on the server's event loop."""
 
-    def __init__(self, config: BatcherConfig, perf: PerfModel, timings: RequestTimings | None = None) -> None:
+    def __init__(self, config: BatcherConfig, perf: PerfModel, timings: RequestTimings | None = None,
+                 events: CacheListener | None = None) -> None:
         self.config, self.perf, self.timings = config, perf, timings
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
@@ -103,6 +108,9 @@ class Batcher:
         self._freed = asyncio.Condition()
         self._reserving = 0
         self.cache = PrefixCache(config.kv_blocks) if config.enable_prefix_caching else None
+        self.events = events  # KV events: told what the cache stores and evicts, flushed per iteration
+        if self.cache is not None:
+            self.cache.listener = events
 
     # --- submission ------------------------------------------------------------------
     def submit(self, seq: Sequence) -> None:
@@ -186,6 +194,8 @@ class Batcher:
             next_s = max(next_s, loop.time() - 0.05) + self.perf.iteration_time_s(shape) * self.config.time_scale
             await asyncio.sleep(max(0.0, next_s - loop.time()))
             self._apply(decodes, chunks)
+            if self.events is not None:
+                self.events.flush()
 
     def _admissible(self) -> bool:
         if not self.waiting or len(self.running) >= self.config.max_num_seqs:

@@ -35,6 +35,9 @@ def add_emulate_args(p: argparse.ArgumentParser) -> None:
                    help="free a remote-decode prefill's KV if nobody pulls it in this time")
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
                    help="vLLM v1's automatic prefix caching: a prompt's cached full blocks cost no prefill")
+    p.add_argument("--kv-events-config", metavar="JSON",
+                   help="vLLM's KV events config, e.g. '{\"enable_kv_cache_events\": true, \"publisher\": \"zmq\", "
+                        "\"endpoint\": \"tcp://*:5557\"}' (needs pyzmq and msgpack)")
     p.add_argument("--tokenizer", metavar="PATH",
                    help="a local tokenizer.json (or its model folder): prompts count in its tokens, as the "
                         "served model's would (default: one token per whitespace-separated word)")
@@ -76,7 +79,7 @@ def build_emulator(args: argparse.Namespace) -> "Emulator":
                             args.disaggregation_mode, args.kv_hold_timeout_s,
                             hidden_states=args.hidden_states, hidden_every_tokens=args.hidden_states_every,
                             hidden_secret_key=secret, hidden_client_keys=tuple(args.hidden_states_client_key),
-                            tokenizer=args.tokenizer)
+                            tokenizer=args.tokenizer, kv_events=args.kv_events_config)
     return Emulator(config, batcher, perf)
 
 

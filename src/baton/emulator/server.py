@@ -21,6 +21,7 @@ from baton.perf.model import PerfModel
 from baton.emulator.hidden import HiddenPublisher
 from baton.protocol.chunks import DONE, full_response, sse, stream_chunk, usage_chunk
 from baton.protocol.errors import ApiError
+from baton.protocol.kv_events import KvEventsConfig
 from baton.protocol.requests import CHAT, COMPLETIONS, ParsedRequest, parse_json, parse_request
 
 DEFAULT_MAX_TOKENS = 16
@@ -45,6 +46,7 @@ class EmulatorConfig:
     hidden_secret_key: str | None = field(default=None, repr=False)  # Z85: publish as a CURVE server
     hidden_client_keys: tuple[str, ...] = ()  # Z85 public keys of the gateways admitted (none: any)
     tokenizer: str | None = None  # a local tokenizer.json: prompts counted in its tokens, not words
+    kv_events: str | None = None  # vLLM's --kv-events-config JSON (emulator/kv_publisher.py)
 
 
 class _EngineMetrics:
@@ -99,7 +101,13 @@ class Emulator:
         self.config, self.perf = config, perf
         self.engine_id = config.engine_id or uuid.uuid4().hex[:12]
         self.registry = CollectorRegistry()
-        self.batcher = Batcher(batcher_config, perf, RequestTimings(self.registry, config.model))
+        self.publisher = None
+        if config.kv_events:
+            events = KvEventsConfig.from_json(config.kv_events)
+            if events.enabled:
+                from baton.emulator.kv_publisher import KvEventPublisher
+                self.publisher = KvEventPublisher(events, batcher_config.block_size)
+        self.batcher = Batcher(batcher_config, perf, RequestTimings(self.registry, config.model), self.publisher)
         self.registry.register(_EngineMetrics(self.batcher, config.model, perf.kv_bytes_per_token))
         self._rooms: dict[int, asyncio.Future] = {}
         self._session: ClientSession | None = None
@@ -131,6 +139,8 @@ class Emulator:
     async def _stop(self, _app: web.Application) -> None:
         for t in self._tasks:
             t.cancel()
+        if self.publisher is not None:
+            self.publisher.close()
         if self._session is not None:
             await self._session.close()
 
