@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PROFILES = ROOT.parent / "shared" / "peers" / "vidur"
+# the shared folder beside the repository; BATON_SHARED names another (a clone elsewhere)
+PROFILES = Path(os.environ.get("BATON_SHARED", ROOT.parent / "shared")) / "peers" / "vidur"
 SNAPSHOT = "7d47513363ec447a741ac5e47241580b47724fbf"
 ATTENTION_70B_TP2 = "a100_attention_llama2-70b-tp2_from_commit_acb95f6.csv"
 # (kind, dataset) -> (files: hub name -> file in PROFILES, the dataset's config.json).
