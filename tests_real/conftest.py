@@ -4,6 +4,7 @@ prepared SmolLM2 folder); `make real-vllm` sets both up in a cache outside the r
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -42,6 +43,7 @@ class VLLM(Server):
     def __init__(self, port: int, kv_dir: Path, log: Path) -> None:  # noqa: D107
         self.port, self.log = port, log
         self.hidden_states = f"tcp://127.0.0.1:{free_port()}"
+        self.kv_events_port = free_port()  # vLLM publishes its KV events here (binds: the endpoint has *)
         self.hidden_states_key, secret = curve_keypair()
         self._logf = open(log, "wb")
         config = ('{"kv_connector":"ExampleConnector","kv_role":"kv_both",'
@@ -53,7 +55,10 @@ class VLLM(Server):
         self.proc = subprocess.Popen(
             [PY, "-m", "vllm.entrypoints.openai.api_server", "--model", MODEL, "--served-model-name", "smollm2",
              "--max-model-len", "2048", "--dtype", "bfloat16", "--host", "127.0.0.1", "--port", str(port),
-             "--enforce-eager", "--kv-transfer-config", config], stdout=self._logf, stderr=subprocess.STDOUT, env=env,
+             "--enforce-eager", "--kv-transfer-config", config, "--enable-prefix-caching",
+             "--kv-events-config", json.dumps({"enable_kv_cache_events": True, "publisher": "zmq",
+                                               "endpoint": f"tcp://*:{self.kv_events_port}", "topic": ""})],
+            stdout=self._logf, stderr=subprocess.STDOUT, env=env,
             start_new_session=True)
 
     def wait_started(self) -> None:

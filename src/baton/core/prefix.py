@@ -60,3 +60,26 @@ def reuse_offered(requests: list[Request], block_size: int = 16,
         while capacity_blocks is not None and len(seen) > capacity_blocks:
             seen.popitem(last=False)
     return reused / total if total else float("nan")
+
+
+VLLM_NONE_HASH_SEED = "vllm-none-hash"  # vLLM's seed for the first block's parent (sha256, no PYTHONHASHSEED)
+
+
+def vllm_block_hashes(token_ids: list[int], block_size: int, seed: str = VLLM_NONE_HASH_SEED) -> list[int]:
+    """The hashes vLLM's KV events carry for the full blocks of ``token_ids``, as vLLM 0.32
+    computes them with its default ``prefix_caching_hash_algo`` (sha256): each block's hash
+    is SHA-256 over the pickle of (parent hash, the block's token ids, extra keys: None
+    for plain text), the first block's parent SHA-256 over the pickle of ``seed``
+    (PYTHONHASHSEED when the engine has it set, else "vllm-none-hash"); events carry the
+    low 64 bits as an integer (``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES``, on by default)."""
+    import hashlib
+    import pickle
+
+    def sha(obj) -> bytes:
+        return hashlib.sha256(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)).digest()
+
+    parent, out = sha(seed), []
+    for i in range(len(token_ids) // block_size):
+        parent = sha((parent, tuple(token_ids[i * block_size:(i + 1) * block_size]), None))
+        out.append(int.from_bytes(parent, "big") & ((1 << 64) - 1))
+    return out
