@@ -90,3 +90,21 @@ def test_workload_stats_reports_the_reuse_a_trace_offers(tmp_path):
     stats = json.loads(p.stdout)["m.jsonl"]
     assert stats["prefix_reuse_share"] == pytest.approx(3 * 32 / (4 * 64))  # the first 512 tokens, after the first
     assert stats["reuse_cache_tokens"] == 100000
+
+
+def test_jsonl_prompts_as_text_or_token_ids_carry_prefix_identity(tmp_path):
+    f = tmp_path / "p.jsonl"
+    system = "You are terse. " * 20
+    rows = [{"timestamp": 0, "prompt": system + "Hi", "output_tokens": 4},
+            {"timestamp": 500, "prompt": system + "Bye", "output_tokens": 4},
+            {"timestamp": 900, "prompt_token_ids": list(range(40)), "output_tokens": 2},
+            {"timestamp": 950, "prompt_token_ids": list(range(32)) + [7] * 9, "output_tokens": 2}]
+    f.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    a, b, c, d = load_trace(f)
+    assert a.prompt_tokens == -(-len(system + "Hi") // 4) and c.prompt_tokens == 40
+    ka, kb = block_keys(a, 16), block_keys(b, 16)
+    assert ka[:4] == kb[:4]  # 300 shared characters: four 64-character blocks
+    assert block_keys(c, 16)[:2] == block_keys(d, 16)[:2] and block_keys(c, 16)[2:] != block_keys(d, 16)[2:]
+    f.write_text('{"timestamp": 0, "prompt_token_ids": [1, "x"], "output_tokens": 2}\n')
+    with pytest.raises(WorkloadError, match="p.jsonl:1: prompt_token_ids"):
+        load_trace(f)

@@ -26,7 +26,7 @@ from typing import Any
 from baton.core.errors import WorkloadError
 from baton.core.request import Request
 from baton.workload.sharegpt import is_sharegpt, sharegpt_rows
-from baton.workload.tokens import token_counter
+from baton.workload.tokens import ID_BLOCK_TOKENS, TokenCounter, token_counter
 
 _PROMPT_KEYS = ("prompt_tokens", "input_length", "input_len", "prompt_len", "num_prefill_tokens")
 _OUTPUT_KEYS = ("output_tokens", "output_length", "output_len", "num_decode_tokens")
@@ -124,18 +124,40 @@ def _vidur_metrics(path: Path, _opts: ReadOptions) -> list[tuple[float, int, int
     return rows
 
 
-def _record(obj: Any, where: str) -> tuple[float | None, int, int]:
+def _record(obj: Any, where: str, counter: TokenCounter | None = None) -> tuple:
+    """(arrival or None, prompt tokens, output tokens) of a JSON object; with ``counter``, a
+    ``prompt_token_ids`` list or a ``prompt`` text instead of a prompt length also gives the
+    request's prefix ids (hashed per ``ID_BLOCK_TOKENS`` tokens)."""
     if not isinstance(obj, dict):
         raise WorkloadError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     prompt_key = next((k for k in _PROMPT_KEYS if k in obj), None)
     output_key = next((k for k in _OUTPUT_KEYS if k in obj), None)
-    if prompt_key is None or output_key is None:
-        raise WorkloadError(f"{where}: expected an input length ({'/'.join(_PROMPT_KEYS)}) and an "
-                            f"output length ({'/'.join(_OUTPUT_KEYS)})")
+    content = _prompt_content(obj, where, counter) if counter is not None else None
+    if (prompt_key is None and content is None) or output_key is None:
+        raise WorkloadError(f"{where}: expected an input length ({'/'.join(_PROMPT_KEYS)}) or a prompt "
+                            f"(prompt, prompt_token_ids) and an output length ({'/'.join(_OUTPUT_KEYS)})")
     time_key = next((k for k in _TIME_KEYS if k in obj), None)
     arrival = _number(obj[time_key], time_key, where) * _TIME_KEYS[time_key] if time_key else None
-    return (arrival, _positive_int(obj[prompt_key], prompt_key, where),
-            _positive_int(obj[output_key], output_key, where))
+    output = _positive_int(obj[output_key], output_key, where)
+    if content is not None:
+        return (arrival, content[0], output, None, content[1], ID_BLOCK_TOKENS)
+    return (arrival, _positive_int(obj[prompt_key], prompt_key, where), output)
+
+
+def _prompt_content(obj: dict, where: str, counter: TokenCounter) -> tuple[int, tuple[int, ...]] | None:
+    """(prompt tokens, prefix ids) from ``prompt_token_ids`` or a ``prompt`` text; None without."""
+    ids = obj.get("prompt_token_ids")
+    if ids is not None:
+        if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            raise WorkloadError(f"{where}: prompt_token_ids: expected a list of integers")
+        return len(ids), tuple(hash(tuple(ids[i:i + ID_BLOCK_TOKENS])) for i in range(0, len(ids), ID_BLOCK_TOKENS))
+    text = obj.get("prompt")
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise WorkloadError(f"{where}: prompt: expected a text")
+    seq = counter.sequences([text], [""])[0]
+    return seq.prompt_tokens, seq.prefix_ids
 
 
 MOONCAKE_BLOCK_TOKENS = 512  # the Mooncake traces' hash_ids: one per 512-token block
@@ -150,10 +172,10 @@ def _hash_ids(obj: dict, where: str) -> tuple[int, ...]:
     return tuple(ids)
 
 
-def _mooncake(path: Path, _opts: ReadOptions) -> list[tuple]:
+def _mooncake(path: Path, opts: ReadOptions) -> list[tuple]:
     """JSON lines; Mooncake's ``hash_ids`` (equal ids: equal 512-token blocks) are kept as
-    the requests' prefix identity."""
-    rows = []
+    the requests' prefix identity; a ``prompt`` text or ``prompt_token_ids`` are hashed."""
+    rows, counter = [], token_counter(opts.tokenizer)
     with path.open() as handle:
         for line, text in enumerate(handle, start=1):
             if not text.strip():
@@ -163,7 +185,7 @@ def _mooncake(path: Path, _opts: ReadOptions) -> list[tuple]:
                 obj = json.loads(text)
             except json.JSONDecodeError as exc:
                 raise WorkloadError(f"{where}: invalid JSON: {exc.msg}") from None
-            row = _record(obj, where)
+            row = _record(obj, where, counter)
             ids = _hash_ids(obj, where)
             rows.append((*row, None, ids, MOONCAKE_BLOCK_TOKENS) if ids else row)
     return rows
