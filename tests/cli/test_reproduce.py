@@ -33,12 +33,23 @@ def test_reproduce_prints_claim_against_baton_with_an_interval(tmp_path):
     assert fig["claim"] == -0.5 and fig["repeats"] == 2
     assert fig["metric"] == "p99_tpot_s: least-kv vs rr-early"
     lo, hi = fig["ci95"]
-    assert lo <= fig["baton"] <= hi
+    assert -1.0 < lo <= fig["baton"] <= hi
+    assert fig["verdict"] in ("reproduced", "direction only", "not reproduced", "inconclusive")
     assert (tmp_path / "out" / "report.html").stat().st_size > 0
     assert (tmp_path / "out" / "claims.png").stat().st_size > 0
     table = baton("reproduce", "sibyl", "--dir", str(tmp_path / "repro"), "--repeats", "2", "--quiet",
                   "--out", str(tmp_path / "out2"))
     assert table.returncode == 0 and "-50.0%" in table.stdout and "report:" in table.stdout
+
+
+def test_reproduce_all_runs_every_papers_figures(tmp_path):
+    for paper in ("sibyl", "kairos"):
+        (tmp_path / "repro" / paper).mkdir(parents=True)
+        (tmp_path / "repro" / paper / "tiny.yaml").write_text(TINY)
+    p = baton("reproduce", "all", "--dir", str(tmp_path / "repro"), "--repeats", "2", "--json", "--quiet",
+              "--out", str(tmp_path / "out"))
+    assert p.returncode == 0, p.stderr
+    assert list(json.loads(p.stdout)) == ["sibyl/tiny", "kairos/tiny"]
 
 
 def test_reproduce_errors_are_one_line(tmp_path):

@@ -259,11 +259,13 @@ def cmd_reproduce(args: argparse.Namespace) -> None:
                   f"{o.claim.metric} for one of the policies (for a rate: none of {list(o.claim.rates)} reached "
                   f"the target attainment); Baton's figure rests on the others", file=sys.stderr)
     rows = [[o.claim.name, o.claim.figure, f"{o.claim.metric}: {o.claim.policy} vs {o.claim.baseline}",
-             f"{o.claim.claim * 100:+.1f}%", _pct_ci(o), {True: "yes", False: "no", None: "-"}[o.agrees]]
-            for o in outcomes]
-    head = ["figure", "what", "metric", "paper", "Baton (95% CI)", "claim in CI"]
-    meta = [f"{len(outcomes)} figures of {args.paper}; Baton's value is the mean relative change over "
-            f"the repeats, each repeat running both policies on the same workload"]
+             f"{o.claim.claim * 100:+.1f}%", _pct_ci(o), _verdict_text(o)] for o in outcomes]
+    head = ["figure", "what", "metric", "paper", "Baton (95% CI)", "verdict"]
+    meta = [f"{len(outcomes)} figures of {args.paper}; Baton's value is the relative change of the geometric "
+            f"mean ratio over the repeats (each running both policies on the same workload), its interval a "
+            f"Student-t 95% interval on the log ratio; verdicts: reproduced (interval excludes 0 and contains the "
+            f"claim), direction only (excludes 0, same sign, misses the claim), not reproduced, inconclusive "
+            f"(includes 0 and the claim)"]
     path = write_report(args.out, Report(f"baton reproduce {args.paper}", figures=[claims_figure(outcomes)],
                                          meta=meta, extra_tables=[("Claims", head, rows)]))
     payload = {o.claim.name: o.json() for o in outcomes}
@@ -273,6 +275,14 @@ def cmd_reproduce(args: argparse.Namespace) -> None:
     else:
         console().print(rows_table(f"{args.paper}: the paper's claims against Baton", head, rows))
         print(f"report: {path}")
+
+
+def _verdict_text(outcome) -> str:
+    v = outcome.judged
+    if v.verdict == "inconclusive":
+        return f"inconclusive (about {v.repeats_to_decide} repeats would decide)" if v.repeats_to_decide \
+            else "inconclusive"
+    return v.verdict
 
 
 def _pct_ci(outcome) -> str:

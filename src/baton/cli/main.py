@@ -81,7 +81,7 @@ def parser() -> argparse.ArgumentParser:
     stats.add_argument("--out", default="baton-out", help="output directory for the figure")
     stats.add_argument("--json", action="store_true", help="print the statistics as one JSON object")
     rep = sub.add_parser("reproduce", help="a paper's headline figures: its claims against Baton, with 95%% intervals")
-    rep.add_argument("paper", help="sibyl, ares, arrow, kairos or cascade (a folder of reproductions/)")
+    rep.add_argument("paper", help="sibyl, ares, arrow, kairos, cascade (a folder of reproductions/) or all")
     rep.add_argument("--full", action="store_true", help="also the 128/256-instance figures (long)")
     rep.add_argument("--repeats", type=int, help="repeats per figure (default: each figure's own, 3)")
     rep.add_argument("--trace", help="the same claims on another trace of the same shape (disjoint windows)")

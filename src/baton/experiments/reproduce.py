@@ -5,14 +5,15 @@ Each ``reproductions/<paper>/*.yaml`` is one figure: the paper's regime as an ex
 (``policy`` against ``baseline``), the metric, and the claimed relative change
 (``claim``, a fraction: -0.34 is "34% lower"; a 1.93x goodput is 0.93). Baton runs both
 policies on the same K workloads (seeds, or disjoint windows of ``--trace``) and reports
-the mean relative change with a Student-t 95% interval over the repeats.
+the relative change with a 95% interval taken on the log ratio over the repeats, and one
+verdict per claim (``experiments/verdicts.py``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from baton.core.errors import ConfigError
 from baton.experiments.config import Experiment, WorkloadConfig, experiment_from_dict, resolve_trace
 from baton.experiments.repeats import repeat_workloads
 from baton.experiments.run import run_experiment
+from baton.experiments.verdicts import Verdict, judge, log_ratios
 from baton.yamlfile import read_yaml
 
 ROOT = Path(__file__).resolve().parents[3] / "reproductions"
@@ -77,10 +79,14 @@ def load_claim(path: Path) -> Claim:
 
 
 def claims_of(paper: str, root: Path = ROOT, full: bool = False) -> list[Claim]:
-    """The paper's figures; those marked ``full`` (128/256 instances) only with ``full``."""
+    """The paper's figures (``all``: every paper's, named ``paper/figure``); those marked
+    ``full`` (128/256 instances) only with ``full``."""
+    if paper == "all":
+        return [replace(c, name=f"{p}/{c.name}") for p in PAPERS if (root / p).is_dir()
+                for c in claims_of(p, root, full)]
     folder = root / paper
     if paper not in PAPERS:
-        raise ConfigError(f"reproduce: unknown paper {paper!r}; known: {', '.join(PAPERS)}")
+        raise ConfigError(f"reproduce: unknown paper {paper!r}; known: {', '.join(PAPERS)} or all")
     files = sorted(folder.glob("*.yaml")) if folder.is_dir() else []
     if not files:
         raise ConfigError(f"reproduce: no reproductions for {paper!r} yet (expected {folder}/*.yaml)")
@@ -97,31 +103,33 @@ class Outcome:
     baseline_mean: float
     dropped: int = 0  # repeats without a value (e.g. no rate sustained at the target attainment)
 
+    ratios: list[float] = field(default_factory=list)  # ln(policy / baseline) per repeat
+
+    @property
+    def judged(self) -> Verdict:
+        return judge(self.ratios, self.claim.claim)
+
     @property
     def baton(self) -> float:
-        return float(np.mean(self.changes)) if self.changes else math.nan
+        """The relative change: exp(mean log ratio) - 1."""
+        return self.judged.change
 
     @property
     def ci95(self) -> tuple[float, float]:
-        from scipy import stats
-        x = np.array(self.changes)
-        if x.size < 2:
-            return (math.nan, math.nan)
-        half = stats.t.ppf(0.975, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size)
-        return (float(x.mean() - half), float(x.mean() + half))
+        """95% interval of the relative change (from the log ratios: never below -100%)."""
+        return self.judged.ci95
 
     @property
-    def agrees(self) -> bool | None:
-        """Whether the claimed change lies inside Baton's interval (None: no interval)."""
-        lo, hi = self.ci95
-        return None if math.isnan(lo) else lo <= self.claim.claim <= hi
+    def verdict(self) -> str:
+        return self.judged.verdict
 
     def json(self) -> dict[str, Any]:
-        lo, hi = self.ci95
-        fin = lambda v: None if math.isnan(v) else v  # noqa: E731
-        return {"claim": self.claim.claim, "baton": fin(self.baton), "ci95": [fin(lo), fin(hi)],
+        v = self.judged
+        fin = lambda x: None if math.isnan(x) else x  # noqa: E731
+        return {"claim": self.claim.claim, "baton": fin(v.change), "ci95": [fin(v.ci95[0]), fin(v.ci95[1])],
+                "verdict": v.verdict, "repeats_to_decide": v.repeats_to_decide,
                 "metric": f"{self.claim.metric}: {self.claim.policy} vs {self.claim.baseline}",
-                "figure": self.claim.figure, "repeats": len(self.changes), "dropped_repeats": self.dropped}
+                "figure": self.claim.figure, "repeats": len(self.ratios), "dropped_repeats": self.dropped}
 
 
 def run_claim(claim: Claim, repeats: int | None = None, trace: str | None = None,
@@ -150,7 +158,8 @@ def run_claim(claim: Claim, repeats: int | None = None, trace: str | None = None
         pol.append(p)
         if b and not (math.isnan(b) or math.isnan(p)):
             changes.append((p - b) / abs(b))
-    return Outcome(claim, changes, float(np.nanmean(pol)), float(np.nanmean(base)), k - len(changes))
+    ratios = log_ratios(pol, base)
+    return Outcome(claim, changes, float(np.nanmean(pol)), float(np.nanmean(base)), k - len(ratios), ratios)
 
 
 def _measure(exp: Experiment, requests: list, name: str, claim: Claim) -> dict[str, float]:
