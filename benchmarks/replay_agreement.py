@@ -36,16 +36,17 @@ def main() -> None:
     with servers(*emus, gw):
         live = asyncio.run(replay(gw.url, requests))
         log = get(gw.url + "/admin/decisions", headers={"Authorization": "Bearer t"})[1]["decisions"]
+    names = ["prefill-0", "decode-0", "decode-1"]  # the simulator's names of instances 0, 1, 2
     placed: dict[int, list[str]] = {}
-    for _, rid, inst in log:
-        placed.setdefault(rid, []).append(str(inst))
+    for entry in log:
+        placed.setdefault(entry["req_id"], []).append(names[entry["instance_id"]])
     d_e2e, d_ttft = [], []
     for s, g in zip(sim, live):
         d_e2e.append((g.e2e_s - s.e2e_s) * 1e3)
         d_ttft.append((g.ttft_s - s.ttft_s) * 1e3)
         print(f"req {s.req_id}: sim {s.path} ttft {s.ttft_s * 1e3:7.1f} e2e {s.e2e_s * 1e3:7.1f} ms | "
-              f"live {'-'.join(placed[s.req_id])} ttft {g.ttft_s * 1e3:7.1f} e2e {g.e2e_s * 1e3:7.1f} ms")
-    match = all("-".join(placed[s.req_id]) == s.path for s in sim)
+              f"live {'>'.join(placed[s.req_id])} ttft {g.ttft_s * 1e3:7.1f} e2e {g.e2e_s * 1e3:7.1f} ms")
+    match = all(">".join(placed[s.req_id]) == s.path for s in sim)
     print(json.dumps({"placements_match": match, "e2e_diff_ms_min": round(min(d_e2e), 1),
                       "e2e_diff_ms_max": round(max(d_e2e), 1), "ttft_diff_ms_min": round(min(d_ttft), 1),
                       "ttft_diff_ms_max": round(max(d_ttft), 1)}))

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.live import Stream, chunk_texts, get, metric, post, request, servers, start_gateway, wait_until
+from tests.live import Stream, chunk_texts, decision_log, get, metric, post, request, servers, start_gateway, wait_until
 from tests_real.conftest import AUTH, GREEDY, NEEDS_VLLM, PROMPTS, VLLM
 
 pytestmark = NEEDS_VLLM
@@ -65,8 +65,7 @@ def test_sibyl_answers_streaming_and_non_streaming_completions_and_chat(stack, t
         assert got["choices"][0]["message"]["content"] == direct["choices"][0]["message"]["content"]
         assert wait_until(lambda: idle(gw), timeout_s=10)
         ok = metric(gw.url, 'baton_requests_total{outcome="ok",path="pd-early"}')  # labels sorted
-        placed = {inst for kind, _, inst in get(gw.url + "/admin/decisions", headers=AUTH)[1]["decisions"]
-                  if kind == "decode"}
+        placed = {inst for kind, _, inst in decision_log(gw.url, "real") if kind == "decode"}
     assert ok == 2 * len(PROMPTS) + 1  # SIBYL binds every decode early
     assert placed <= {1, 2} and placed
     assert "Traceback" not in gw.log.read_text()
