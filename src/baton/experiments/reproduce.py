@@ -23,13 +23,14 @@ from baton.core.errors import ConfigError
 from baton.experiments.config import Experiment, WorkloadConfig, experiment_from_dict, resolve_trace
 from baton.experiments.repeats import repeat_workloads
 from baton.experiments.run import run_experiment
+from baton.experiments.matching import Calibration, Match, calibrate, parse_match, with_knob
 from baton.experiments.verdicts import Verdict, judge, log_ratios
 from baton.yamlfile import read_yaml
 
 ROOT = Path(__file__).resolve().parents[3] / "reproductions"
 PAPERS = ("sibyl", "ares", "arrow", "kairos", "cascade")
 _KEYS = {"figure", "source", "experiment", "policy", "baseline", "metric", "claim", "full", "repeats",
-         "notes", "rates"}
+         "notes", "rates", "match"}
 SUSTAINABLE = "max_sustainable_rate_rps"  # a metric from a rate sweep (needs ``rates``)
 
 
@@ -48,6 +49,7 @@ class Claim:
     full: bool = False
     repeats: int = 3
     rates: tuple[float, ...] = ()
+    match: Match | None = None  # the paper's baseline figure to match first (experiments/matching.py)
 
 
 def load_claim(path: Path) -> Claim:
@@ -75,7 +77,8 @@ def load_claim(path: Path) -> Claim:
         raise ConfigError(f"{path}: rates: give rates exactly when the metric is {SUSTAINABLE}")
     return Claim(path.stem, str(data["figure"]), str(data.get("source", "")), exp, str(data["policy"]),
                  str(data["baseline"]), str(data["metric"]), float(data["claim"]),
-                 bool(data.get("full", False)), int(data.get("repeats", 3)), tuple(sorted(map(float, rates))))
+                 bool(data.get("full", False)), int(data.get("repeats", 3)), tuple(sorted(map(float, rates))),
+                 parse_match(data.get("match"), str(path)))
 
 
 def claims_of(paper: str, root: Path = ROOT, full: bool = False) -> list[Claim]:
@@ -104,6 +107,7 @@ class Outcome:
     dropped: int = 0  # repeats without a value (e.g. no rate sustained at the target attainment)
 
     ratios: list[float] = field(default_factory=list)  # ln(policy / baseline) per repeat
+    calibration: Calibration | None = None  # set when the run matched the paper's baseline figure
 
     @property
     def judged(self) -> Verdict:
@@ -126,23 +130,63 @@ class Outcome:
     def json(self) -> dict[str, Any]:
         v = self.judged
         fin = lambda x: None if math.isnan(x) else x  # noqa: E731
-        return {"claim": self.claim.claim, "baton": fin(v.change), "ci95": [fin(v.ci95[0]), fin(v.ci95[1])],
-                "verdict": v.verdict, "repeats_to_decide": v.repeats_to_decide,
-                "metric": f"{self.claim.metric}: {self.claim.policy} vs {self.claim.baseline}",
-                "figure": self.claim.figure, "repeats": len(self.ratios), "dropped_repeats": self.dropped}
+        out = {"claim": self.claim.claim, "baton": fin(v.change), "ci95": [fin(v.ci95[0]), fin(v.ci95[1])],
+               "verdict": v.verdict, "repeats_to_decide": v.repeats_to_decide,
+               "metric": f"{self.claim.metric}: {self.claim.policy} vs {self.claim.baseline}",
+               "figure": self.claim.figure, "repeats": len(self.ratios), "dropped_repeats": self.dropped}
+        if self.calibration is not None:
+            c, m = self.calibration, self.claim.match
+            out["matched"] = {"knob": c.knob, "value": c.value, "metric": m.metric if m else None,
+                              "baseline_figure": fin(c.figure), "paper_figure": m.target if m else None,
+                              "tried": [[v, fin(f)] for v, f in c.tried]}
+        return out
 
 
 def run_claim(claim: Claim, repeats: int | None = None, trace: str | None = None,
-              progress: Callable[[str], None] | None = None, cache: dict | None = None) -> Outcome:
+              progress: Callable[[str], None] | None = None, cache: dict | None = None,
+              matched: bool = False) -> Outcome:
     """Both policies on the same K workloads; relative change of the metric per repeat.
     ``cache`` keeps summaries across claims that share a setup (a figure pair against two
-    baselines runs the common policy once)."""
+    baselines runs the common policy once). ``matched``: first set the claim's ``match``
+    knob where the paper's baseline figure is matched, and compare there."""
     cache = {} if cache is None else cache
     exp = claim.experiment
     if trace is not None:
         exp = replace(exp, workload=WorkloadConfig(trace=trace, requests=exp.workload.synthetic.requests,
                                                    rate_rps=exp.workload.synthetic.rate_rps))
-    k = repeats or claim.repeats
+    calibration = None
+    if matched and claim.match is not None:
+        calibration = _calibrated(claim, exp, cache, progress)
+        exp = with_knob(exp, claim.match.knob, calibration.value)
+    outcome = _compare(claim, exp, repeats or claim.repeats, progress, cache)
+    outcome.calibration = calibration
+    return outcome
+
+
+def _calibrated(claim: Claim, exp: Experiment, cache: dict, progress: Callable[[str], None] | None) -> Calibration:
+    """The claim's match, found once per regime (claims sharing one reuse it)."""
+    assert claim.match is not None
+    key = ("match", repr(exp), repr(claim.match), claim.baseline)
+    if key not in cache:
+        seed, requests = repeat_workloads(exp, 1)[0]
+
+        def measure(e: Experiment, policy: str) -> dict[str, float]:
+            if progress:
+                progress(f"{claim.name}: matching {claim.match.knob} = {_knob_value(e, claim.match.knob)} ({policy})")
+            reqs = requests if claim.match.knob != "rate_rps" else repeat_workloads(e, 1)[0][1]
+            return run_experiment(replace(e, policy=policy, seed=seed), requests=reqs, name=policy)[1].summary
+        cache[key] = calibrate(claim.match, exp, claim.baseline, measure)
+    return cache[key]
+
+
+def _knob_value(exp: Experiment, knob: str) -> Any:
+    if knob == "rate_rps":
+        return exp.workload.rate_rps or exp.workload.synthetic.rate_rps
+    return getattr(exp.cluster.engine, knob)
+
+
+def _compare(claim: Claim, exp: Experiment, k: int, progress: Callable[[str], None] | None,
+             cache: dict) -> Outcome:
     changes, pol, base = [], [], []
     for i, (seed, requests) in enumerate(repeat_workloads(exp, k)):
         values = {}

@@ -266,7 +266,8 @@ def claims_figure(outcomes) -> Figure:
     ax.bar(x - 0.2, claims, 0.4, label="paper", color="C7")
     ax.bar(x + 0.2, baton, 0.4, yerr=[lo, hi], capsize=4, label="Baton (95% CI)", color="C0")
     ax.axhline(0, color="black", lw=0.8)
-    ax.set_xticks(x, [o.claim.name for o in outcomes], rotation=20, ha="right", fontsize=8)
+    names = [o.claim.name + (" (matched)" if getattr(o, "calibration", None) else "") for o in outcomes]
+    ax.set_xticks(x, names, rotation=20, ha="right", fontsize=8)
     ax.set(ylabel="relative change of the metric (%)", title="Claimed against reproduced")
     ax.legend()
     ax.grid(True, axis="y", alpha=0.3)
