@@ -166,7 +166,7 @@ def run_claim(claim: Claim, repeats: int | None = None, trace: str | None = None
 def _calibrated(claim: Claim, exp: Experiment, cache: dict, progress: Callable[[str], None] | None) -> Calibration:
     """The claim's match, found once per regime (claims sharing one reuse it)."""
     assert claim.match is not None
-    key = ("match", repr(exp), repr(claim.match), claim.baseline)
+    key = ("match", repr(exp), repr(claim.match), claim.match.policy or claim.baseline)
     if key not in cache:
         seed, requests = repeat_workloads(exp, 1)[0]
 
