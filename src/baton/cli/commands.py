@@ -268,8 +268,11 @@ def cmd_reproduce(args: argparse.Namespace) -> None:
             f"Student-t 95% interval on the log ratio; verdicts: reproduced (interval excludes 0 and contains the "
             f"claim), direction only (excludes 0, same sign, misses the claim), not reproduced, inconclusive "
             f"(includes 0 and the claim)"]
+    mechanisms = [[_claim_label(o), o.verdict, o.claim.notes or "-"] for o in outcomes]
     path = write_report(args.out, Report(f"baton reproduce {args.paper}", figures=[claims_figure(outcomes)],
-                                         meta=meta, extra_tables=[("Claims", head, rows)]))
+                                         meta=meta, extra_tables=[("Claims", head, rows),
+                                                                  ("Why", ["figure", "verdict", "mechanism"],
+                                                                   mechanisms)]))
     payload = {o.claim.name + (" (matched)" if o.calibration else ""): o.json() for o in outcomes}
     (Path(args.out) / "reproduce.json").write_text(json.dumps(payload, indent=2))
     if args.json:

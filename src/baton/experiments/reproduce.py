@@ -50,6 +50,7 @@ class Claim:
     repeats: int = 3
     rates: tuple[float, ...] = ()
     match: Match | None = None  # the paper's baseline figure to match first (experiments/matching.py)
+    notes: str = ""  # the mechanism behind Baton's verdict, shown in the report
 
 
 def load_claim(path: Path) -> Claim:
@@ -78,7 +79,7 @@ def load_claim(path: Path) -> Claim:
     return Claim(path.stem, str(data["figure"]), str(data.get("source", "")), exp, str(data["policy"]),
                  str(data["baseline"]), str(data["metric"]), float(data["claim"]),
                  bool(data.get("full", False)), int(data.get("repeats", 3)), tuple(sorted(map(float, rates))),
-                 parse_match(data.get("match"), str(path)))
+                 parse_match(data.get("match"), str(path)), " ".join(str(data.get("notes", "")).split()))
 
 
 def claims_of(paper: str, root: Path = ROOT, full: bool = False) -> list[Claim]:
@@ -133,7 +134,8 @@ class Outcome:
         out = {"claim": self.claim.claim, "baton": fin(v.change), "ci95": [fin(v.ci95[0]), fin(v.ci95[1])],
                "verdict": v.verdict, "repeats_to_decide": v.repeats_to_decide,
                "metric": f"{self.claim.metric}: {self.claim.policy} vs {self.claim.baseline}",
-               "figure": self.claim.figure, "repeats": len(self.ratios), "dropped_repeats": self.dropped}
+               "figure": self.claim.figure, "repeats": len(self.ratios), "dropped_repeats": self.dropped,
+               "mechanism": self.claim.notes}
         if self.calibration is not None:
             c, m = self.calibration, self.claim.match
             out["matched"] = {"knob": c.knob, "value": c.value, "metric": m.metric if m else None,
