@@ -53,6 +53,7 @@ class Sequence:
     prefill_only: bool = False
     finish_reason: str = "length"  # at max_new: "stop" when a stop string ends it there
     prompt_ids: tuple[int, ...] = ()  # for prefix caching (output ids are their positions)
+    _keys: tuple = (0, 0, ())  # (block size, generated, keys): block_keys' last answer
     generated: int = 0
     to_prefill: int = 0
     ctx: int = 0
@@ -76,13 +77,17 @@ class Sequence:
 
     def block_keys(self, block_size: int) -> tuple[int, ...]:
         """Chained keys of the full blocks of prompt + output so far (vLLM's block hashes
-        over token ids)."""
+        over token ids); kept until the sequence grows (a waiting request is looked up
+        every iteration)."""
+        if self._keys[:2] == (block_size, self.generated):
+            return self._keys[2]
         ids = self.token_ids()
         keys, parent = [], 0
         for i in range(len(ids) // block_size):
             parent = hash((parent, tuple(ids[i * block_size:(i + 1) * block_size])))
             keys.append(parent)
-        return tuple(keys)
+        self._keys = (block_size, self.generated, tuple(keys))
+        return self._keys[2]
 
 
 def blocks_for(tokens: int, block_size: int) -> int:
