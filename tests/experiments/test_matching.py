@@ -24,6 +24,12 @@ def test_the_knob_goes_where_the_baseline_figure_is_nearest_the_target():
     assert (c.value, c.figure) == (100_000, 0.0001) and seen[0][1] == "pd-kv" and len(c.tried) == 3
 
 
+def test_bisection_closes_in_between_grid_values_that_bracket_the_target():
+    m = Match("p99_tpot_s", 10.0 / 140_000, "kv_tokens", (100_000, 200_000), refine=4)
+    c = calibrate(m, Experiment(), "pd-kv", lambda exp, _: {"p99_tpot_s": 10.0 / exp.cluster.engine.kv_tokens})
+    assert len(c.tried) == 2 + 4 and abs(c.value - 140_000) <= 100_000 / 2 ** 4
+
+
 def test_with_knob_sets_every_role_or_the_rate():
     exp = Experiment()
     assert with_knob(exp, "kv_tokens", 1234).cluster.engine.kv_tokens == 1234
