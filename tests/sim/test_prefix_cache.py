@@ -123,3 +123,32 @@ def test_reuse_offered_counts_leading_blocks_seen_before():
     assert reuse_offered(reqs) == pytest.approx(0.5)
     assert reuse_offered(reqs, capacity_blocks=5) == 0.0  # forgotten before they come back
     assert np.isnan(reuse_offered([Request(0, 0.0, 100, 1)]))
+
+
+def test_a_block_computed_twice_stays_private_and_the_blocks_after_it_are_still_cached():
+    cache = PrefixCache(10)
+    cache.allocate(2)
+    cache.register(0, [1, 2])          # request 0 computed blocks 1, 2
+    cache.allocate(3)
+    assert cache.register(1, [1, 2, 3]) == 1  # request 1 computed them too (at once), then 3
+    assert cache.holds(1) == 1 and cache.active == {1: 1, 2: 1, 3: 1}
+    assert cache.release(1, 3, [1, 2, 3], 3) == 3  # its two copies and block 3: all its own
+    assert cache.cached_keys() == [3] and cache.free_blocks() == 8
+    assert cache.hit_blocks([1, 2, 3], 3) == 3  # 1 and 2 held by request 0, 3 free and cached
+
+
+def test_concurrent_requests_with_one_prefix_cache_their_own_suffixes():
+    # two requests with one 1,008-token prefix are admitted in the same iteration (both
+    # queued behind a long prefill): both compute it, and each one's own blocks are still
+    # cached, so each one's next turn hits its whole first turn (1,504 tokens)
+    shared = tuple(range(63))
+    reqs = [Request(0, 0.0, 3000, 2),
+            Request(1, 0.01, 1500, 4, shared + tuple(range(100, 132)), 16),
+            Request(2, 0.02, 1500, 4, shared + tuple(range(200, 232)), 16),
+            Request(3, 5.0, 1600, 4, shared + tuple(range(100, 132)) + (999,) * 7, 16),
+            Request(4, 6.0, 1600, 4, shared + tuple(range(200, 232)) + (998,) * 7, 16)]
+    setup = _colocated()  # a token budget that admits both first turns in one iteration
+    setup["cluster"] = replace(setup["cluster"], engine=replace(setup["cluster"].engine, max_num_batched_tokens=4096))
+    sim, result = run(reqs, **setup)
+    assert sim.engines[0].cache.stats.hits == 2 * 1504
+    assert_drained(sim)

@@ -31,6 +31,17 @@ from typing import Any, Protocol
 
 
 
+def _runs(indexed: list[tuple[int, int]]) -> list[tuple[int, list[int]]]:
+    """(index, key) pairs in index order as runs of consecutive indices: (first, keys)."""
+    runs: list[tuple[int, list[int]]] = []
+    for j, k in indexed:
+        if runs and runs[-1][0] + len(runs[-1][1]) == j:
+            runs[-1][1].append(k)
+        else:
+            runs.append((j, [k]))
+    return runs
+
+
 @dataclass(slots=True)
 class CacheStats:
     """vLLM's prefix-cache counters: prompt tokens looked up and found (``queries`` and
@@ -66,7 +77,9 @@ class PrefixCache:
     total_blocks: int
     free: OrderedDict = field(default_factory=OrderedDict)  # key or _Anon -> None, head evicted first
     active: dict[int, int] = field(default_factory=dict)     # key -> requests holding it
-    held: dict[int, list[int]] = field(default_factory=dict)  # request -> its shared keys, in order
+    # request -> the keys of its first blocks, in order: a shared cached block, or None for
+    # a block it computed whose key another block already caches (its own copy, private)
+    held: dict[int, list[int | None]] = field(default_factory=dict)
     stats: CacheStats = field(default_factory=CacheStats)
     listener: CacheListener | None = None
 
@@ -128,38 +141,43 @@ class PrefixCache:
 
     def register(self, req_id: int, keys: Sequence[int]) -> int:
         """Blocks the request just computed, in order after those it holds: each whose key
-        is cached nowhere becomes a shared cached block. Stops at the first already cached
-        (that copy stays private). Returns how many were registered."""
+        is cached nowhere becomes a shared cached block; one whose key another block
+        already caches (computed twice, as when two requests with one prefix run at once)
+        stays the request's own, and the blocks after it are still cached. Returns how many
+        were registered."""
         mine = self.held.setdefault(req_id, [])
         active, free, start = self.active, self.free, len(mine)
-        n = start
-        for n in range(start, len(keys)):
-            k = keys[n]
+        stored: list[tuple[int, int]] = []
+        for j in range(start, len(keys)):
+            k = keys[j]
             if k in active or k in free:
-                break
-            active[k] = 1
-        else:
-            n = len(keys)
-        mine.extend(keys[start:n])
-        if n > start and self.listener is not None:
-            self.listener.stored(req_id, start, keys[start:n])
-        return n - start
+                mine.append(None)
+            else:
+                active[k] = 1
+                mine.append(k)
+                stored.append((j, k))
+        if stored and self.listener is not None:
+            for first, run in _runs(stored):
+                self.listener.stored(req_id, first, run)
+        return len(stored)
 
     # --- blocks out ---------------------------------------------------------------------
     def release(self, req_id: int, blocks: int, keys: Sequence[int], full_blocks: int) -> int:
         """Free a request's ``blocks`` blocks (its shared ones first in its block list);
         ``keys`` are its block keys and ``full_blocks`` how many of its blocks are full.
         Returns the physical blocks freed (shared blocks still held by others are not)."""
-        mine = self.held.pop(req_id, [])
-        private = blocks - len(mine)
-        tail_keys = []  # private full blocks with a key nobody caches: cached when freed
+        held = self.held.pop(req_id, [])
+        mine = [k for k in held if k is not None]
+        private = blocks - len(mine)  # its own blocks: the duplicates in ``held``, then the rest
+        # its later full blocks whose key nobody caches are cached as they are freed
         active, free = self.active, self.free
-        for k in keys[len(mine):min(len(mine) + private, full_blocks)]:
-            if k in active or k in free:
-                break
-            tail_keys.append(k)
+        start = len(held)
+        indexed = [(start + j, k) for j, k in enumerate(keys[start:min(len(mine) + private, full_blocks)])
+                   if k not in active and k not in free]
+        tail_keys = [k for _, k in indexed]
         if tail_keys and self.listener is not None:
-            self.listener.stored(req_id, len(mine), tail_keys)
+            for first, run in _runs(indexed):
+                self.listener.stored(req_id, first, run)
         anon = private - len(tail_keys)
         if anon > 0:
             self.free[_Anon(anon)] = None
@@ -186,4 +204,4 @@ class PrefixCache:
 
     def holds(self, req_id: int) -> int:
         """How many shared blocks the request holds."""
-        return len(self.held.get(req_id, ()))
+        return sum(1 for k in self.held.get(req_id, ()) if k is not None)
