@@ -7,6 +7,7 @@ import time
 import pytest
 
 from baton.core.errors import ConfigError
+from baton.core.prefix import vllm_block_hashes
 from baton.emulator.batcher import Sequence
 from baton.emulator.tokens import word_ids
 from baton.protocol.kv_events import BlockIndex, KvEvent, KvEventBatch, KvEventsConfig, decode_batch, encode_batch
@@ -78,6 +79,16 @@ def test_the_emulator_publishes_the_blocks_it_caches(tmp_path):
         sub.close(0)
         ctx.term()
     expected = Sequence("x", 200, 2, prompt_ids=tuple(word_ids(prompt))).block_keys(16)
+    assert list(expected) == vllm_block_hashes(word_ids(prompt), 16)  # vLLM's own hashes: unsigned 64-bit
     assert len(expected) == 12 and index.prefix_hits(expected) == 12 and index.missed == 0
     assert sum(len(ev.block_hashes) for ev in stored) == 12  # the second request hit them: nothing new
     assert stored[0].token_ids == tuple(word_ids(prompt)[:16 * len(stored[0].block_hashes)])
+
+
+def test_a_bad_events_endpoint_is_one_line_and_exit_2():
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-m", "baton.cli.main", "emulate", "--kv-events-config",
+                        '{"enable_kv_cache_events": true, "endpoint": "bogus"}'], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 2 and "--kv-events-config: endpoint 'bogus'" in p.stderr and "Traceback" not in p.stderr

@@ -67,3 +67,4 @@ def test_metrics_count_queried_and_cached_tokens(tmp_path):
     values = {line.split()[0].split("{")[0]: float(line.split()[-1]) for line in text.splitlines()
               if line.startswith("vllm:prefix_cache")}
     assert values["vllm:prefix_cache_queries_total"] == 400 and values["vllm:prefix_cache_hits_total"] == 192
+    assert 'enable_prefix_caching="True"' in text

@@ -38,5 +38,10 @@ def test_a_huge_spread_stays_above_minus_100_percent_and_the_change_is_the_geome
     assert v.change == pytest.approx(math.exp(sum(ratios(-0.9, 4.0, -0.8, 2.0)) / 4) - 1)
 
 
+def test_a_claim_of_no_change_is_not_reproduced_by_a_clear_change():
+    assert judge(ratios(-0.2, -0.25, -0.22), 0.0).verdict == NOT_REPRODUCED
+    assert judge(ratios(-0.1, 0.1, 0.05), 0.0).verdict == INCONCLUSIVE
+
+
 def test_log_ratios_skip_repeats_without_a_positive_value():
     assert log_ratios([2.0, 0.0, float("nan"), 3.0], [1.0, 1.0, 1.0, 0.0]) == [math.log(2.0)]

@@ -108,3 +108,21 @@ def test_jsonl_prompts_as_text_or_token_ids_carry_prefix_identity(tmp_path):
     f.write_text('{"timestamp": 0, "prompt_token_ids": [1, "x"], "output_tokens": 2}\n')
     with pytest.raises(WorkloadError, match="p.jsonl:1: prompt_token_ids"):
         load_trace(f)
+
+
+def test_a_context_too_small_for_any_turn_is_an_error_not_an_empty_workload():
+    with pytest.raises(WorkloadError, match="workload.max_context"):
+        generate_sessions(SessionsSpec(max_context=10), np.random.default_rng(0))
+
+
+def test_a_stated_prompt_length_wins_over_the_text_and_non_ascii_text_shares_by_characters(tmp_path):
+    f = tmp_path / "p.jsonl"
+    common = "東京" * 50  # 100 characters: 25 estimated tokens, one 64-character id in common
+    rows = [{"timestamp": 0, "input_length": 1000, "prompt": "short text", "output_length": 5},
+            {"timestamp": 1, "prompt": common + "ああ" * 30, "output_length": 5},
+            {"timestamp": 2, "prompt": common + "いい" * 30, "output_length": 5}]
+    f.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n")
+    a, b, c = load_trace(f)
+    assert a.prompt_tokens == 1000 and a.prefix_ids
+    assert b.prefix_ids[0] == c.prefix_ids[0] and b.prefix_ids[1] != c.prefix_ids[1]
+    assert len(b.prefix_ids) == -(-160 // 64)

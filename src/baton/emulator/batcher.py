@@ -17,6 +17,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from baton.core.prefix import vllm_block_hashes
 from baton.core.prefix_cache import CacheListener, PrefixCache
 from baton.emulator.timings import RequestTimings
 from baton.perf.model import PerfModel, batch_shape
@@ -76,17 +77,11 @@ class Sequence:
         return list(self.prompt_ids) + list(range(self.prompt_len, self.prompt_len + self.generated))
 
     def block_keys(self, block_size: int) -> tuple[int, ...]:
-        """Chained keys of the full blocks of prompt + output so far (vLLM's block hashes
-        over token ids); kept until the sequence grows (a waiting request is looked up
-        every iteration)."""
-        if self._keys[:2] == (block_size, self.generated):
-            return self._keys[2]
-        ids = self.token_ids()
-        keys, parent = [], 0
-        for i in range(len(ids) // block_size):
-            parent = hash((parent, tuple(ids[i * block_size:(i + 1) * block_size])))
-            keys.append(parent)
-        self._keys = (block_size, self.generated, tuple(keys))
+        """The full blocks of prompt + output so far, keyed as vLLM 0.32 hashes them
+        (``core.prefix.vllm_block_hashes``: its KV events carry the same numbers); kept
+        until the sequence grows (a waiting request is looked up every iteration)."""
+        if self._keys[:2] != (block_size, self.generated):
+            self._keys = (block_size, self.generated, tuple(vllm_block_hashes(self.token_ids(), block_size)))
         return self._keys[2]
 
 

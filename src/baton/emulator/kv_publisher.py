@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence as Seq
 from typing import Any
 
+from baton.core.errors import ConfigError
 from baton.protocol.kv_events import KvEvent, KvEventBatch, KvEventsConfig, encode_batch
 
 
@@ -20,16 +21,23 @@ class KvEventPublisher:
     """A ``CacheListener`` that publishes what it hears, one batch per ``flush``."""
 
     def __init__(self, config: KvEventsConfig, block_size: int) -> None:
-        import zmq
-
+        try:
+            import msgpack  # noqa: F401  # encode_batch needs it: say so now, not at the first event
+            import zmq
+        except ImportError:
+            raise ConfigError("--kv-events-config needs pyzmq and msgpack: pip install -e '.[kv-events]'") from None
         self.block_size, self.topic = block_size, config.topic.encode()
         self._ctx = zmq.Context()
         self._pub = self._ctx.socket(zmq.PUB)
         self._pub.setsockopt(zmq.LINGER, 0)
-        if "*" in config.endpoint or config.endpoint.startswith(("ipc://", "inproc://")):
-            self._pub.bind(config.endpoint)
-        else:
-            self._pub.connect(config.endpoint)
+        try:
+            if "*" in config.endpoint or config.endpoint.startswith(("ipc://", "inproc://")):
+                self._pub.bind(config.endpoint)
+            else:
+                self._pub.connect(config.endpoint)
+        except zmq.ZMQError as exc:
+            self.close()
+            raise ConfigError(f"--kv-events-config: endpoint {config.endpoint!r}: {exc}") from None
         self._seq = 0
         self._pending: list[KvEvent] = []
 

@@ -62,7 +62,7 @@ class _EngineMetrics:
         info = {"block_size": str(c.block_size), "num_gpu_blocks": str(c.kv_blocks),
                 "kv_cache_size_tokens": str(c.kv_blocks * c.block_size),
                 "kv_cache_memory_bytes": str(c.kv_blocks * c.block_size * self.kv_bytes_per_token),
-                "enable_prefix_caching": "False", "engine": "0"}
+                "enable_prefix_caching": str(c.enable_prefix_caching), "engine": "0"}
         g = GaugeMetricFamily("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
                               labels=list(info))
         g.add_metric(list(info.values()), 1.0)

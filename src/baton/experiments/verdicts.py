@@ -66,7 +66,7 @@ def judge(ratios: list[float], claim: float) -> Verdict:
     excludes_zero = lo > 0 or hi < 0
     contains = lo <= claim <= hi
     if excludes_zero:
-        same_sign = (lo > 0) == (claim > 0)
+        same_sign = claim != 0 and (lo > 0) == (claim > 0)  # a claim of no change has no sign to share
         verdict = NOT_REPRODUCED if not same_sign else REPRODUCED if contains else DIRECTION_ONLY
         return Verdict(change, (lo, hi), verdict)
     if not contains:

@@ -33,8 +33,13 @@ class ReplayRecord:
 
 
 def prompt_for(request: Request) -> list[int]:
-    """A token-id prompt of the request's length (distinct per request)."""
-    return [_FILLER_ID_BASE + (request.req_id * 7 + i) % 5000 for i in range(request.prompt_tokens)]
+    """A token-id prompt of the request's length, sharing no 16-token block with another
+    request's (engines cache prefixes): the ids run from a start that is unique per request
+    modulo 5,000, and the first id tells the 5,000s apart."""
+    ids = [_FILLER_ID_BASE + (request.req_id * 7 + i) % 5000 for i in range(request.prompt_tokens)]
+    if ids:
+        ids[0] = _FILLER_ID_BASE + 5000 + (request.req_id // 5000) % 20000
+    return ids
 
 
 async def _one(session: aiohttp.ClientSession, url: str, r: Request, t0: float, model: str | None,

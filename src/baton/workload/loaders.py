@@ -139,9 +139,11 @@ def _record(obj: Any, where: str, counter: TokenCounter | None = None) -> tuple:
     time_key = next((k for k in _TIME_KEYS if k in obj), None)
     arrival = _number(obj[time_key], time_key, where) * _TIME_KEYS[time_key] if time_key else None
     output = _positive_int(obj[output_key], output_key, where)
+    # a length the trace states wins over one counted from the text; the text gives identity
+    prompt = _positive_int(obj[prompt_key], prompt_key, where) if prompt_key is not None else content[0]
     if content is not None:
-        return (arrival, content[0], output, None, content[1], ID_BLOCK_TOKENS)
-    return (arrival, _positive_int(obj[prompt_key], prompt_key, where), output)
+        return (arrival, prompt, output, None, content[1], ID_BLOCK_TOKENS)
+    return (arrival, prompt, output)
 
 
 def _prompt_content(obj: dict, where: str, counter: TokenCounter) -> tuple[int, tuple[int, ...]] | None:

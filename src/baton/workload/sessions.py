@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from baton.core.errors import ConfigError
+from baton.core.errors import ConfigError, WorkloadError
 from baton.core.request import Request
 
 ID_BLOCK_TOKENS = 16
@@ -117,6 +117,9 @@ def generate_sessions(spec: SessionsSpec, rng: np.random.Generator) -> list[Requ
             rows.append((t, prompt_tokens, out, _block_ids(prompt + [answer])))
             history = prompt + [answer]
             t += out * spec.tpot_s + rng.exponential(spec.agent_think_s if agent else spec.think_s)
+    if not rows:
+        raise WorkloadError(f"workload.max_context: {spec.max_context} tokens hold no turn (a system prompt of "
+                            f"{spec.system_tokens} tokens plus a message and its answer); no requests")
     rows.sort(key=lambda r: r[0])
     t0 = rows[0][0] if rows else 0.0
     return [Request(i, a - t0, p, o, ids, ID_BLOCK_TOKENS) for i, (a, p, o, ids) in enumerate(rows)]

@@ -62,11 +62,12 @@ class EstimatedTokens:
 
     def sequences(self, prompts: Sequence[str], outputs: Sequence[str]) -> list[TextSequence]:
         """Prefix ids from the text itself, one per ``ID_BLOCK_TOKENS`` x 4 characters."""
-        step = int(ID_BLOCK_TOKENS * self.chars_per_token)
+        step = int(ID_BLOCK_TOKENS * self.chars_per_token)  # characters per id, as tokens are counted
         out = []
         for p, o, n_p, n_o in zip(prompts, outputs, self.count(prompts), self.count(outputs)):
-            text = (p + o).encode()
-            out.append(TextSequence(n_p, n_o, tuple(_stable_hash(text[i:i + step]) for i in range(0, len(text), step))))
+            text = p + o
+            out.append(TextSequence(n_p, n_o, tuple(_stable_hash(text[i:i + step].encode())
+                                                    for i in range(0, len(text), step))))
         return out
 
 
