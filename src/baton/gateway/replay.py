@@ -33,9 +33,15 @@ class ReplayRecord:
 
 
 def prompt_for(request: Request) -> list[int]:
-    """A token-id prompt of the request's length, sharing no 16-token block with another
-    request's (engines cache prefixes): the ids run from a start that is unique per request
-    modulo 5,000, and the first id tells the 5,000s apart."""
+    """A token-id prompt of the request's length. With prefix identity (``prefix_ids``),
+    each id's block of tokens is made from the id, so equal ids give equal tokens and an
+    engine caches what the simulator does; without, it shares no 16-token block with
+    another request's: the ids run from a start that is unique per request modulo 5,000,
+    and the first id tells the 5,000s apart."""
+    if request.prefix_ids and request.prefix_block_tokens > 0:
+        g = request.prefix_block_tokens
+        ids = [_FILLER_ID_BASE + hash((block, j)) % 20000 for block in request.prefix_ids for j in range(g)]
+        return ids[:request.prompt_tokens]
     ids = [_FILLER_ID_BASE + (request.req_id * 7 + i) % 5000 for i in range(request.prompt_tokens)]
     if ids:
         ids[0] = _FILLER_ID_BASE + 5000 + (request.req_id // 5000) % 20000
