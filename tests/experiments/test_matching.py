@@ -10,6 +10,7 @@ from baton.core.errors import ConfigError
 from baton.experiments import Experiment
 from baton.experiments.matching import Match, calibrate, parse_match, with_knob
 from tests.cli.test_cli import baton
+from tests.cli.test_reproduce import TINY
 
 
 def test_the_knob_goes_where_the_baseline_figure_is_nearest_the_target():
@@ -45,19 +46,8 @@ def test_bad_match_blocks_name_the_key(block, match):
         parse_match(block, "f.yaml")
 
 
-MATCHED = """
-figure: "tiny: P99 TPOT, least-kv against rr-early, KV matched"
-policy: least-kv
-baseline: rr-early
-metric: p99_tpot_s
-claim: -0.2
-match: {metric: p99_tpot_s, target: 0.02, knob: kv_tokens, values: [20000, 200000]}
-experiment:
-  cluster: {prefill: 1, decode: 2}
-  workload:
-    synthetic: {requests: 60, rate_rps: 6, output_median: 60}
-  seed: 3
-"""
+MATCHED = TINY.replace("claim: -0.5\n", "claim: -0.2\nmatch: {metric: p99_tpot_s, target: 0.02, knob: kv_tokens, "
+                                          "values: [20000, 200000]}\n")
 
 
 def test_reproduce_shows_the_matched_run_beside_the_default(tmp_path):

@@ -257,7 +257,7 @@ def cmd_reproduce(args: argparse.Namespace) -> None:
             outcomes.append(run_claim(claim, args.repeats, args.trace, note, cache, matched=True))
     for o in outcomes:
         if o.dropped:  # never silently: the figure rests on fewer repeats than asked for
-            print(f"warning: {o.claim.name}: {o.dropped} of {o.dropped + len(o.changes)} repeats have no "
+            print(f"warning: {o.claim.name}: {o.dropped} of {o.dropped + len(o.ratios)} repeats have no "
                   f"{o.claim.metric} for one of the policies (for a rate: none of {list(o.claim.rates)} reached "
                   f"the target attainment); Baton's figure rests on the others", file=sys.stderr)
     rows = [[_claim_label(o), o.claim.figure, f"{o.claim.metric}: {o.claim.policy} vs {o.claim.baseline}",

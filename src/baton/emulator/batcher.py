@@ -198,9 +198,14 @@ class Batcher:
                 self.events.flush()
 
     def _admissible(self) -> bool:
+        return self._head_admission() is not None
+
+    def _head_admission(self) -> tuple[int, tuple[int, ...]] | None:
+        """(cached blocks, their keys) of the queue's head if it can be admitted now, else None."""
         if not self.waiting or len(self.running) >= self.config.max_num_seqs:
-            return False
-        return self._admission(self.waiting[0])[2] <= self.free_blocks
+            return None
+        hit, keys, need = self._admission(self.waiting[0])
+        return (hit, keys) if need <= self.free_blocks else None
 
     def _admission(self, seq: Sequence) -> tuple[int, tuple[int, ...], int]:
         """(cached blocks it starts from, their keys, free blocks it takes): its longest
@@ -236,9 +241,9 @@ class Batcher:
             if s.to_prefill > 0 and budget > 0:
                 chunks.append((s, min(s.to_prefill, budget)))
                 budget -= chunks[-1][1]
-        while budget > 0 and self._admissible():
+        while budget > 0 and (admission := self._head_admission()) is not None:
             s = self.waiting.popleft()
-            hit, keys, _ = self._admission(s)
+            hit, keys = admission
             total = blocks_for(s.to_prefill + 1, self.config.block_size)
             if self.cache is not None:
                 self.cache.note_query(s.to_prefill, hit * self.config.block_size)

@@ -102,17 +102,19 @@ class Outcome:
     """Baton's answer to one claim: the mean relative change and its 95% interval."""
 
     claim: Claim
-    changes: list[float]
     policy_mean: float
     baseline_mean: float
     dropped: int = 0  # repeats without a value (e.g. no rate sustained at the target attainment)
-
     ratios: list[float] = field(default_factory=list)  # ln(policy / baseline) per repeat
     calibration: Calibration | None = None  # set when the run matched the paper's baseline figure
+    _judged: Verdict | None = None
 
     @property
     def judged(self) -> Verdict:
-        return judge(self.ratios, self.claim.claim)
+        """The verdict, judged once (its interval needs scipy's t quantile)."""
+        if self._judged is None:
+            self._judged = judge(self.ratios, self.claim.claim)
+        return self._judged
 
     @property
     def baton(self) -> float:
@@ -189,7 +191,7 @@ def _knob_value(exp: Experiment, knob: str) -> Any:
 
 def _compare(claim: Claim, exp: Experiment, k: int, progress: Callable[[str], None] | None,
              cache: dict) -> Outcome:
-    changes, pol, base = [], [], []
+    pol, base = [], []
     for i, (seed, requests) in enumerate(repeat_workloads(exp, k)):
         values = {}
         for name in (claim.baseline, claim.policy):
@@ -199,13 +201,10 @@ def _compare(claim: Claim, exp: Experiment, k: int, progress: Callable[[str], No
                     progress(f"{claim.name}: {name} ({i + 1}/{k})")
                 cache[key] = _measure(replace(exp, policy=name, seed=seed), requests, name, claim)
             values[name] = float(cache[key].get(claim.metric, math.nan))
-        b, p = values[claim.baseline], values[claim.policy]
-        base.append(b)
-        pol.append(p)
-        if b and not (math.isnan(b) or math.isnan(p)):
-            changes.append((p - b) / abs(b))
+        base.append(values[claim.baseline])
+        pol.append(values[claim.policy])
     ratios = log_ratios(pol, base)
-    return Outcome(claim, changes, float(np.nanmean(pol)), float(np.nanmean(base)), k - len(ratios), ratios)
+    return Outcome(claim, float(np.nanmean(pol)), float(np.nanmean(base)), k - len(ratios), ratios)
 
 
 def _measure(exp: Experiment, requests: list, name: str, claim: Claim) -> dict[str, float]:

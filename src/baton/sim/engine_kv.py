@@ -82,7 +82,7 @@ class KvBlocks:
         excess = item.blocks - _ceil_div(item.total_tokens, self.cfg.block_size)
         if excess > 0:
             item.blocks -= excess
-            self.state.kv_blocks_used -= excess
+            self.release(excess)
 
     def _prefix_hit(self, item: PrefillItem) -> tuple[int, tuple[int, ...]]:
         """(cached blocks, their keys) a waiting request would start from: its longest

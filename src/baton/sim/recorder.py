@@ -73,7 +73,6 @@ class Recorder:
         self.load = LoadSeries(sample_interval_s)
         self.role_log: list[tuple[float, int, str]] = [(0.0, i, s.role.value) for i, s in instances.items()]
         self._flipped: dict[int, tuple[float, Role]] = {}  # instance -> (flip time, new role) until new work
-        self.prefix_cache: dict[int, CacheStats] = {}  # set by the simulator at the end
 
     def ended(self, st: RequestState) -> None:
         """A request finished or was rejected."""
@@ -126,12 +125,13 @@ class Recorder:
                                        dtype=np.float64))
 
     def result(self, makespan_s: float, wall_start: float, preemptions: int, bytes_moved: float,
-               policy_report: dict[str, float]) -> SimResult:
-        """The run's result; ``wall_start`` is ``time.perf_counter()`` when it began."""
+               policy_report: dict[str, float], prefix_cache: dict[int, CacheStats] | None = None) -> SimResult:
+        """The run's result; ``wall_start`` is ``time.perf_counter()`` when it began;
+        ``prefix_cache``: each caching engine's prefix-cache counters."""
         self.counters.preemptions = preemptions
         self.counters.transfer_bytes = bytes_moved - self.counters.migration_bytes
         decode_cols = [i for i, s in self.instances.items() if s.role.decodes]
         out_tokens = sum(r.output_tokens for r in self.records if r.finished)
         return SimResult(sorted(self.records, key=lambda r: r.req_id), self.tbt, self.counters,
                          self.load, makespan_s, time.perf_counter() - wall_start, decode_cols, out_tokens,
-                         self.role_log, self.tbt_deflected, policy_report, self.names, self.prefix_cache)
+                         self.role_log, self.tbt_deflected, policy_report, self.names, prefix_cache or {})

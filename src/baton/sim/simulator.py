@@ -113,9 +113,9 @@ class Simulator:
             raise SimulationError(f"simulation stalled at t={self.now:.3f}s with {self._open} "
                                   f"requests open (e.g. {stuck})")
         self._on_sample()
-        self.recorder.prefix_cache = {i: e.cache.stats for i, e in self.engines.items() if e.cache is not None}
         return self.recorder.result(self.now, wall0, sum(e.preemptions for e in self.engines.values()),
-                                    self.net.bytes_moved, self.scheduler.report())
+                                    self.net.bytes_moved, self.scheduler.report(),
+                                    {i: e.cache.stats for i, e in self.engines.items() if e.cache is not None})
 
     def _block_keys(self, req_id: int, block_size: int) -> tuple[int, ...]:
         """A request's block keys, computed once per run (requests that end drop theirs)."""

@@ -26,7 +26,7 @@ from typing import Any
 from baton.core.errors import WorkloadError
 from baton.core.request import Request
 from baton.workload.sharegpt import is_sharegpt, sharegpt_rows
-from baton.workload.tokens import ID_BLOCK_TOKENS, TokenCounter, token_counter
+from baton.workload.tokens import ID_BLOCK_TOKENS, TokenCounter, token_counter, token_prefix_ids
 
 _PROMPT_KEYS = ("prompt_tokens", "input_length", "input_len", "prompt_len", "num_prefill_tokens")
 _OUTPUT_KEYS = ("output_tokens", "output_length", "output_len", "num_decode_tokens")
@@ -152,7 +152,7 @@ def _prompt_content(obj: dict, where: str, counter: TokenCounter) -> tuple[int, 
     if ids is not None:
         if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
             raise WorkloadError(f"{where}: prompt_token_ids: expected a list of integers")
-        return len(ids), tuple(hash(tuple(ids[i:i + ID_BLOCK_TOKENS])) for i in range(0, len(ids), ID_BLOCK_TOKENS))
+        return len(ids), token_prefix_ids(ids)
     text = obj.get("prompt")
     if text is None:
         return None

@@ -24,8 +24,8 @@ import numpy as np
 
 from baton.core.errors import ConfigError, WorkloadError
 from baton.core.request import Request
+from baton.workload.tokens import ID_BLOCK_TOKENS
 
-ID_BLOCK_TOKENS = 16
 
 
 @dataclass(frozen=True, slots=True)

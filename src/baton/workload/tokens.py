@@ -45,6 +45,11 @@ class TextSequence:
     prefix_ids: tuple[int, ...]
 
 
+def token_prefix_ids(token_ids: Sequence[int]) -> tuple[int, ...]:
+    """One prefix id per ``ID_BLOCK_TOKENS`` token ids (the last block may be partial)."""
+    return tuple(hash(tuple(token_ids[i:i + ID_BLOCK_TOKENS])) for i in range(0, len(token_ids), ID_BLOCK_TOKENS))
+
+
 def _stable_hash(data: bytes) -> int:
     """A hash that is the same in every process (``hash`` of a str is salted per run)."""
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little", signed=True)
@@ -100,9 +105,7 @@ class HFTokenizer:
         n = len(prompts)
         out = []
         for p, o in zip(enc[:n], enc[n:]):
-            ids = list(p.ids) + list(o.ids)
-            out.append(TextSequence(len(p.ids), len(o.ids), tuple(hash(tuple(ids[i:i + ID_BLOCK_TOKENS]))
-                                                                for i in range(0, len(ids), ID_BLOCK_TOKENS))))
+            out.append(TextSequence(len(p.ids), len(o.ids), token_prefix_ids(list(p.ids) + list(o.ids))))
         return out
 
     def ids(self, text: str) -> list[int]:
