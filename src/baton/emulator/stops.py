@@ -44,13 +44,15 @@ def plan_stop(stops: list[str], first_position: int, max_new: int, keep_stop: bo
     ``max_new`` tokens; None when none appears."""
     if not stops:
         return None
-    text, longest = "", max(len(s) for s in stops)
+    # only the text a new match can span is kept: the last longest-1 characters before the
+    # new token's (a chat's max_new runs to the context length; the whole text is not built)
+    before, tail, longest = 0, "", max(len(s) for s in stops)
     for k in range(max_new):
-        start = max(0, len(text) - longest + 1)  # a match must end in the new token's text
-        text += token_text(first_position + k)
-        hits = [(text.find(s, start), s) for s in stops]
-        hits = [(i, s) for i, s in hits if i >= 0]
+        keep = tail[max(0, len(tail) - longest + 1):] if longest > 1 else ""
+        before += len(tail) - len(keep)
+        tail = keep + token_text(first_position + k)
+        hits = [(i, s) for i, s in ((tail.find(s), s) for s in stops) if i >= 0]
         if hits:
             at, s = min(hits)
-            return StopPlan(k + 1, at + len(s) if keep_stop else at, s)
+            return StopPlan(k + 1, before + at + (len(s) if keep_stop else 0), s)
     return None
