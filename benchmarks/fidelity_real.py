@@ -214,9 +214,11 @@ def run_real(work: Path, n: int, rate_rps: float, compare, prefix_sessions: int 
         prompts_only = [replace(r, prefix_ids=r.prefix_ids[:-(-r.prompt_tokens // r.prefix_block_tokens)])
                         for r in p_requests]
         p_sim = simulated(prompts_only, profile, facts.kv_capacity_tokens, sim_hits)
+        simulated(p_requests, profile, facts.kv_capacity_tokens, sim_hits)  # with the answers' identity too
         write_pairs(work / "prefix_requests.csv", p_requests, p_real, p_sim)
         prefix = compare(p_real, p_sim)
         prefix.update(requests=len(p_requests), failed=p_failed, vllm_hits_tokens=p_hits,
-                      baton_hits_tokens=sim_hits[0], prompt_tokens=sum(r.prompt_tokens for r in p_requests))
+                      baton_hits_tokens=sim_hits[0], baton_hits_tokens_with_answers=sim_hits[1],
+                      prompt_tokens=sum(r.prompt_tokens for r in p_requests))
         out["prefix"] = prefix
     return out

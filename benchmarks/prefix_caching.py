@@ -35,7 +35,7 @@ from baton.workload import first, load_trace  # noqa: E402
 from baton.workload.sessions import SessionsSpec, generate_sessions  # noqa: E402
 
 TRACE = ROOT.parent / "shared" / "traces" / "mooncake_conversation.jsonl"
-MOONCAKE_INSTANCES = 24  # its prompts average 12k tokens at about 3 req/s: 8 instances saturate
+MOONCAKE_INSTANCES = 24  # its prompts average 12k tokens at about 3 req/s
 PRESET = "llama-3.1-8b@a100-80g"
 # sessions with about 75% of prompt blocks repeating: many system prompts, few turns, longer
 # new messages (the generator's defaults repeat about 95%)
@@ -49,6 +49,7 @@ def run(requests, cluster: ClusterSpec, policy: str, caching: bool) -> tuple[dic
     result = simulate(requests, cluster, policy)
     wall = time.perf_counter() - t0
     summary = result.summary(SLO(ttft_s=2.0, tpot_s=0.1))
+    summary["wall_us_per_event"] = wall / max(result.counters.events, 1) * 1e6
     per = {i: (s.hits / s.queries if s.queries else float("nan")) for i, s in result.prefix_cache.items()}
     queried = sum(r.prompt_tokens for r in requests)
     summary["prefill_tokens_computed"] = queried - summary.get("prefix_cache_hits_tokens", 0)
@@ -91,13 +92,18 @@ def sessions(n: int, out: dict) -> None:
           f"4 colocated {PRESET}, least-loaded")
     cluster = ClusterSpec(prefill=0, decode=0, mixed=4, preset=PRESET)
     (on, wall_on, per_on), (off, wall_off, per_off) = (run(reqs, cluster, "least-loaded", c) for c in (True, False))
-    print(line("caching on", on, per_on) + f"; wall {wall_on:.2f} s")
-    print(line("caching off", off, per_off) + f"; wall {wall_off:.2f} s")
+    print(line("caching on", on, per_on) + f"; wall {wall_on:.2f} s, {on['wall_us_per_event']:.1f} us/event")
+    print(line("caching off", off, per_off) + f"; wall {wall_off:.2f} s, {off['wall_us_per_event']:.1f} us/event")
+    anonymous = [replace(r, prefix_ids=()) for r in reqs]  # the same requests without prefix identity
+    wall_anon = {c: run(anonymous, cluster, "least-loaded", c)[1] for c in (True, False)}
+    print(f"  without prefix ids: wall {wall_anon[True]:.2f} s caching on, {wall_anon[False]:.2f} s off")
     ratio = on["p50_ttft_s"] / off["p50_ttft_s"]
     print(f"  P50 TTFT on/off {ratio:.2f} (target <= 0.8), hit rate {on['prefix_cache_hit_rate']:.2f} "
           f"(target >= 0.3); simulator wall on/off {wall_on / wall_off:.2f} (target <= 1.5)")
     out.update(sessions_reuse_offered=reuse_offered(reqs), sessions_p50_ttft_ratio=ratio,
-               sessions_hit_rate=on["prefix_cache_hit_rate"], sessions_wall_ratio=wall_on / wall_off)
+               sessions_hit_rate=on["prefix_cache_hit_rate"], sessions_wall_ratio=wall_on / wall_off,
+               sessions_us_per_event_on=on["wall_us_per_event"], sessions_us_per_event_off=off["wall_us_per_event"],
+               sessions_no_ids_wall_ratio=wall_anon[True] / wall_anon[False])
 
 
 def main() -> None:
