@@ -24,9 +24,10 @@ def block_keys(request: Request, block_size: int) -> tuple[int, ...]:
             out.append(parent)
         return tuple(out)
     if g % block_size == 0:  # each engine block inside one id (Mooncake's 512 onto 16)
+        offsets = range(0, g, block_size)
         for i in ids:
-            for offset in range(0, g, block_size):
-                parent = hash((parent, (i,), offset))
+            for offset in offsets:
+                parent = hash((parent, i, offset))
                 out.append(parent)
         return tuple(out)
     for j in range(known // block_size):

@@ -1,0 +1,176 @@
+"""The prefix cache against a plain reference model of vLLM's block pool: one ordered dict
+as the free queue, one reference count per cached block, every step a loop per block. The
+cache keeps its queue as a log with holes for speed; random operation sequences must give
+the same hits, evictions, freed counts and queue order as the reference."""
+
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+
+from baton.core.prefix_cache import PrefixCache
+
+
+class ReferencePool:
+    """The free queue as an OrderedDict of keys and ("anon", n) runs; refs for held keys."""
+
+    def __init__(self, total: int) -> None:
+        self.free: OrderedDict = OrderedDict({("anon", 0): total})
+        self.active: dict[int, int] = {}
+        self.held: dict[int, list] = {}
+        self.anons = 1
+        self.evicted: list[int] = []
+
+    def cached(self, k: int) -> bool:
+        return k in self.active or k in self.free
+
+    def hit_blocks(self, keys, limit: int) -> int:
+        n = 0
+        while n < min(limit, len(keys)) and self.cached(keys[n]):
+            n += 1
+        return n
+
+    def take_hits(self, req: int, keys) -> int:
+        out = 0
+        for k in keys:
+            if k in self.free:
+                del self.free[k]
+                out += 1
+            self.active[k] = self.active.get(k, 0) + 1
+        self.held.setdefault(req, []).extend(keys)
+        return out
+
+    def allocate(self, n: int) -> None:
+        while n:
+            head, count = next(iter(self.free.items()))
+            if isinstance(head, tuple):
+                used = min(n, count)
+                n -= used
+                if used == count:
+                    del self.free[head]
+                else:
+                    self.free[head] = count - used
+            else:
+                del self.free[head]
+                self.evicted.append(head)
+                n -= 1
+
+    def register(self, req: int, keys) -> int:
+        mine = self.held.setdefault(req, [])
+        new = 0
+        for k in keys[len(mine):]:
+            if self.cached(k):
+                mine.append(None)
+            else:
+                self.active[k] = 1
+                mine.append(k)
+                new += 1
+        return new
+
+    def _anon(self, n: int) -> None:
+        if n > 0:
+            self.free[("anon", self.anons)] = n
+            self.anons += 1
+
+    def release(self, req: int, blocks: int, keys, full: int) -> int:
+        held = self.held.pop(req, [])
+        mine = [k for k in held if k is not None]
+        private = blocks - len(mine)
+        tail = [k for k in keys[len(held):min(len(mine) + private, full)] if not self.cached(k)]
+        self._anon(private - len(tail))
+        for k in reversed(tail):
+            self.free[k] = 1
+        freed = private
+        for k in reversed(mine):
+            self.active[k] -= 1
+            if not self.active[k]:
+                del self.active[k]
+                self.free[k] = 1
+                freed += 1
+        return freed
+
+    def free_blocks(self) -> int:
+        return sum(self.free.values())
+
+    def cached_keys(self) -> list[int]:
+        return [k for k in self.free if not isinstance(k, tuple)]
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.removed_keys: list[int] = []
+
+    def stored(self, req_id, first_index, keys) -> None:
+        pass
+
+    def removed(self, keys) -> None:
+        self.removed_keys += keys
+
+    def flush(self) -> None:
+        pass
+
+
+def _chain(ids: tuple[int, ...]) -> tuple[int, ...]:
+    out, parent = [], 0
+    for i in ids:
+        parent = hash((parent, i))
+        out.append(parent)
+    return tuple(out)
+
+
+def _drive(seed: int, total: int, steps: int) -> None:
+    """Random requests over a few shared prefixes: admit (hit, take, allocate, register
+    chunk by chunk), grow, and release, checking every answer against the reference."""
+    rng = np.random.default_rng(seed)
+    cache, ref, rec = PrefixCache(total), ReferencePool(total), Recorder()
+    cache.listener = rec
+    prefixes = [tuple(int(x) for x in rng.integers(0, 10**9, 40)) for _ in range(4)]
+    # chained, as block keys are: a key names its whole prefix, so suffixes of few ids
+    # still collide across requests only where their prefixes agree
+    running: dict[int, list] = {}  # req -> [keys, blocks, computed blocks]
+    for req in range(steps):
+        if running and (rng.random() < 0.45 or cache.free_blocks() < 60):
+            victim = int(rng.choice(list(running)))
+            keys, blocks, done = running.pop(victim)
+            assert cache.release(victim, blocks, keys, done) == ref.release(victim, blocks, keys, done)
+        elif cache.free_blocks() >= 60:
+            base = prefixes[int(rng.integers(0, len(prefixes)))][:int(rng.integers(1, 41))]
+            keys = _chain(base + tuple(int(x) for x in rng.integers(0, 3, int(rng.integers(0, 12)))))
+            hit = cache.hit_blocks(keys, len(keys) - 1)
+            assert hit == ref.hit_blocks(keys, len(keys) - 1)
+            assert cache.free_hits(keys[:hit]) == sum(1 for k in keys[:hit] if k in ref.free)
+            assert cache.take_hits(req, keys[:hit]) == ref.take_hits(req, keys[:hit])
+            blocks, done = hit, hit
+            for chunk in (5, 7, len(keys)):  # chunked prefill registers as chunks end
+                upto = min(len(keys), done + chunk)
+                cache.allocate(upto - done)
+                ref.allocate(upto - done)
+                blocks, done = blocks + upto - done, upto
+                assert cache.register(req, keys[:done]) == ref.register(req, keys[:done])
+            extra = int(rng.integers(0, 3))  # a partial block, decode growth
+            cache.allocate(extra)
+            ref.allocate(extra)
+            running[req] = [keys, blocks + extra, done]
+        assert cache.free_blocks() == ref.free_blocks()
+        assert cache.cached_keys() == ref.cached_keys()
+        assert cache.active == ref.active
+    assert rec.removed_keys == ref.evicted and len(ref.evicted) > 50  # eviction was exercised
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_cache_matches_the_reference_pool_on_random_operations(seed):
+    _drive(seed, total=400, steps=300)
+
+
+def test_the_log_is_compacted_and_still_matches_over_a_long_run():
+    _drive(11, total=200, steps=3000)
+    cache = PrefixCache(50)
+    for req in range(2000):  # take and free one hot block over and over: holes pile up
+        if req == 0:
+            cache.allocate(1)
+            cache.register(0, [7])
+        else:
+            cache.take_hits(req, [7])
+        cache.release(req, 1, [7], 1)
+    assert cache.cached_keys() == [7] and cache.free_blocks() == 50
+    assert len(cache._log) < 4096 + 10  # the holes are dropped, not kept forever
