@@ -26,7 +26,7 @@ not listed must happen in neither.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from baton.core.request import Request
@@ -78,8 +78,13 @@ class Case:
     def requests(self) -> list[Request]:
         """The trace in both runtimes' clocks (0: the gateway is built, the simulation
         starts): ``LEAD_S`` later, arrivals stretched by ``time_scale``."""
-        return [Request(r.req_id, LEAD_S + r.arrival_s * self.time_scale, r.prompt_tokens, r.output_tokens)
-                for r in self.trace]
+        return [replace(r, arrival_s=LEAD_S + r.arrival_s * self.time_scale) for r in self.trace]
+
+    @property
+    def kv_events(self) -> bool:
+        """Whether the trace has prefix identity: its emulators then publish KV events and
+        the gateway subscribes to them (prefix-aware policies read the engines' caches)."""
+        return any(r.prefix_ids for r in self.trace)
 
     def engines(self) -> list[tuple[str, str, int]]:
         """(name, role, max batched tokens) of each emulator, in instance-id order."""
@@ -136,6 +141,28 @@ GROWTH = trace([(0.0, 150, 350), (0.05, 6000, 60), (0.1, 6000, 60), (0.15, 6000,
                 (0.25, 300, 350), (0.3, 400, 350), (1.4, 300, 250), (1.52, 300, 250), (1.64, 150, 150),
                 (1.76, 600, 40), (1.88, 300, 250)])
 
+
+def shared_prefixes(rows: list[tuple[float, int | None, int, int]], system_blocks: int = 40) -> tuple[Request, ...]:
+    """(arrival s, system prompt or None, prompt tokens, output tokens) rows as requests
+    with prefix identity: a system prompt's first ``system_blocks`` 16-token blocks are
+    shared by every request naming it, the rest of each prompt is its own."""
+    out = []
+    for i, (t, group, prompt, output) in enumerate(rows):
+        blocks = -(-prompt // 16)
+        shared = [1_000_000 * (group + 1) + k for k in range(system_blocks)] if group is not None else []
+        own = [7_000_000 + 1000 * i + k for k in range(blocks - len(shared))]
+        out.append(Request(i, t, prompt, output, tuple(shared + own), 16))
+    return tuple(out)
+
+
+# 4 mixed: three system prompts of 640 tokens (and two prompts with none) in two waves;
+# a prefix-aware router keeps each system prompt's requests together. Arrivals sit between
+# scrapes (at 0.1 + 2t s live, scrapes every second), so KV usage reads the same in the
+# perturbed runs (kv-cost weighs it against the cached blocks)
+PREFIX = shared_prefixes([(0.1, 0, 900, 60), (0.15, 1, 800, 60), (0.2, 2, 1000, 60), (0.25, 0, 760, 60),
+                          (0.3, None, 700, 60), (0.6, 1, 950, 60), (1.6, 2, 800, 40), (1.65, 0, 1100, 40),
+                          (1.7, 1, 700, 40), (1.75, 0, 850, 40), (1.8, None, 900, 40), (2.1, 2, 760, 40)])
+
 PD1P2D, PD1P3D, MIXED4 = (1, 2, 0), (1, 3, 0), (0, 0, 4)
 BOOKINGS = "own bookings only"
 SCRAPED = "reads scraped engine metrics"
@@ -186,6 +213,16 @@ CASES: list[Case] = [
     _cascade("cascade-nopipe", DRAIN),  # one stage: only the intra-stage outlier rule moves work
     Case("llumnix", "llumnix", MIXED4, DRAIN, DISTRIBUTION, "scraped KV usage in its freeness; tick-phase "
          "migrations", MIGRATES),
+    # prefix-aware routing: engine caches live from the emulators' KV events (precise, kv-cost),
+    # or the router's own history of where it sent which blocks (approx, cache-aware)
+    Case("prefix-precise", "prefix-precise", MIXED4, PREFIX, DISTRIBUTION, "engine caches (KV events) and scraped "
+         "KV usage and queues"),
+    Case("prefix-approx", "prefix-approx", MIXED4, PREFIX, DISTRIBUTION, "own routing history and scraped KV usage "
+         "and queues"),
+    Case("kv-cost", "kv-cost", MIXED4, PREFIX, DISTRIBUTION, "engine caches (KV events) and scraped KV usage"),
+    Case("cache-aware", "cache-aware", MIXED4, PREFIX, EXACT, "own routing history and request counts"),
+    Case("prefix-precise+sibyl", "prefix-precise+sibyl", PD1P2D, PREFIX, DISTRIBUTION,
+         "engine caches (KV events); " + SIBYL_WHY),
     # composed stage lists: those of examples/*.yaml (none today) and one of two ticking stages
     Case("sibyl+ares-none", {"name": "sibyl+ares-none", "stages": [
         {"stage": "sibyl"}, {"stage": "ares", "estimator": "none"}]}, PD1P2D, LONG_FIRST, DISTRIBUTION,

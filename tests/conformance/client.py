@@ -40,6 +40,8 @@ def chat_content(prompt_tokens: int) -> str:
 def body_for(r: Request) -> tuple[str, bool, dict[str, Any]]:
     """(endpoint, streamed, JSON body) of trace request ``r``."""
     path, stream = VARIANTS[r.req_id % len(VARIANTS)]
+    if r.prefix_ids:  # token ids, so that both runtimes key the same blocks (chat has a template)
+        path = "/v1/completions"
     body: dict[str, Any] = {"max_tokens": r.output_tokens, "ignore_eos": True, "stream": stream}
     if stream:
         body["stream_options"] = {"include_usage": True}

@@ -152,6 +152,11 @@ def _bound_socket() -> socket.socket:
     return sock
 
 
+def _free_port() -> int:
+    with _bound_socket() as sock:
+        return sock.getsockname()[1]
+
+
 async def _serve(app: web.Application, sock: socket.socket) -> web.AppRunner:
     runner = web.AppRunner(app, shutdown_timeout=SHUTDOWN_TIMEOUT_S, access_log=None)
     await runner.setup()
@@ -159,11 +164,13 @@ async def _serve(app: web.Application, sock: socket.socket) -> web.AppRunner:
     return runner
 
 
-def _emulator(port: int, preset: str, batched_tokens: int) -> Emulator:
+def _emulator(port: int, preset: str, batched_tokens: int, kv_port: int | None = None) -> Emulator:
     perf = presets.build(preset)
     flags = MemoryFlags(0.9, batched_tokens, 256, 16)
     batcher = BatcherConfig(perf.kv_tokens_for(flags) // 16, 16, batched_tokens, 256)
-    return lean_emulator(Emulator(EmulatorConfig(port=port), batcher, perf))
+    events = (f'{{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:{kv_port}"}}'
+              if kv_port else None)
+    return lean_emulator(Emulator(EmulatorConfig(port=port, kv_events=events), batcher, perf))
 
 
 @dataclass(slots=True)
@@ -178,18 +185,21 @@ class Cluster:
 
 @asynccontextmanager
 async def cluster(engines: list[tuple[str, str, int]], gateway: dict[str, Any],
-                  preset: str) -> AsyncIterator[Cluster]:
+                  preset: str, kv_events: bool = False) -> AsyncIterator[Cluster]:
     """Emulators for ``engines`` (name, role, max batched tokens) and a gateway in front of
-    them; everything is shut down on exit, the gateway first."""
+    them, subscribed to the emulators' KV events if ``kv_events``; everything is shut down
+    on exit, the gateway first."""
     runners: list[web.AppRunner] = []
     try:
         specs, urls = [], []
         for name, role, batched in engines:
             sock = _bound_socket()
             port = sock.getsockname()[1]
-            runners.append(await _serve(_emulator(port, preset, batched).app(), sock))
+            kv_port = _free_port() if kv_events else None
+            runners.append(await _serve(_emulator(port, preset, batched, kv_port).app(), sock))
             urls.append(f"http://127.0.0.1:{port}")
-            specs.append({"name": name, "url": urls[-1], "role": role})
+            specs.append({"name": name, "url": urls[-1], "role": role,
+                          **({"kv_events": f"tcp://127.0.0.1:{kv_port}"} if kv_port else {})})
         sock = _bound_socket()
         config = {**gateway, "engines": specs, "preset": preset, "admin_token": ADMIN_TOKEN}
         started = asyncio.get_running_loop().time()

@@ -84,7 +84,8 @@ async def run_live(case: Case) -> Live:
     slo = case.slo()
     gateway = {"policy": case.policy, "scrape_interval_s": SCRAPE_INTERVAL_S,
                **({"ttft_slo_s": slo[0], "tpot_slo_s": slo[1]} if slo else {})}
-    async with cluster(case.engines(), gateway, case.preset) as c, aiohttp.ClientSession() as session:
+    async with cluster(case.engines(), gateway, case.preset, case.kv_events) as c, \
+            aiohttp.ClientSession() as session:
         live.policy = await get_json(session, c.url + "/admin/policy")
         live.answers = await send_all(session, c.url, case.requests(), c.started)
         live.decisions = [(d["kind"], d["req_id"], d["instance_id"])

@@ -5,6 +5,7 @@ a workload gives (``Request.prefix_ids``)."""
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 
 from baton.core.request import Request
 
@@ -35,6 +36,19 @@ def block_keys(request: Request, block_size: int) -> tuple[int, ...]:
         parent = hash((parent, ids[lo // g:(hi - 1) // g + 1], lo % g))
         out.append(parent)
     return tuple(out)
+
+
+def token_block_keys(token_ids: Sequence[int], block_size: int, parent: int = 0) -> list[int]:
+    """Chained keys of the full blocks of ``token_ids`` (after ``parent``, 0 for the start
+    of a sequence): what the gateway matches a prompt on, and what it indexes the blocks of
+    an engine's BlockStored events under (from their token ids, so any engine hash
+    function maps onto one key space, as llm-d maps engine hashes). Python's hash of a
+    tuple of ints is the same in every process."""
+    out = []
+    for i in range(0, len(token_ids) - block_size + 1, block_size):
+        parent = hash((parent, tuple(token_ids[i:i + block_size])))
+        out.append(parent)
+    return out
 
 
 def reuse_offered(requests: list[Request], block_size: int = 16,

@@ -67,6 +67,9 @@ class RequestState:
     migrations: int = 0
     migrating: bool = False
     path: list[int] = field(default_factory=list)
+    # keys of the prompt's full blocks as its engines key them (``core/prefix.py``; live:
+    # the gateway's chain over token ids), for prefix-aware placement; empty when unknown
+    block_keys: tuple[int, ...] = ()
 
     @property
     def req_id(self) -> int:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -12,6 +13,14 @@ from baton.core.request import Phase, RequestState
 
 
 _NEVER_SCRAPED = EngineSample(float("-inf"), 0, 0, 0.0, 0.0)
+
+
+class PrefixSource(Protocol):
+    """Where a runtime finds which instances hold which prefix blocks cached."""
+
+    def matches(self, keys: Sequence[int]) -> dict[int, int]:
+        """Instance -> how many leading ``keys`` it holds cached (absent: none)."""
+        ...
 
 
 class ClusterView:
@@ -26,13 +35,15 @@ class ClusterView:
     """
 
     def __init__(self, instances: Mapping[int, InstanceState],
-                 requests: Mapping[int, RequestState], info: InfoModel = EXACT) -> None:
+                 requests: Mapping[int, RequestState], info: InfoModel = EXACT,
+                 prefix_source: PrefixSource | None = None) -> None:
         self._instances = instances
         self._requests = requests
         self.info = info
         self.now_s = 0.0
         self._prefill_ids: list[int] | None = None
         self._decode_ids: list[int] | None = None
+        self.prefix_source = prefix_source  # where runtimes that see engine caches find them
 
     # --- instances -------------------------------------------------------------------
     def invalidate_roles(self) -> None:
@@ -67,6 +78,14 @@ class ClusterView:
 
     def instances(self) -> list[InstanceState]:
         return list(self._instances.values())
+
+    def prefix_matches(self, keys: Sequence[int]) -> dict[int, int]:
+        """Instance -> how many leading ``keys`` (a prompt's block keys) its engine holds
+        in its prefix cache: the simulator's engine caches, or what the engines' KV events
+        said live. Empty when the runtime has no such source."""
+        if self.prefix_source is None or not keys:
+            return {}
+        return self.prefix_source.matches(keys)
 
     # --- engine metrics: exact, or as of the last scrape (baton.core.info) ------------
     def engine_sample(self, instance_id: int) -> EngineSample:

@@ -45,8 +45,13 @@ def _instance(control: Control, request: web.Request) -> int:
     return iid
 
 
-def add_routes(app: web.Application, control: Control, engines: Engines, scraper: Scraper) -> None:
+def add_routes(app: web.Application, control: Control, engines: Engines, scraper: Scraper, kv_index=None) -> None:
     cluster, config = control.cluster, control.config
+
+    async def kv_state(_request: web.Request) -> web.Response:
+        """What the engines' KV events built, per engine (``gateway.kv_index``)."""
+        state = kv_index.state() if kv_index is not None else {}
+        return web.json_response({"engines": {cluster.engines[i].spec.name: s for i, s in state.items()}})
 
     async def list_instances(_request: web.Request) -> web.Response:
         cluster.now()
@@ -58,6 +63,8 @@ def add_routes(app: web.Application, control: Control, engines: Engines, scraper
         spec = parse_engine(parse_json(await request.read()), "instance", frozenset(config.admin_env_allowlist))
         if spec.hidden_states:  # the feed subscribes at start only
             raise ConfigError("instance.hidden_states: only engines in the config file can have a hidden-state feed")
+        if spec.kv_events:
+            raise ConfigError("instance.kv_events: only engines in the config file can have a KV-event feed")
         if cluster.find(spec.name) is not None:
             raise ApiError(409, f"an instance named {spec.name!r} exists", err_type="conflict_error")
         iid = engines.add(spec)
@@ -127,6 +134,7 @@ def add_routes(app: web.Application, control: Control, engines: Engines, scraper
     app.router.add_delete("/admin/instances/{key}", _guarded(config, remove_instance))
     app.router.add_patch("/admin/instances/{key}", _guarded(config, change_role))
     app.router.add_get("/admin/policy", _guarded(config, policy))
+    app.router.add_get("/admin/kv", _guarded(config, kv_state))
 
 
 def _describe(flow: InFlight, now_s: float) -> dict:

@@ -47,6 +47,8 @@ class EngineSpec:
     api_key: str | None = None  # sent to this engine as a bearer token (never the client's)
     hidden_states: str | None = None  # ZMQ address of the engine's hidden-state plugin (gateway.hidden)
     hidden_states_key: str | None = None  # its CURVE public key (Z85); None: unauthenticated feed
+    kv_events: str | None = None  # ZMQ address of its KV-event publisher (vLLM's --kv-events-config endpoint)
+    kv_events_topic: str = ""     # the topic its batches carry ("" accepts any)
 
     @property
     def host(self) -> str:
@@ -126,6 +128,12 @@ class GatewayConfig:
     hidden_states_client_key: str | None = field(default=None, repr=False)
     hidden_states_rate_per_s: float = 5000.0
     hidden_states_max_dim: int = MAX_DIM
+    # KV-event feeds (gateway.kv_feed): per engine socket at most this many batches a second
+    # and this many bytes a batch; a tokenizer.json to key text prompts for prefix-aware
+    # policies (token-id prompts need none; chat prompts are not keyed)
+    kv_events_rate_per_s: float = 2000.0
+    kv_events_max_bytes: int = 16 * 1024 * 1024
+    tokenizer: str | None = None
 
 
 def public_url(url: str) -> str:
@@ -149,7 +157,7 @@ def parse_engine(raw: Any, where: str, env_allowlist: frozenset[str] | None = No
     _require(isinstance(raw, Mapping), where, "expected a mapping with url and role")
     unknown = sorted(set(raw) - {"url", "role", "name", "type", "model", "kv_blocks", "bootstrap_port",
                                  "metric_names", "api_key", "api_key_env", "hidden_states",
-                                 "hidden_states_key", "hidden_states_key_file"})
+                                 "hidden_states_key", "hidden_states_key_file", "kv_events", "kv_events_topic"})
     _require(not unknown, f"{where}.{unknown[0] if unknown else ''}", "unknown key")
     url = raw.get("url")
     _require(isinstance(url, str) and urlparse(url).scheme in ("http", "https") and bool(urlparse(url).netloc),
@@ -182,9 +190,14 @@ def parse_engine(raw: Any, where: str, env_allowlist: frozenset[str] | None = No
     hidden = raw.get("hidden_states")
     _require(hidden is None or (isinstance(hidden, str) and hidden.startswith(("tcp://", "ipc://"))),
              f"{where}.hidden_states", f"expected a ZMQ address such as tcp://127.0.0.1:5599, got {hidden!r}")
+    kv = raw.get("kv_events")
+    _require(kv is None or (isinstance(kv, str) and kv.startswith(("tcp://", "ipc://")) and "*" not in kv),
+             f"{where}.kv_events", f"expected the ZMQ address to connect to, such as tcp://127.0.0.1:5557, got {kv!r}")
+    topic = raw.get("kv_events_topic", "")
+    _require(isinstance(topic, str), f"{where}.kv_events_topic", "expected a string")
     return EngineSpec(url.rstrip("/"), role, name, etype, raw.get("model"), raw.get("kv_blocks"),
                       raw.get("bootstrap_port"), names, key, hidden,
-                      _hidden_key(raw, where, admin=env_allowlist is not None))
+                      _hidden_key(raw, where, admin=env_allowlist is not None), kv, topic)
 
 
 def _hidden_key(raw: Mapping[str, Any], where: str, admin: bool) -> str | None:
@@ -218,7 +231,8 @@ _SCALARS = {"host": str, "port": int, "model": str, "preset": str, "pd_protocol"
             "default_max_tokens": int, "decisions_log_size": int, "block_size": int, "seed": int,
             "log_level": str, "access_log": bool, "verbatim_relay": bool, "ttft_slo_s": (int, float), "tpot_slo_s": (int, float),
             "prefill_inflight_limit": int, "max_body_reads": int, "max_body_reads_per_client": int,
-            "hidden_states_rate_per_s": (int, float), "hidden_states_max_dim": int}
+            "hidden_states_rate_per_s": (int, float), "hidden_states_max_dim": int,
+            "kv_events_rate_per_s": (int, float), "kv_events_max_bytes": int, "tokenizer": str}
 
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -254,7 +268,7 @@ def parse_config(raw: Any, source: str = "config") -> GatewayConfig:
                 "first_token_timeout_base_s", "token_timeout_factor", "token_timeout_min_s",
                 "header_timeout_s", "body_timeout_s", "max_prompt_tokens", "prefill_inflight_limit",
                 "max_body_reads", "max_body_reads_per_client", "hidden_states_rate_per_s",
-                "hidden_states_max_dim"):
+                "hidden_states_max_dim", "kv_events_rate_per_s", "kv_events_max_bytes"):
         _require(getattr(cfg, key) > 0, key, "must be positive")
     cfg.hidden_states_client_key = _client_key(raw.get("hidden_states_client_key_env"))
     for key in ("ttft_slo_s", "tpot_slo_s"):

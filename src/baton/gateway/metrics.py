@@ -44,6 +44,8 @@ class GatewayMetrics:
                                       "reason (gateway.hidden.DROP_REASONS)", ["reason"], registry=r)
         for reason in DROP_REASONS:
             self.hidden_dropped.labels(reason)
+        self.kv_dropped = Counter("baton_kv_events_dropped", "KV-event messages not applied, by reason "
+                                  "(rate, malformed, topic)", ["reason"], registry=r)
         self.hidden_sources = Gauge("baton_hidden_state_sources_connected",
                                     "Engine hidden-state sockets the gateway is subscribed to", registry=r)
         self.deflections = Counter("baton_deflections", "Prefills deflected onto decode-capable instances",
@@ -111,6 +113,10 @@ class GatewayMetrics:
         (the held prefills) at each scrape."""
         self.registry.register(_EngineGauges(cluster, hold))
 
+    def watch_kv(self, index, names) -> None:
+        """Export the KV-event index's state per engine (``names``: instance id -> name)."""
+        self.registry.register(_KvGauges(index, names))
+
     def watch_policy(self, scheduler) -> None:
         """Export the policy's own figures (``Scheduler.report``) at each scrape."""
         self.registry.register(_PolicyReport(scheduler))
@@ -155,6 +161,33 @@ class _EngineGauges:
                     if value is not None:
                         fams[key].add_metric(labels, value)
         yield from fams.values()
+
+
+class _KvGauges:
+    """What the engines' KV events built: indexed blocks, batches, gaps and lag per engine."""
+
+    def __init__(self, index, names) -> None:
+        self.index, self.names = index, names
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily
+
+        blocks = GaugeMetricFamily("baton_kv_indexed_blocks", "Blocks the KV events say the engine holds",
+                                   labels=["instance"])
+        lag = GaugeMetricFamily("baton_kv_event_lag_seconds", "Arrival minus timestamp of the last batch",
+                                labels=["instance"])
+        batches = CounterMetricFamily("baton_kv_event_batches", "KV-event batches applied", labels=["instance"])
+        gaps = CounterMetricFamily("baton_kv_event_gaps", "KV-event batches lost (sequence gaps)", labels=["instance"])
+        resyncs = CounterMetricFamily("baton_kv_index_resyncs", "Times an engine's index entries were cleared",
+                                      labels=["instance"])
+        for iid, st in self.index.state().items():
+            name = [self.names.get(iid, str(iid))]
+            blocks.add_metric(name, st["indexed_blocks"])
+            lag.add_metric(name, st["lag_s"])
+            batches.add_metric(name, st["batches"])
+            gaps.add_metric(name, st["gaps"])
+            resyncs.add_metric(name, st["resyncs"])
+        yield from (blocks, lag, batches, gaps, resyncs)
 
 
 class _PolicyReport:

@@ -25,11 +25,15 @@ from baton.gateway.engines import Engines
 from baton.gateway.flow import Flow
 from baton.gateway.guards import json_bodies_only
 from baton.gateway.hidden_feed import FeedLimits, HiddenSource, HiddenStateFeed
+from baton.gateway.kv_feed import KvEventFeed, KvFeedLimits, KvSource
+from baton.gateway.kv_index import KvEventIndex
 from baton.gateway.live import LiveCluster
 from baton.gateway.metrics import GatewayMetrics
 from baton.gateway.middleware import client_keys, counted, mark_error
 from baton.gateway.ratelog import RateLimitedLog
 from baton.gateway.scrape import Scraper
+from baton.core.errors import BatonError, ConfigError
+from baton.core.prefix import token_block_keys
 from baton.perf import presets
 from baton.policies import scheduler_for
 from baton.profiling.qoe import extras_for
@@ -99,6 +103,8 @@ class Gateway:
 
     def __init__(self, config: GatewayConfig) -> None:
         self.config = config
+        if any(e.kv_events for e in config.engines):
+            KvEventFeed.check_available()
         if any(e.hidden_states for e in config.engines):
             # a missing pyzmq is a config error, not a start-up crash
             HiddenStateFeed.check_available(curve=any(e.hidden_states_key for e in config.engines))
@@ -118,6 +124,7 @@ class Gateway:
         self.reading = 0  # connections whose request body is still being read
         self.reading_by: dict[str, int] = {}  # the same, per client address
         self.hidden: HiddenStateFeed | None = None
+        self.kv_index, self.kv_feed, self.tokenizer = self._kv_index(), None, self._tokenizer()
         self._tasks: list[asyncio.Task] = []
         self._parsers = ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="baton-parse")  # large bodies
 
@@ -140,7 +147,7 @@ class Gateway:
         app.router.add_get("/health", self.health)
         app.router.add_get("/version", self.version)
         app.router.add_get("/metrics", self.prometheus)
-        admin.add_routes(app, self.control, self.engines, self.scraper)
+        admin.add_routes(app, self.control, self.engines, self.scraper, self.kv_index)
         app.on_startup.append(self._start)
         app.on_cleanup.append(self._stop)
         return app
@@ -156,6 +163,7 @@ class Gateway:
         for stage_index, interval in self.scheduler.tickers:
             self._tasks.append(asyncio.create_task(self._tick_loop(stage_index, interval)))
         self._start_hidden_feed()
+        self._start_kv_feed()
 
     async def _stop(self, _app: web.Application) -> None:
         tasks = [*self._tasks, *self.scraper.tasks.values()]
@@ -165,6 +173,8 @@ class Gateway:
         await self.engines.close_session()
         if self.hidden is not None:
             self.hidden.close()
+        if self.kv_feed is not None:
+            self.kv_feed.close()
         self._parsers.shutdown(wait=False, cancel_futures=True)
 
     async def _tick_loop(self, stage_index: int, interval_s: float) -> None:
@@ -194,6 +204,46 @@ class Gateway:
                                       FeedLimits(c.hidden_states_rate_per_s, c.hidden_states_max_dim),
                                       c.hidden_states_client_key)
         self._tasks.append(asyncio.create_task(self.hidden.run()))
+
+    def _kv_index(self) -> KvEventIndex:
+        """The index the engines' KV events fill; the policies' prefix source when any
+        engine publishes them."""
+        index = KvEventIndex()
+        for iid, eng in self.cluster.engines.items():
+            if eng.spec.kv_events:
+                index.add_engine(iid, self.cluster.instances[iid].kv_blocks_total, self.config.block_size)
+        if index.engines:
+            self.cluster.view.prefix_source = index
+            self.metrics.watch_kv(index, {i: e.spec.name for i, e in self.cluster.engines.items()})
+        return index
+
+    def _tokenizer(self):
+        """The tokenizer text prompts are keyed with (``tokenizer``), for prefix-aware policies."""
+        if self.config.tokenizer is None:
+            return None
+        from baton.workload.tokens import HFTokenizer
+        try:
+            return HFTokenizer(self.config.tokenizer)
+        except BatonError as err:
+            raise ConfigError(f"tokenizer: {err}") from None
+
+    def _start_kv_feed(self) -> None:
+        """Subscribe to the engines' KV events (``gateway.kv_feed``), if any publish."""
+        sources = [KvSource(iid, e.spec.name, e.spec.kv_events, e.spec.kv_events_topic)
+                   for iid, e in self.cluster.engines.items() if e.spec.kv_events]
+        if not sources:
+            return
+        dropped = self.metrics.kv_dropped
+        self.kv_feed = KvEventFeed(sources, self.kv_index, lambda r: dropped.labels(r).inc(),
+                                   KvFeedLimits(self.config.kv_events_rate_per_s, self.config.kv_events_max_bytes))
+        self._tasks.append(asyncio.create_task(self.kv_feed.run()))
+
+    def prompt_keys(self, kind: str, body: dict[str, Any], ids: list[int] | None) -> tuple[int, ...]:
+        """The prompt's block keys for prefix-aware policies: from its token ids, or from a
+        text prompt with the configured tokenizer; none for chat (no chat template here)."""
+        if ids is None and kind == COMPLETIONS and self.tokenizer is not None:
+            ids = self.tokenizer.ids(body["prompt"], special=True)
+        return tuple(token_block_keys(ids, self.config.block_size)) if ids else ()
 
     # --- endpoints -----------------------------------------------------------------------
     async def health(self, _request: web.Request) -> web.Response:
@@ -294,6 +344,8 @@ class Gateway:
         except ApiError as err:
             return await self._refuse(request, err, xid)
         state = self.cluster.new_request(tokens, parsed.max_tokens or 0)
+        if self.scheduler.needs_prefix_keys:
+            state.block_keys = self.prompt_keys(kind, parsed.body, ids)
         oid = self.engines.ids.next()  # our own id: the client's X-Request-Id never reaches an engine
         model = parsed.body.get("model") or self.engines.names.default()
         out = ClientOut(request, parsed, model, f"cmpl-{oid}" if kind == COMPLETIONS else f"chatcmpl-{oid}")

@@ -52,6 +52,7 @@ class Stage:
     replans_prefills = False  # may return Deflect for queued prefills (the gateway then holds them)
     needs_qoe = False  # reads context.extras["qoe"] (a QoEModel the runtime fits for its perf model)
     needs_colocated = False  # places requests on mixed instances only (a PD cluster gives it nothing)
+    needs_prefix_keys = False  # reads RequestState.block_keys (the runtime computes them only then)
 
     def __init__(self, context: PolicyContext) -> None:
         self.context = context
@@ -143,6 +144,10 @@ class Scheduler:
     def needs_bookings(self) -> bool:
         """Whether a stage reads per-request bookings (impossible for a /metrics-only router)."""
         return any(s.needs_bookings for s in self.stages)
+
+    @property
+    def needs_prefix_keys(self) -> bool:
+        return any(s.needs_prefix_keys for s in self.stages)
 
     @property
     def needs_qoe(self) -> bool:

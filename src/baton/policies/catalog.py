@@ -16,12 +16,16 @@ import numpy as np
 from baton.core.errors import ConfigError, did_you_mean
 import baton.policies.ares as ares
 import baton.policies.arrow as arrow
+import baton.policies.cache_aware as cache_aware
 import baton.policies.cascade as cascade
 import baton.policies.colocated as colocated
 import baton.policies.deflect_rules as deflect_rules
 import baton.policies.kairos as kairos
+import baton.policies.kv_cost as kv_cost
 import baton.policies.least_loaded as least_loaded
 import baton.policies.llumnix as llumnix
+import baton.policies.prefix_approx as prefix_approx
+import baton.policies.prefix_precise as prefix_precise
 import baton.policies.round_robin as round_robin
 import baton.policies.sibyl as sibyl
 from baton.perf.model import PerfModel
@@ -30,7 +34,7 @@ from baton.policies.base import PolicyContext, Scheduler, Stage
 STAGE_TYPES: Mapping[str, type[Stage]] = {
     **round_robin.STAGES, **least_loaded.STAGES, **colocated.STAGES, **sibyl.STAGES,
     **ares.STAGES, **arrow.STAGES, **kairos.STAGES, **deflect_rules.STAGES, **cascade.STAGES,
-    **llumnix.STAGES,
+    **llumnix.STAGES, **prefix_precise.STAGES, **prefix_approx.STAGES, **kv_cost.STAGES, **cache_aware.STAGES,
 }
 
 # Stable names users and configs refer to.
@@ -87,6 +91,14 @@ POLICIES: Mapping[str, list[dict[str, Any]]] = {
     "cascade-rr-handover": [{"stage": "cascade", "balance": "rr"}],
     "cascade-interstage-only": [{"stage": "cascade", "balance": "inter"}],
     "llumnix": [{"stage": "llumnix"}],
+    # prefix-aware routing as the field runs it (llm-d's precise and approximate prefix
+    # scorers, Dynamo's KV router, SGLang's cache-aware policy); decodes bound by token load
+    "prefix-precise": [{"stage": "prefix-precise"}],
+    "prefix-approx": [{"stage": "prefix-approx"}],
+    "kv-cost": [{"stage": "kv-cost"}],
+    "cache-aware": [{"stage": "cache-aware"}],
+    # composed: the prefill chosen by prefix, the decode instance by SIBYL's projection
+    "prefix-precise+sibyl": [{"stage": "prefix-precise", "bind_decode": False}, {"stage": "sibyl"}],
 }
 
 

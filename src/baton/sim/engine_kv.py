@@ -4,7 +4,7 @@ for an outgoing transfer, and prefix caching (``prefix_cache.PrefixCache``) at a
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 from baton.core.instance import InstanceState
 from baton.sim.engine_types import EngineConfig, PrefillItem
@@ -104,3 +104,17 @@ class KvBlocks:
         item.blocks, item.done_tokens = len(keys), done
         self.state.progress_prefill(item.req_id, done)
 
+
+class EngineCaches:
+    """The engines' prefix caches as a ``PrefixSource`` (what prefix-aware stages read in
+    the simulator: the engine model's cache itself, as precise KV events would show it)."""
+
+    def __init__(self, engines: Mapping[int, KvBlocks]) -> None:
+        self.caches = [(i, e.cache) for i, e in engines.items() if e.cache is not None]
+
+    def matches(self, keys: Sequence[int]) -> dict[int, int]:
+        first, out = keys[0], {}
+        for i, cache in self.caches:
+            if first in cache.refs:  # most instances hold not even the first block
+                out[i] = cache.hit_blocks(keys, len(keys))
+        return out

@@ -25,6 +25,7 @@ from baton.sim.clock import (ARRIVAL, FLOW_DONE, PUBLISH, SAMPLE, SCRAPE, SEG_EN
 from baton.sim.cluster import ClusterSpec
 from baton.sim.deflection import deflect as deflect_queued
 from baton.sim.engine import Engine
+from baton.sim.engine_kv import EngineCaches
 from baton.sim.engine_types import DecodeJoin, PrefillItem, PrefillKind
 from baton.sim.handoffs import Handoffs
 from baton.sim.migration import Migrator
@@ -62,7 +63,7 @@ class Simulator:
         self.engines = {i: Engine(s, configs[i], perf, closed_form, self._block_keys)
                         for i, s in self.instances.items()}
         self.states: dict[int, RequestState] = {}
-        self.view = ClusterView(self.instances, self.states, info)
+        self.view = ClusterView(self.instances, self.states, info, EngineCaches(self.engines))
         self.net = Network(cluster.nic_bytes_per_s, cluster.nic_latency_s)
         self.migrator = Migrator(self)
         self.handoffs = Handoffs(self, cluster.nic_bytes_per_s, cluster.layerwise_tail)
@@ -168,6 +169,8 @@ class Simulator:
         req = self.requests[index]
         st = RequestState(req)
         self.states[req.req_id] = st
+        if self.scheduler.needs_prefix_keys:
+            st.block_keys = self._block_keys(req.req_id, self.block_size)[:req.prompt_tokens // self.block_size]
         if self._max_model_len is not None and req.prompt_tokens + req.output_tokens > self._max_model_len:
             return self.reject(st, "context")
         if req.prompt_tokens + req.output_tokens > self._max_tokens:

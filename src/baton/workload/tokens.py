@@ -108,9 +108,10 @@ class HFTokenizer:
             out.append(TextSequence(len(p.ids), len(o.ids), token_prefix_ids(list(p.ids) + list(o.ids))))
         return out
 
-    def ids(self, text: str) -> list[int]:
-        """Token ids of one text, no special tokens."""
-        return list(self._tok.encode(text, add_special_tokens=False).ids)
+    def ids(self, text: str, special: bool = False) -> list[int]:
+        """Token ids of one text, with the tokenizer's special tokens (a BOS) if ``special``
+        (as vLLM's completions endpoint encodes a prompt by default)."""
+        return list(self._tok.encode(text, add_special_tokens=special).ids)
 
 
 def token_counter(path: str | Path | None) -> TokenCounter:

@@ -1,0 +1,283 @@
+"""Cache-aware routing: when routing on prefixes pays, and what a decision costs.
+
+    python benchmarks/cache_aware.py [--repeats 3] [--out DIR] [--skip-mooncake] [--quick]
+
+(1) The sessions workload (its defaults: Zipf-popular system prompts, multi-turn sessions,
+agent loops) on 8 colocated Llama-3.1-8B (A100-80G) instances, TTFT SLO 2 s, TPOT SLO 0.1 s:
+each policy's max sustainable rate at 90% SLO attainment over a rate grid, per repeat
+(seeds draw different sessions), with 95% intervals, and the best cache-aware policy over
+least-loaded as paired per-repeat ratios (target >= 1.3x). The same in PD (2P6D: the
+prefill instance chosen by prefix, the decode instance by token load).
+(2) At a rate below every knee: hit rate against the unbounded-cache bound (the reuse the
+workload offers), P50/P95 TTFT and load CV (across-instance coefficient of variation of token
+load, mean over time), colocated and PD.
+(3) The Mooncake conversation trace (``../shared/traces/``; skipped when absent): windows of
+``--mooncake-requests`` requests (one per repeat, at successive offsets), 16 colocated
+instances: the same figures and max sustainable rates (arrivals rescaled, burst shape kept).
+(4) Decision cost at 64 and 1,024 prefill instances with 1M blocks indexed (as the gateway's
+KV-event index holds them): per decision, hashing the prompt's token ids into block keys
+(2,000 tokens, half of them a cached prefix) and the policy's choice; median and p99 (us).
+Targets: median <= 50 us, p99 <= 500 us.
+
+Writes ``attainment.png`` (attainment against rate per policy) and ``results.json`` into
+``--out``; the last line printed is one JSON object with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from baton.core import ClusterView, InstanceState, Request, RequestState, Role  # noqa: E402
+from baton.core.info import InfoModel, ViewMode  # noqa: E402
+from baton.core.prefix import reuse_offered, token_block_keys  # noqa: E402
+from baton.core.prefix_index import PrefixIndex  # noqa: E402
+from baton.experiments.config import Experiment, WorkloadConfig  # noqa: E402
+from baton.experiments.sweep import max_sustainable_rate, run_sweep  # noqa: E402
+from baton.metrics import SLO  # noqa: E402
+from baton.perf import build  # noqa: E402
+from baton.policies import PolicyContext, build_scheduler  # noqa: E402
+from baton.sim import ClusterSpec  # noqa: E402
+from baton.workload import load_trace  # noqa: E402
+from baton.workload.sessions import SessionsSpec, generate_sessions  # noqa: E402
+
+PRESET = "llama-3.1-8b@a100-80g"
+TRACE = ROOT.parent / "shared" / "traces" / "mooncake_conversation.jsonl"
+SLO_2S = SLO(ttft_s=2.0, tpot_s=0.1)
+CACHE_AWARE = ("prefix-precise", "prefix-approx", "kv-cost", "cache-aware")
+COLOCATED = {"round-robin": "colocated-rr", "least-loaded": "colocated", **{p: p for p in CACHE_AWARE}}
+PD = {"round-robin": "round-robin", "least-loaded": "least-loaded", **{p: p for p in CACHE_AWARE}}
+SESSION_RATES = [2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0, 20.0, 24.0]
+MOONCAKE_RATES = [1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 10.0]
+
+
+def interval(values: list[float]) -> tuple[float, float, float]:
+    """(mean, 95% low, 95% high) by Student's t; NaNs where fewer than two values."""
+    from scipy import stats
+
+    x = np.array([v for v in values if v is not None and math.isfinite(v)], dtype=float)
+    if x.size == 0:
+        return math.nan, math.nan, math.nan
+    if x.size < 2:
+        return float(x.mean()), math.nan, math.nan
+    half = stats.t.ppf(0.975, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size)
+    return float(x.mean()), float(x.mean() - half), float(x.mean() + half)
+
+
+def ratio_interval(a: list[float], b: list[float]) -> tuple[float, float, float]:
+    """Paired ratio a/b: the geometric mean and its 95% interval (on log ratios)."""
+    logs = [math.log(x / y) for x, y in zip(a, b) if x and y and x > 0 and y > 0]
+    m, lo, hi = interval(logs)
+    return math.exp(m), math.exp(lo), math.exp(hi)
+
+
+def sweep(base: Experiment, policies: dict, rates: list[float], seeds: int, label: str) -> dict:
+    """Max sustainable rate per policy per seed, and the attainment curves of seed 0."""
+    per_seed: dict[str, list[float | None]] = {name: [] for name in policies}
+    curves: dict[str, list[float]] = {}
+    for seed in range(seeds):
+        t0 = time.perf_counter()
+        result = run_sweep(replace(base, seed=seed), policies, rates)
+        for name, rate in result.max_rates_rps().items():
+            per_seed[name].append(rate)
+        if seed == 0:
+            curves = {name: result.series(name, "slo_attainment") for name in policies}
+        print(f"  {label}: repeat {seed + 1}/{seeds} swept in {time.perf_counter() - t0:.0f} s", flush=True)
+    return {"max_rate": per_seed, "curves": curves}
+
+
+def report_rates(label: str, res: dict, out: dict, key: str) -> None:
+    rates = res["max_rate"]
+    print(f"{label}: max sustainable rate at 90% attainment (req/s; mean [95% interval] over repeats)")
+    for name, values in rates.items():
+        m, lo, hi = interval([v if v is not None else 0.0 for v in values])
+        print(f"  {name:<16} {m:6.2f} [{lo:6.2f}, {hi:6.2f}]   per repeat {values}")
+        out[f"{key}_{name.replace('-', '_')}_max_rate_rps"] = m
+    best = max(CACHE_AWARE, key=lambda p: interval([v or 0.0 for v in rates[p]])[0])
+    g, lo, hi = ratio_interval([v or 0.0 for v in rates[best]], [v or 0.0 for v in rates["least-loaded"]])
+    print(f"  best cache-aware ({best}) over least-loaded: {g:.2f}x [{lo:.2f}, {hi:.2f}] (target >= 1.3x)")
+    out[f"{key}_best_cache_aware"] = best
+    out[f"{key}_best_over_least_loaded"] = g
+    out[f"{key}_best_over_least_loaded_ci95"] = [lo, hi]
+
+
+def at_rate(base: Experiment, policies: dict, rate: float, seeds: int, label: str, out: dict, key: str,
+            bound: list[float]) -> None:
+    """Hit rate, P50/P95 TTFT and load CV of every policy at one rate."""
+    from baton.experiments.sweep import run_point
+
+    b_m, _, _ = interval(bound)
+    print(f"{label} at {rate:g} req/s (reuse offered, an unbounded cache: {b_m:.3f})")
+    print(f"  {'policy':<16} {'hit rate':>16} {'P50 TTFT s':>18} {'P95 TTFT s':>18} {'load CV':>14}")
+    for name, policy in policies.items():
+        runs = [run_point(replace(base, policy=policy, seed=s), rate) for s in range(seeds)]
+        cells = []
+        for metric in ("prefix_cache_hit_rate", "p50_ttft_s", "p95_ttft_s", "load_cv"):
+            m, lo, hi = interval([r[metric] for r in runs])
+            cells.append(f"{m:6.3f} [{lo:5.3f},{hi:5.3f}]" if math.isfinite(lo) else f"{m:6.3f}")
+            out[f"{key}_{name.replace('-', '_')}_{metric}"] = m
+        print(f"  {name:<16} " + " ".join(f"{c:>18}" for c in cells))
+
+
+def sessions(args, out: dict, plots: dict) -> None:
+    spec = SessionsSpec()
+    bound = [reuse_offered(generate_sessions(spec, np.random.default_rng(s))) for s in range(args.repeats)]
+    for layout, cluster, policies in (("colocated", ClusterSpec(prefill=0, decode=0, mixed=8, preset=PRESET), COLOCATED),
+                                      ("pd", ClusterSpec(prefill=2, decode=6, preset=PRESET), PD)):
+        base = Experiment(cluster=cluster, workload=WorkloadConfig(sessions=spec), slo=SLO_2S)
+        label = f"sessions, 8 instances {layout}"
+        res = sweep(base, policies, SESSION_RATES, args.repeats, label)
+        report_rates(label, res, out, f"sessions_{layout}")
+        plots[label] = (SESSION_RATES, res["curves"])
+        at_rate(base, policies, args.sessions_rate, args.repeats, label, out, f"sessions_{layout}", bound)
+
+
+def mooncake(args, out: dict, plots: dict) -> None:
+    if not TRACE.is_file():
+        print(f"mooncake: skipped ({TRACE} not found)")
+        return
+    whole = load_trace(TRACE)
+    n = args.mooncake_requests
+    windows = [whole[k * n:(k + 1) * n] for k in range(args.repeats) if (k + 1) * n <= len(whole)]
+    bound = [reuse_offered(w) for w in windows]
+    cluster = ClusterSpec(prefill=0, decode=0, mixed=16, preset=PRESET)
+    per_seed: dict[str, list[float | None]] = {name: [] for name in COLOCATED}
+    curves: dict[str, list[float]] = {}
+    for k, window in enumerate(windows):
+        t0 = window[0].arrival_s
+        reqs = [replace(r, req_id=i, arrival_s=r.arrival_s - t0) for i, r in enumerate(window)]
+        res = _sweep_requests(reqs, cluster, MOONCAKE_RATES)
+        for name, rate in res.items():
+            per_seed[name].append(rate[0])
+            if k == 0:
+                curves[name] = rate[1]
+        print(f"  mooncake: window {k + 1}/{len(windows)} swept", flush=True)
+    label = f"mooncake conversation, windows of {n} requests, 16 instances colocated"
+    report_rates(label, {"max_rate": per_seed}, out, "mooncake")
+    plots[label] = (MOONCAKE_RATES, curves)
+    print(f"  reuse offered (unbounded cache) per window: {[round(b, 3) for b in bound]}")
+    out["mooncake_reuse_offered"] = float(np.mean(bound)) if bound else math.nan
+
+
+def _sweep_requests(reqs: list[Request], cluster: ClusterSpec, rates: list[float]) -> dict:
+    """Per policy: (max sustainable rate, attainment per rate) of fixed requests rescaled."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    points = [(name, pol, rate) for name, pol in COLOCATED.items() for rate in rates]
+    with ProcessPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(_point, [(reqs, cluster, pol, rate) for _, pol, rate in points]))
+    out = {}
+    for name in COLOCATED:
+        att = [a for (nm, _, _), a in zip(points, results) if nm == name]
+        out[name] = (max_sustainable_rate(rates, att, 0.9), att)
+    return out
+
+
+def _point(arg) -> float:
+    from baton.sim import simulate
+    from baton.workload.transform import scale_to_rate
+
+    reqs, cluster, policy, rate = arg
+    return simulate(scale_to_rate(reqs, rate), cluster, policy).summary(SLO_2S)["slo_attainment"]
+
+
+def decision_cost(instances: int, indexed_blocks: int, decisions: int, rng: np.random.Generator) -> dict:
+    """Median and p99 (us) of hashing a prompt and choosing its instance, per policy."""
+    index = PrefixIndex()
+    per = indexed_blocks // instances
+    for i in range(instances):  # every instance holds its share of distinct blocks
+        index.add(i, range(i * per, (i + 1) * per))
+    states = {}
+    insts = {i: InstanceState(i, Role.MIXED, 40_000, 16) for i in range(instances)}
+    for i, inst in insts.items():
+        inst.kv_blocks_used = int(rng.integers(0, 30_000))
+        for j in range(int(rng.integers(0, 8))):
+            inst.queue_prefill(1_000_000 + 100 * i + j, int(rng.integers(100, 4000)))
+    for inst in insts.values():  # the gateway's view: engine metrics as last scraped
+        inst.sample = inst.engine_sample(0.0)
+    view = ClusterView(insts, states, InfoModel(ViewMode.SCRAPED, 1.0), prefix_source=index)
+    prefixes = [rng.integers(0, 50_000, 1000).tolist() for _ in range(16)]
+    for p_i, prefix in enumerate(prefixes):  # 16 cached 1,000-token prefixes, each on a few instances
+        keys = token_block_keys(prefix, 16)
+        for i in rng.choice(instances, size=3, replace=False):
+            index.add(int(i), keys)
+    out = {}
+    perf = build(PRESET)
+    for policy in CACHE_AWARE:
+        sched = build_scheduler(policy, PolicyContext(np.random.default_rng(0), perf))
+        times = np.empty(decisions)
+        for k in range(decisions):
+            tokens = prefixes[k % len(prefixes)] + rng.integers(0, 50_000, 1000).tolist()
+            st = RequestState(Request(k, 0.0, len(tokens), 100))
+            t0 = time.perf_counter()
+            st.block_keys = tuple(token_block_keys(tokens, 16))
+            sched.plan_arrival(view, st)
+            times[k] = time.perf_counter() - t0
+        out[policy] = (float(np.median(times) * 1e6), float(np.percentile(times, 99) * 1e6))
+    return out
+
+
+def plot(plots: dict, out_dir: Path) -> Path | None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, axes = plt.subplots(1, len(plots), figsize=(6 * len(plots), 4.2), squeeze=False)
+    for ax, (label, (rates, curves)) in zip(axes[0], plots.items()):
+        for name, att in curves.items():
+            ax.plot(rates, att, marker="o", label=name)
+        ax.axhline(0.9, color="grey", linestyle="--", linewidth=0.8)
+        ax.set_title(label, fontsize=9)
+        ax.set_xlabel("request rate (req/s)")
+        ax.set_ylabel("SLO attainment (TTFT 2 s, TPOT 0.1 s)")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = out_dir / "attainment.png"
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--sessions-rate", type=float, default=6.0, help="the fixed rate of (2), req/s")
+    ap.add_argument("--mooncake-requests", type=int, default=1500)
+    ap.add_argument("--skip-mooncake", action="store_true")
+    ap.add_argument("--decisions", type=int, default=2000)
+    ap.add_argument("--out", type=Path, default=Path("cache-aware-results"))
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    out: dict = {}
+    plots: dict = {}
+    sessions(args, out, plots)
+    if not args.skip_mooncake:
+        mooncake(args, out, plots)
+    print("decision cost (us; hashing 2,000 token ids included), 1M blocks indexed")
+    rng = np.random.default_rng(0)
+    for n in (64, 1024):
+        costs = decision_cost(n, 1_000_000, args.decisions, rng)
+        for policy, (med, p99) in costs.items():
+            print(f"  {n:5d} instances {policy:<16} median {med:7.1f}  p99 {p99:8.1f}")
+            key = policy.replace("-", "_")
+            out[f"decision_{key}_{n}_median_us"], out[f"decision_{key}_{n}_p99_us"] = med, p99
+    png = plot(plots, args.out)
+    if png:
+        print(f"plot: {png}")
+    (args.out / "results.json").write_text(json.dumps(out, indent=1, default=str))
+    print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}, default=str))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""The gateway's subscription to the engines' KV events (vLLM's ``--kv-events-config``
+publisher, or the emulator's), feeding ``kv_index.KvEventIndex``.
+
+One ZMQ SUB socket per engine, connected to the address its config names; the socket is the
+engine's identity, so a batch is applied to that engine's entries only. Each reader takes a
+``[topic, sequence, payload]`` message, charges the engine's token bucket, checks the topic
+and frame shapes, decodes the msgpack batch (either encoding) and applies it. Whatever a
+peer sends, the reader goes on: a message it cannot use is dropped and counted by reason
+(``on_drop``: rate, malformed, topic), and because a dropped batch leaves the index behind
+the engine, that engine's entries are cleared (a resync: its next stores rebuild them). A
+reconnection clears them too: what the engine stored while the gateway was away is unknown
+(vLLM's replay socket could fill it in; the gateway does not ask it). libzmq refuses a
+frame over ``max_message_bytes`` before Python allocates it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from baton.core.errors import ConfigError
+from baton.gateway.hidden import TokenBucket
+from baton.gateway.kv_index import KvEventIndex
+from baton.protocol.kv_events import decode_batch
+
+log = logging.getLogger("baton.gateway")
+BATCH = 64  # messages a reader handles before it lets the event loop run
+DROP_REASONS = ("rate", "malformed", "topic")
+
+
+@dataclass(slots=True, frozen=True)
+class KvSource:
+    """One engine's KV-event publisher: its instance id, name (for logs), ZMQ address and
+    the topic its messages carry ("" accepts any)."""
+
+    instance: int
+    name: str
+    address: str
+    topic: str = ""
+
+
+@dataclass(slots=True, frozen=True)
+class KvFeedLimits:
+    """Per engine socket: ``rate_per_s`` batches a second on average (bursts of one
+    second's worth; vLLM sends one batch per engine step), batches of at most
+    ``max_message_bytes``."""
+
+    rate_per_s: float = 2000.0
+    max_message_bytes: int = 16 * 1024 * 1024
+
+
+class KvEventFeed:
+    """Subscribes to every source; runs until cancelled (``run``), then ``close``."""
+
+    @staticmethod
+    def check_available() -> None:
+        try:
+            import msgpack  # noqa: F401
+            import zmq.asyncio  # noqa: F401
+        except ImportError as e:
+            raise ConfigError("engines[].kv_events needs pyzmq and msgpack: pip install 'baton[kv-events]'") from e
+
+    def __init__(self, sources: list[KvSource], index: KvEventIndex, on_drop: Callable[[str], None],
+                 limits: KvFeedLimits = KvFeedLimits()) -> None:
+        self.check_available()
+        import zmq
+        import zmq.asyncio
+
+        self.zmq, self.index, self.on_drop, self.sources, self.limits = zmq, index, on_drop, sources, limits
+        self.context = zmq.asyncio.Context()
+        self.sockets, self.monitors = [], []
+        for src in sources:
+            sock = self.context.socket(zmq.SUB)
+            sock.setsockopt(zmq.SUBSCRIBE, src.topic.encode())
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.MAXMSGSIZE, limits.max_message_bytes)
+            self.monitors.append(sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED))
+            sock.connect(src.address)
+            self.sockets.append(sock)
+        self.connected = {i: False for i in range(len(sources))}
+        self.dropped: dict[str, int] = {}
+        self.applied = 0
+
+    async def run(self) -> None:
+        """Receive until cancelled."""
+        await asyncio.gather(*(self._read(i, s) for i, s in enumerate(self.sockets)),
+                             *(self._watch(i, m) for i, m in enumerate(self.monitors)))
+
+    async def _watch(self, index: int, monitor) -> None:
+        from zmq.utils.monitor import parse_monitor_message
+
+        zmq, src = self.zmq, self.sources[index]
+        while True:
+            try:
+                event = parse_monitor_message(await monitor.recv_multipart())["event"]
+            except (zmq.ZMQError, ValueError, KeyError):
+                continue
+            up = event == zmq.EVENT_HANDSHAKE_SUCCEEDED
+            if up and not self.connected[index]:
+                log.info("KV events of %s connected", src.name)
+                self.index.resync(src.instance, "connected")  # what it stored meanwhile is unknown
+            self.connected[index] = up
+
+    async def _read(self, index: int, sock) -> None:
+        src = self.sources[index]
+        bucket = TokenBucket(self.limits.rate_per_s, max(1.0, self.limits.rate_per_s))
+        handled = 0
+        while True:
+            try:
+                frames = await sock.recv_multipart()
+            except self.zmq.ZMQError as err:  # e.g. a frame over MAXMSGSIZE: keep reading
+                self._drop(src, "malformed", str(err))
+                await asyncio.sleep(0.01)
+                continue
+            self.handle(src, frames, bucket)
+            handled += 1
+            if handled % BATCH == 0:
+                await asyncio.sleep(0)  # a flood must not keep the loop from everything else
+
+    def handle(self, src: KvSource, frames: list[bytes], bucket: TokenBucket | None = None) -> None:
+        """Apply one message from ``src``'s socket, or drop it (and resync that engine)."""
+        if bucket is not None and not bucket.take():
+            return self._drop(src, "rate", f"over {self.limits.rate_per_s:g} batches/s")
+        if len(frames) != 3 or len(frames[1]) != 8:
+            return self._drop(src, "malformed", f"expected [topic, 8-byte sequence, payload], got {len(frames)} frames")
+        if src.topic and frames[0] != src.topic.encode():
+            return self._drop(src, "topic", f"topic {frames[0][:64]!r}")
+        try:
+            batch = decode_batch(frames[2])
+            self.index.apply(src.instance, int.from_bytes(frames[1], "big"), batch, time.time())
+        except Exception as err:  # noqa: BLE001 - nothing an engine sends may end its reader
+            return self._drop(src, "malformed", str(err)[:200])
+        self.applied += 1
+
+    def _drop(self, src: KvSource, reason: str, detail: str) -> None:
+        self.dropped[reason] = self.dropped.get(reason, 0) + 1
+        self.on_drop(reason)
+        self.index.resync(src.instance, reason)
+        if self.dropped[reason] == 1:
+            log.warning("KV events from %s dropped (%s: %s); the engine's index is rebuilt from its next "
+                        "events; further drops are only counted (baton_kv_events_dropped_total)",
+                        src.name, reason, detail)
+
+    def close(self) -> None:
+        for sock in self.sockets:
+            sock.disable_monitor()
+            sock.close(0)
+        for mon in self.monitors:
+            mon.close(0)
+        self.context.term()

@@ -1,0 +1,70 @@
+"""Dynamo's KV router: the lowest estimated cost of serving the prompt on each instance.
+
+cost = prefill_load_scale x max(prefill blocks - overlap_credit x overlap blocks, 0)
+       + decode blocks
+
+where prefill blocks are the instance's queued prefill work plus the prompt, in blocks; overlap
+blocks the prompt's leading blocks the instance holds cached (from the engines' caches, as
+Dynamo's indexer learns them from KV events, plus predict-on-route entries for
+``predict_ttl_s`` seconds); decode blocks its KV blocks in use plus the prompt's. The defaults
+are Dynamo's (overlap score weight 1, temperature 0: the lowest cost wins, ties to the lowest
+id); with ``temperature`` > 0 the choice is a softmax over the costs normalised by the largest.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from baton.core.request import RequestState
+from baton.core.view import ClusterView
+from baton.policies.base import PolicyContext
+from baton.policies.prefix_scoring import PrefixStage, Predictions
+
+
+class KvCost(PrefixStage):
+    """Prefill on the instance where new prefill work plus KV in use costs least."""
+
+    name = "kv-cost"
+
+    def __init__(self, context: PolicyContext, prefill_load_scale: float = 1.0, overlap_credit: float = 1.0,
+                 temperature: float = 0.0, predict_ttl_s: float = 5.0, bind_decode: bool = True) -> None:
+        super().__init__(context, bind_decode)
+        if min(prefill_load_scale, overlap_credit, temperature, predict_ttl_s) < 0:
+            raise ValueError("prefill_load_scale, overlap_credit, temperature and predict_ttl_s must be >= 0")
+        self.scale, self.credit, self.temperature = prefill_load_scale, overlap_credit, temperature
+        self.predicted = Predictions(predict_ttl_s)
+
+    def costs(self, view: ClusterView, request: RequestState, ids: list[int]) -> tuple[list[float], list[int]]:
+        """(cost, overlap blocks) per instance of ``ids``."""
+        keys = request.block_keys
+        cached = view.prefix_matches(keys)
+        predicted = self.predicted.matches(view.now_s, keys)
+        prompt = request.request.prompt_tokens
+        costs, overlaps = [], []
+        for i in ids:
+            inst = view.instance(i)
+            bs = inst.block_size_tokens
+            overlap = max(cached.get(i, 0), predicted.get(i, 0))
+            prefill_blocks = (view.prefill_load(i) + prompt) / bs
+            decode_blocks = view.kv_usage(i) * inst.kv_blocks_total + math.ceil(prompt / bs)
+            costs.append(self.scale * max(prefill_blocks - self.credit * overlap, 0.0) + decode_blocks)
+            overlaps.append(overlap)
+        return costs, overlaps
+
+    def choose_prefill(self, view: ClusterView, request: RequestState) -> int | None:
+        ids = view.prefill_ids
+        costs, overlaps = self.costs(view, request, ids)
+        if self.temperature > 0 and len(ids) > 1:
+            norm = np.asarray(costs) / max(max(costs), 1e-12)
+            weights = np.exp(-(norm - norm.min()) / self.temperature)
+            k = int(self.context.rng.choice(len(ids), p=weights / weights.sum()))
+        else:
+            k = min(range(len(ids)), key=costs.__getitem__)
+        self.hit_blocks += overlaps[k]
+        self.predicted.add(view.now_s, ids[k], request.block_keys)
+        return ids[k]
+
+
+STAGES = {KvCost.name: KvCost}

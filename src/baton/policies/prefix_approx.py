@@ -1,0 +1,47 @@
+"""The Gateway API Inference Extension's approximate prefix-cache scorer: no engine events;
+the router remembers where it sent which prompt blocks (an LRU per instance, sized to the
+instance's KV capacity in blocks, or ``lru_capacity_blocks``) and scores each instance by
+the share of the prompt's leading blocks it sent there, blended with the queue and KV
+utilisation scorers at its default weights, prefix 3 : queue 2 : KV utilisation 2 (the queue
+from the router's own outstanding requests, as in ``prefix_precise``).
+"""
+
+from __future__ import annotations
+
+from baton.core.request import RequestState
+from baton.core.view import ClusterView
+from baton.policies.base import PolicyContext
+from baton.policies.prefix_scoring import PrefixStage, RouteHistory, best_score, lower_is_better
+
+
+class PrefixApprox(PrefixStage):
+    """Prefill where the router's own history, free KV and a short queue score best."""
+
+    name = "prefix-approx"
+
+    def __init__(self, context: PolicyContext, prefix_weight: float = 3.0, queue_weight: float = 2.0,
+                 kv_weight: float = 2.0, lru_capacity_blocks: int | None = None, bind_decode: bool = True) -> None:
+        super().__init__(context, bind_decode)
+        if min(prefix_weight, kv_weight, queue_weight) < 0:
+            raise ValueError("weights must be >= 0")
+        if lru_capacity_blocks is not None and lru_capacity_blocks < 1:
+            raise ValueError("lru_capacity_blocks must be >= 1")
+        self.weights = (prefix_weight, queue_weight, kv_weight)
+        self.capacity = lru_capacity_blocks
+        self.history = RouteHistory()
+
+    def choose_prefill(self, view: ClusterView, request: RequestState) -> int | None:
+        ids, keys = view.prefill_ids, request.block_keys
+        sent = self.history.matches(keys)
+        total = max(1, len(keys))
+        queue = lower_is_better([view.own_requests(i) for i in ids])
+        wp, wq, wk = self.weights
+        scores = [wp * sent.get(i, 0) / total + wq * q + wk * (1.0 - view.kv_usage(i)) for i, q in zip(ids, queue)]
+        choice = best_score(ids, scores)
+        if choice is not None:
+            self.hit_blocks += sent.get(choice, 0)
+            self.history.record(choice, keys, self.capacity or max(1, view.instance(choice).kv_blocks_total))
+        return choice
+
+
+STAGES = {PrefixApprox.name: PrefixApprox}

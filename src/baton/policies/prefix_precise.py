@@ -1,0 +1,52 @@
+"""llm-d's precise prefix-cache scorer, blended with load scorers.
+
+Per instance, the score is a weighted sum of three scores in [0, 1]: the share of the
+prompt's blocks its engine holds as a leading run (from the engines' own caches: the
+simulator's engine model, or the KV events live), 1 - KV-cache usage, and the min-max
+normalised queue (1 for the shortest). The weights default to llm-d's production profile,
+prefix 2 : KV utilisation 1 : queue 1. The queue is the router's own count of requests
+outstanding on the instance: llm-d reads the engines' waiting queues, scraped every 50 ms;
+scraped once a second (Baton's default) they are stale for a whole burst, every instance
+looks idle, and every new prefix lands on the lowest id. A request's blocks count as cached on the
+instance it was sent to for ``predict_ttl_s`` seconds (Dynamo's predict-on-route entries),
+so siblings sent before the engine's first BlockStored follow it.
+"""
+
+from __future__ import annotations
+
+from baton.core.request import RequestState
+from baton.core.view import ClusterView
+from baton.policies.base import PolicyContext
+from baton.policies.prefix_scoring import PrefixStage, Predictions, best_score, lower_is_better
+
+
+class PrefixPrecise(PrefixStage):
+    """Prefill on the instance with the best blend of cached prefix, free KV and short queue."""
+
+    name = "prefix-precise"
+
+    def __init__(self, context: PolicyContext, prefix_weight: float = 2.0, kv_weight: float = 1.0,
+                 queue_weight: float = 1.0, predict_ttl_s: float = 5.0, bind_decode: bool = True) -> None:
+        super().__init__(context, bind_decode)
+        if min(prefix_weight, kv_weight, queue_weight, predict_ttl_s) < 0:
+            raise ValueError("weights and predict_ttl_s must be >= 0")
+        self.weights = (prefix_weight, kv_weight, queue_weight)
+        self.predicted = Predictions(predict_ttl_s)
+
+    def choose_prefill(self, view: ClusterView, request: RequestState) -> int | None:
+        ids, keys = view.prefill_ids, request.block_keys
+        cached = view.prefix_matches(keys)
+        predicted = self.predicted.matches(view.now_s, keys)
+        matched = [max(cached.get(i, 0), predicted.get(i, 0)) for i in ids]
+        total = max(1, len(keys))
+        queue = lower_is_better([view.own_requests(i) for i in ids])
+        wp, wk, wq = self.weights
+        scores = [wp * m / total + wk * (1.0 - view.kv_usage(i)) + wq * q for i, m, q in zip(ids, matched, queue)]
+        choice = best_score(ids, scores)
+        if choice is not None:
+            self.hit_blocks += matched[ids.index(choice)]
+            self.predicted.add(view.now_s, choice, keys)
+        return choice
+
+
+STAGES = {PrefixPrecise.name: PrefixPrecise}

@@ -1,0 +1,130 @@
+"""What the prefix-aware stages share: where the router sent which blocks, blocks it
+predicts an engine is about to cache, score normalisation, and the placement rule.
+
+Every prefix-aware stage chooses the prefill instance; on a colocated (mixed) instance the
+request decodes there too, and in PD the decode instance is chosen when the prefill ends by
+token load (``bind_decode``, as ``least-loaded``), or by a later stage of a composed
+scheduler when ``bind_decode`` is false (e.g. prefix-aware prefill + SIBYL's decode binding).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Sequence
+
+from baton.core.decisions import ArrivalPlan
+from baton.core.instance import Role
+from baton.core.prefix_index import PrefixIndex
+from baton.core.request import RequestState
+from baton.core.view import ClusterView
+from baton.policies.base import PolicyContext, Stage
+from baton.policies.selection import argmin
+
+
+class RouteHistory:
+    """Where the router sent which prefix blocks: one LRU of block keys per instance, at
+    most ``capacity_blocks(instance)`` each (the Gateway API Inference Extension's
+    approximate prefix indexer; SGLang's approximate radix tree, at block granularity)."""
+
+    def __init__(self) -> None:
+        self.index = PrefixIndex()
+        self._lru: dict[int, OrderedDict] = {}
+
+    def record(self, instance_id: int, keys: Sequence[int], capacity_blocks: int) -> None:
+        lru = self._lru.setdefault(instance_id, OrderedDict())
+        new = [k for k in keys if k not in lru]
+        for k in keys:
+            lru[k] = None
+            lru.move_to_end(k)
+        self.index.add(instance_id, new)
+        gone = [lru.popitem(last=False)[0] for _ in range(max(0, len(lru) - capacity_blocks))]
+        self.index.remove(instance_id, gone)
+
+    def matches(self, keys: Sequence[int]) -> dict[int, int]:
+        return self.index.matches(keys)
+
+    def size(self, instance_id: int) -> int:
+        """Blocks the router remembers sending to the instance."""
+        return self.index.size(instance_id)
+
+
+class Predictions:
+    """Blocks an engine is predicted to hold because the router just sent it their prompt,
+    kept ``ttl_s`` seconds (Dynamo's predict-on-route entries): a sibling request that
+    arrives before the engine's first BlockStored event still finds them."""
+
+    def __init__(self, ttl_s: float) -> None:
+        self.ttl_s = ttl_s
+        self.index = PrefixIndex()
+        self._expiry: dict[tuple[int, int], float] = {}
+        self._queue: deque[tuple[float, int, tuple[int, ...]]] = deque()
+
+    def add(self, now_s: float, instance_id: int, keys: Sequence[int]) -> None:
+        if self.ttl_s <= 0 or not keys:
+            return
+        until = now_s + self.ttl_s
+        self._expiry.update(((instance_id, k), until) for k in keys)
+        self.index.add(instance_id, keys)
+        self._queue.append((until, instance_id, tuple(keys)))
+
+    def matches(self, now_s: float, keys: Sequence[int]) -> dict[int, int]:
+        while self._queue and self._queue[0][0] <= now_s:
+            _, iid, old = self._queue.popleft()
+            expired = [k for k in old if self._expiry.get((iid, k), now_s + 1) <= now_s]
+            for k in expired:
+                del self._expiry[(iid, k)]
+            self.index.remove(iid, expired)
+        return self.index.matches(keys)
+
+
+def lower_is_better(values: Sequence[float]) -> list[float]:
+    """Min-max scores in [0, 1], 1 for the lowest value (all 1 when the values are equal),
+    as llm-d's queue scorer normalises queue lengths across pods."""
+    lo, hi = min(values), max(values)
+    if hi <= lo:
+        return [1.0] * len(values)
+    return [(hi - v) / (hi - lo) for v in values]
+
+
+def best_score(ids: Sequence[int], scores: Sequence[float]) -> int | None:
+    """The id with the highest score; ties go to the lowest id (deterministic)."""
+    best, top = None, None
+    for i, s in zip(ids, scores):
+        if top is None or s > top:
+            best, top = i, s
+    return best
+
+
+class PrefixStage(Stage):
+    """Base of the prefix-aware stages: subclasses choose the prefill instance
+    (``choose_prefill``); this class places it and binds the decode side."""
+
+    needs_prefix_keys = True
+
+    def __init__(self, context: PolicyContext, bind_decode: bool = True) -> None:
+        super().__init__(context)
+        self.bind_decode = bind_decode
+        self.placed = self.hit_blocks = 0  # placements and the blocks they were matched on
+
+    def choose_prefill(self, view: ClusterView, request: RequestState) -> int | None:
+        raise NotImplementedError
+
+    def plan_arrival(self, view: ClusterView, request: RequestState, plan: ArrivalPlan) -> ArrivalPlan:
+        if plan.prefill_instance is not None or not view.prefill_ids:
+            return plan
+        choice = self.choose_prefill(view, request)
+        if choice is None:
+            return plan
+        self.placed += 1
+        if view.instance(choice).role is Role.MIXED:  # colocated: it decodes where it prefilled
+            return ArrivalPlan(choice, choice, plan.prefill_chunk_limit_tokens)
+        return ArrivalPlan(choice, plan.decode_instance, plan.prefill_chunk_limit_tokens)
+
+    def choose_decode(self, view: ClusterView, request: RequestState) -> int | None:
+        if not self.bind_decode:
+            return None
+        return argmin(view.decode_ids, view.token_load)
+
+    def report(self) -> dict[str, float]:
+        """Mean leading blocks the chosen instance was matched on, per placement."""
+        return {f"{self.name}_matched_blocks_mean": self.hit_blocks / self.placed if self.placed else 0.0}

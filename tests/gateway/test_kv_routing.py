@@ -1,0 +1,110 @@
+"""Prefix-aware routing live: the KV-event index (stores chained from token ids whatever the
+engine's hashes, removals, gaps and over-capacity resyncs), the feed surviving anything a
+peer sends, and a gateway in front of two emulators that publish KV events, where requests
+sharing a prefix follow the instance that caches it and the engine's own counters agree."""
+
+import time
+
+import pytest
+
+from baton.core.prefix import token_block_keys
+from baton.gateway.kv_index import KvEventIndex
+from baton.protocol.kv_events import KvEvent, KvEventBatch, encode_batch
+from tests.live import decision_log, free_port, get, metric, post, servers, start_emulator, start_gateway, wait_until
+
+TOKENS = list(range(1000, 1064))  # four blocks of 16
+
+
+def _stored(hashes, parent, tokens):
+    return KvEvent("BlockStored", tuple(hashes), parent, tuple(tokens), 16)
+
+
+def _index(capacity=100):
+    idx = KvEventIndex()
+    idx.add_engine(0, capacity, 16)
+    idx.add_engine(1, capacity, 16)
+    return idx
+
+
+def test_stores_are_keyed_by_their_tokens_whatever_the_engine_hashes():
+    idx = _index()
+    keys = token_block_keys(TOKENS, 16)
+    idx.apply(0, 0, KvEventBatch(0.0, [_stored((901, 902), None, TOKENS[:32])]), 0.0)
+    idx.apply(0, 1, KvEventBatch(0.0, [_stored((903,), 902, TOKENS[32:48])]), 0.0)  # chained by parent hash
+    idx.apply(1, 0, KvEventBatch(0.0, [_stored(("a",), None, TOKENS[:16])]), 0.0)  # other hashes, same key
+    assert idx.matches(keys) == {0: 3, 1: 1}
+    idx.apply(0, 2, KvEventBatch(0.0, [KvEvent("BlockRemoved", (902,))]), 0.0)
+    assert idx.matches(keys) == {0: 1, 1: 1}  # block 3 is still held but no longer reachable as a prefix
+    assert idx.blocks(0) == 2
+
+
+def test_gaps_orphans_clears_and_overflow_resync_the_engine_only():
+    idx = _index(capacity=3)
+    idx.apply(0, 0, KvEventBatch(0.0, [_stored((1, 2), None, TOKENS[:32])]), 0.0)
+    idx.apply(1, 0, KvEventBatch(0.0, [_stored((1,), None, TOKENS[:16])]), 0.0)
+    idx.apply(0, 5, KvEventBatch(0.0, []), 0.0)  # batches 1-4 lost
+    st = idx.state()
+    assert st[0]["gaps"] == 4 and st[0]["resyncs"] == 1 and st[0]["indexed_blocks"] == 0
+    assert st[1]["indexed_blocks"] == 1  # the other engine keeps its entries
+    idx.apply(0, 6, KvEventBatch(0.0, [_stored((3,), 2, TOKENS[32:48])]), 0.0)  # parent forgotten
+    assert idx.state()[0]["orphans"] == 1 and idx.blocks(0) == 0
+    idx.apply(0, 7, KvEventBatch(0.0, [_stored((1, 2, 3, 4), None, TOKENS)]), 0.0)  # 4 > capacity 3
+    assert idx.blocks(0) == 0 and idx.state()[0]["resyncs"] == 2
+    idx.apply(1, 1, KvEventBatch(0.0, [KvEvent("AllBlocksCleared")]), 0.0)
+    assert idx.blocks(1) == 0
+
+
+def test_the_feed_drops_what_it_cannot_use_resyncs_and_keeps_reading():
+    pytest.importorskip("zmq")
+    pytest.importorskip("msgpack")
+    from baton.gateway.kv_feed import KvEventFeed, KvSource
+
+    idx, drops = _index(), []
+    src = KvSource(0, "e0", f"tcp://127.0.0.1:{free_port()}", topic="kv")
+    feed = KvEventFeed([src], idx, drops.append)
+    try:
+        good = encode_batch(KvEventBatch(time.time(), [_stored((1, 2), None, TOKENS[:32])]))
+        feed.handle(src, [b"kv", (0).to_bytes(8, "big"), good])
+        assert idx.blocks(0) == 2
+        for frames in ([b"kv", b"x", good], [b"kv"], [b"other", (1).to_bytes(8, "big"), good],
+                       [b"kv", (1).to_bytes(8, "big"), b"\xc1not msgpack"],
+                       [b"kv", (1).to_bytes(8, "big"), encode_batch(KvEventBatch(0.0, [_stored((5,), None, (1,))]))]):
+            feed.handle(src, frames)
+        assert drops == ["malformed", "malformed", "topic", "malformed", "malformed"]
+        assert idx.blocks(0) == 0  # every drop cleared what the engine's index held
+        feed.handle(src, [b"kv", (2).to_bytes(8, "big"), good])
+        assert idx.blocks(0) == 2 and feed.applied == 2
+    finally:
+        feed.close()
+
+
+def test_requests_sharing_a_prefix_follow_the_instance_that_caches_it(tmp_path):
+    pytest.importorskip("zmq")
+    pytest.importorskip("msgpack")
+    ports = [free_port(), free_port()]
+    emulators = [start_emulator(tmp_path, "--time-scale", "0.2", "--kv-events-config",
+                                f'{{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:{p}"}}')
+                 for p in ports]
+    engines = [{"url": e.url, "role": "mixed", "name": f"m{i}", "kv_events": f"tcp://127.0.0.1:{p}"}
+               for i, (e, p) in enumerate(zip(emulators, ports))]
+    gw = start_gateway(tmp_path, {"engines": engines, "policy": "prefix-precise", "admin_token": "t",
+                                  "scrape_interval_s": 0.2})
+    auth = {"Authorization": "Bearer t"}
+    with servers(*emulators, gw):
+        assert wait_until(lambda: all(metric(e.url, "vllm:num_requests_running") == 0 for e in emulators))
+        time.sleep(0.5)  # the subscriptions reach the publishers
+        shared = list(range(5000, 5800))  # 50 blocks
+        assert post(gw.url + "/v1/completions", {"prompt": shared + [1, 2, 3], "max_tokens": 2})[0] == 200
+        first = [d[2] for d in decision_log(gw.url) if d[0] == "prefill"][-1]
+        name = f"m{first}"
+        assert wait_until(lambda: get(gw.url + "/admin/kv", headers=auth)[1]["engines"][name]["indexed_blocks"] >= 50)
+        hits_before = metric(emulators[first].url, "vllm:prefix_cache_hits_total")
+        for k in range(4):
+            code, _ = post(gw.url + "/v1/completions", {"prompt": shared + [7, k, 9, 9], "max_tokens": 2})
+            assert code == 200
+        placed = [d[2] for d in decision_log(gw.url) if d[0] == "prefill"][-4:]
+        assert placed == [first] * 4, placed
+        # the engine's own counters: each sibling found the 50 shared blocks cached there
+        assert metric(emulators[first].url, "vllm:prefix_cache_hits_total") - hits_before >= 4 * 50 * 16
+        _, text = get(gw.url + "/metrics")
+        assert f'baton_kv_indexed_blocks{{instance="{name}"}}' in str(text)
