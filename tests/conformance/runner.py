@@ -42,6 +42,7 @@ class Live:
     ticks_after: dict[str, float] = field(default_factory=dict)
     metrics: Samples = field(default_factory=dict)  # the gateway's, after the settle
     residue: dict[str, float] = field(default_factory=dict)
+    engine_hits_tokens: float = 0.0  # prefix-cache hits summed over the engines, after the settle
     wall_s: float = 0.0
 
 
@@ -75,6 +76,8 @@ async def _settle(session: aiohttp.ClientSession, c: Cluster, live: Live) -> Non
     await asyncio.sleep(max(0.0, started + wait - loop.time()))
     live.metrics = await scrape(session, c.url)
     live.ticks_after = by_label(live.metrics, TICKS, "stage")
+    for url in c.engines:
+        live.engine_hits_tokens += total(await scrape(session, url), "vllm:prefix_cache_hits_total")
 
 
 async def run_live(case: Case) -> Live:

@@ -87,6 +87,20 @@ class ClusterView:
             return {}
         return self.prefix_source.matches(keys)
 
+    def load_columns(self, ids: Sequence[int]) -> tuple[list[int], list[float]]:
+        """``own_requests`` and ``kv_usage`` of every instance of ``ids``, read in one pass
+        (the prefix-aware scorers read both for every candidate on every decision)."""
+        insts = self._instances
+        if self.info.mode.bookings:
+            reqs = [insts[i].num_requests for i in ids]
+        else:
+            reqs = [self.own_requests(i) for i in ids]
+        if self.info.mode.scraped:
+            kv = [(insts[i].sample or _NEVER_SCRAPED).kv_usage for i in ids]
+        else:
+            kv = [self.kv_usage(i) for i in ids]
+        return reqs, kv
+
     # --- engine metrics: exact, or as of the last scrape (baton.core.info) ------------
     def engine_sample(self, instance_id: int) -> EngineSample:
         """The engine metrics a policy may see for an instance now."""

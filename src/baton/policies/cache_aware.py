@@ -44,7 +44,7 @@ class CacheAware(PrefixStage):
 
     def choose_prefill(self, view: ClusterView, request: RequestState) -> int | None:
         ids, keys = view.prefill_ids, request.block_keys
-        loads = [view.own_requests(i) for i in ids]
+        loads = view.load_columns(ids)[0]
         hi, lo = max(loads), min(loads)
         sent = self.history.matches(keys)
         if hi - lo > self.balance_abs and hi > self.balance_rel * lo:

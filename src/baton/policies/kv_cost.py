@@ -20,7 +20,7 @@ import numpy as np
 from baton.core.request import RequestState
 from baton.core.view import ClusterView
 from baton.policies.base import PolicyContext
-from baton.policies.prefix_scoring import PrefixStage, Predictions
+from baton.policies.prefix_scoring import PrefixStage, Predictions, matched_blocks
 
 
 class KvCost(PrefixStage):
@@ -39,18 +39,16 @@ class KvCost(PrefixStage):
     def costs(self, view: ClusterView, request: RequestState, ids: list[int]) -> tuple[list[float], list[int]]:
         """(cost, overlap blocks) per instance of ``ids``."""
         keys = request.block_keys
-        cached = view.prefix_matches(keys)
-        predicted = self.predicted.matches(view.now_s, keys)
+        overlaps = matched_blocks(ids, view.prefix_matches(keys), self.predicted.matches(view.now_s, keys))
         prompt = request.request.prompt_tokens
-        costs, overlaps = [], []
-        for i in ids:
+        kv = view.load_columns(ids)[1]
+        costs = []
+        for i, overlap, usage in zip(ids, overlaps, kv):
             inst = view.instance(i)
             bs = inst.block_size_tokens
-            overlap = max(cached.get(i, 0), predicted.get(i, 0))
             prefill_blocks = (view.prefill_load(i) + prompt) / bs
-            decode_blocks = view.kv_usage(i) * inst.kv_blocks_total + math.ceil(prompt / bs)
+            decode_blocks = usage * inst.kv_blocks_total + math.ceil(prompt / bs)
             costs.append(self.scale * max(prefill_blocks - self.credit * overlap, 0.0) + decode_blocks)
-            overlaps.append(overlap)
         return costs, overlaps
 
     def choose_prefill(self, view: ClusterView, request: RequestState) -> int | None:

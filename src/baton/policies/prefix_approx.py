@@ -11,7 +11,7 @@ from __future__ import annotations
 from baton.core.request import RequestState
 from baton.core.view import ClusterView
 from baton.policies.base import PolicyContext
-from baton.policies.prefix_scoring import PrefixStage, RouteHistory, best_score, lower_is_better
+from baton.policies.prefix_scoring import PrefixStage, RouteHistory, best_score, lower_is_better, matched_blocks
 
 
 class PrefixApprox(PrefixStage):
@@ -33,10 +33,11 @@ class PrefixApprox(PrefixStage):
     def choose_prefill(self, view: ClusterView, request: RequestState) -> int | None:
         ids, keys = view.prefill_ids, request.block_keys
         sent = self.history.matches(keys)
-        total = max(1, len(keys))
-        queue = lower_is_better([view.own_requests(i) for i in ids])
+        reqs, kv = view.load_columns(ids)
         wp, wq, wk = self.weights
-        scores = [wp * sent.get(i, 0) / total + wq * q + wk * (1.0 - view.kv_usage(i)) for i, q in zip(ids, queue)]
+        wp /= max(1, len(keys))
+        scores = [wp * m + wq * q + wk * (1.0 - u)
+                  for m, u, q in zip(matched_blocks(ids, sent), kv, lower_is_better(reqs))]
         choice = best_score(ids, scores)
         if choice is not None:
             self.hit_blocks += sent.get(choice, 0)

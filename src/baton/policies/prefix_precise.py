@@ -17,7 +17,7 @@ from __future__ import annotations
 from baton.core.request import RequestState
 from baton.core.view import ClusterView
 from baton.policies.base import PolicyContext
-from baton.policies.prefix_scoring import PrefixStage, Predictions, best_score, lower_is_better
+from baton.policies.prefix_scoring import PrefixStage, Predictions, best_score, lower_is_better, matched_blocks
 
 
 class PrefixPrecise(PrefixStage):
@@ -35,13 +35,11 @@ class PrefixPrecise(PrefixStage):
 
     def choose_prefill(self, view: ClusterView, request: RequestState) -> int | None:
         ids, keys = view.prefill_ids, request.block_keys
-        cached = view.prefix_matches(keys)
-        predicted = self.predicted.matches(view.now_s, keys)
-        matched = [max(cached.get(i, 0), predicted.get(i, 0)) for i in ids]
-        total = max(1, len(keys))
-        queue = lower_is_better([view.own_requests(i) for i in ids])
+        matched = matched_blocks(ids, view.prefix_matches(keys), self.predicted.matches(view.now_s, keys))
+        reqs, kv = view.load_columns(ids)
         wp, wk, wq = self.weights
-        scores = [wp * m / total + wk * (1.0 - view.kv_usage(i)) + wq * q for i, m, q in zip(ids, matched, queue)]
+        wp /= max(1, len(keys))
+        scores = [wp * m + wk * (1.0 - u) + wq * q for m, u, q in zip(matched, kv, lower_is_better(reqs))]
         choice = best_score(ids, scores)
         if choice is not None:
             self.hit_blocks += matched[ids.index(choice)]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Sequence
+from itertools import repeat
 
 from baton.core.decisions import ArrivalPlan
 from baton.core.instance import Role
@@ -75,6 +76,16 @@ class Predictions:
                 del self._expiry[(iid, k)]
             self.index.remove(iid, expired)
         return self.index.matches(keys)
+
+
+def matched_blocks(ids: Sequence[int], *sources: dict[int, int]) -> list[int]:
+    """Per instance of ``ids``, the longest match any of ``sources`` reports (0: none)."""
+    found = [s for s in sources if s]
+    if not found:
+        return [0] * len(ids)
+    if len(found) == 1:
+        return list(map(found[0].get, ids, repeat(0)))
+    return [max(s.get(i, 0) for s in found) for i in ids]
 
 
 def lower_is_better(values: Sequence[float]) -> list[float]:
