@@ -162,6 +162,11 @@ def shared_prefixes(rows: list[tuple[float, int | None, int, int]], system_block
 PREFIX = shared_prefixes([(0.1, 0, 900, 60), (0.15, 1, 800, 60), (0.2, 2, 1000, 60), (0.25, 0, 760, 60),
                           (0.3, None, 700, 60), (0.6, 1, 950, 60), (1.6, 2, 800, 40), (1.65, 0, 1100, 40),
                           (1.7, 1, 700, 40), (1.75, 0, 850, 40), (1.8, None, 900, 40), (2.1, 2, 760, 40)])
+# 4 mixed: long answers of mixed prompts that outlast cascade-guarded's 10 s warm-up (live
+# seconds: the trace's arrivals run at 0.1 + 2t), then a second wave after its first plan
+WARM = trace([(0.0, 150, 1200), (0.05, 3000, 1200), (0.1, 200, 1200), (0.15, 6000, 60), (0.2, 800, 1200),
+              (0.25, 300, 1200), (0.3, 400, 1200), (5.5, 300, 250), (5.6, 3000, 100), (5.7, 150, 150),
+              (5.8, 600, 40), (5.9, 300, 250)])
 
 PD1P2D, PD1P3D, MIXED4 = (1, 2, 0), (1, 3, 0), (0, 0, 4)
 BOOKINGS = "own bookings only"
@@ -210,7 +215,8 @@ CASES: list[Case] = [
          DEFLECTS, SLO),
     *(_cascade(n) for n in ("cascade", "cascade-chain", "cascade-refine-count", "cascade-refine-memory",
                             "cascade-rr-handover", "cascade-interstage-only")),
-    _cascade("cascade-nopipe", DRAIN),  # one stage: only the intra-stage outlier rule moves work
+    _cascade("cascade-nopipe", DRAIN),
+    _cascade("cascade-guarded", WARM),  # the first plan after its warm-up, then the guard's rules  # one stage: only the intra-stage outlier rule moves work
     Case("llumnix", "llumnix", MIXED4, DRAIN, DISTRIBUTION, "scraped KV usage in its freeness; tick-phase "
          "migrations", MIGRATES),
     # prefix-aware routing: engine caches live from the emulators' KV events (precise, kv-cost),

@@ -172,3 +172,49 @@ def test_a_sender_already_sending_three_queues_its_next_handover():
     del c.moving[3]
     c.granted, c.sending = c._under_way(view)
     assert [(d.req_id, d.target_instance) for d in c._serve_asks(view)] == [(0, 1)]
+
+
+def test_no_plan_before_the_warm_up_then_one_from_its_statistics():
+    c = cascade(exact=True, first_cut=256, prefill_residence_tokens=0.0, warmup_s=10.0, hysteresis=0.05)
+    view = view_of([[100] * 8 + [3000] * 8, [100] * 8 + [3000] * 8, [100] * 8, [100] * 8])
+    c.start(view)
+    for t in range(10):
+        view.now_s = float(t)
+        c.tick(view)
+        assert c.members == [[0, 1, 2, 3]], f"planned at {t} s"
+    view.now_s = 10.0
+    c.tick(view)
+    assert len(c.members) >= 2 and c.report()["cascade_plans_adopted"] == 1
+
+
+def test_a_plan_that_gains_less_than_its_moves_cost_is_not_taken():
+    view = view_of([[100] * 8 + [3000] * 8, [100] * 8 + [3000] * 8, [100] * 8, [100] * 8])
+    eager = cascade(exact=True, first_cut=256, plan_window=False, prefill_residence_tokens=0.0, warmup_s=0.0,
+                    hysteresis=0.0)
+    eager.start(view)
+    eager.tick(view)
+    assert len(eager.members) >= 2
+    # the same gain, but every change must win more than the whole current cost: never
+    reluctant = cascade(exact=True, first_cut=256, plan_window=False, prefill_residence_tokens=0.0, warmup_s=0.0,
+                        hysteresis=1.0)
+    reluctant.start(view)
+    reluctant.tick(view)
+    assert reluctant.members == [[0, 1, 2, 3]] and reluctant.report()["cascade_plans_kept"] == 1
+
+
+def test_a_stage_keeps_the_instances_its_arrivals_need():
+    import numpy as np
+    from baton.policies.cascade_guard import Arrivals, PlanGuard
+    from baton.policies.cascade_plan import PlanCost, StagePlan
+    cost = PlanCost(np.array([100.0] * 4 + [3000.0] * 4), np.array([200.0] * 4 + [3500.0] * 4), QOE, 1000, 1e9,
+                    first_cut=256, max_context=8192)
+    last = cost.edges.index(math.inf)
+    plan = StagePlan((512.0, math.inf), (1, 3), 0.0)  # one instance for every short prompt
+    arrivals = Arrivals(np.array([300.0] * 100), 1.0, 10_000.0)  # 30,000 prompt tokens/s below 512
+    guard = PlanGuard(hysteresis=0.0, prefill_share=0.5)  # 5,000 tokens/s an instance: the first stage needs 6
+    assert guard._repair(guard._tiers(plan, cost), cost, arrivals, 4) == [(0, last, 4)]  # cannot: one stage
+    arrivals = Arrivals(np.array([300.0] * 10), 1.0, 10_000.0)  # 3,000 tokens/s: one instance is enough
+    assert [k for *_, k in guard._repair(guard._tiers(plan, cost), cost, arrivals, 4)] == [1, 3]
+    arrivals = Arrivals(np.array([300.0] * 20), 1.0, 10_000.0)  # 6,000 tokens/s: two
+    assert [k for *_, k in guard._repair(guard._tiers(plan, cost), cost, arrivals, 4)] == [2, 2]
+    assert guard.counts["repaired"] == 1 and guard.counts["merged"] == 1

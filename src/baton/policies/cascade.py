@@ -59,6 +59,7 @@ from baton.core.events import DecodeProgress, Observation
 from baton.core.request import Phase, RequestState
 from baton.core.view import ClusterView
 from baton.policies.base import PolicyContext, Stage
+from baton.policies.cascade_guard import Arrivals, PlanGuard, current_stages
 from baton.policies.cascade_plan import PlanCost, exact_plan, heuristic_plan, split_point
 
 
@@ -76,13 +77,16 @@ class Cascade(Stage):
                  retry_tokens: int = 64, first_cut: int = 256, max_context: int = 131072,
                  link_gbps: float = 50.0, mean_output_tokens: float = 256.0, assign: str = "stable",
                  rewatch: bool = True, plan_window: bool = True, prefill_residence_tokens: float = 128.0,
-                 starvation_s: float = 2.0) -> None:
+                 starvation_s: float = 2.0, warmup_s: float = 0.0, hysteresis: float | None = None,
+                 prefill_share: float | None = None) -> None:
         super().__init__(context)
         if layout not in ("plan", "chain", "nopipe") or refine not in ("qoe", "count", "memory", "off") \
                 or balance not in ("bidask", "rr", "inter"):
             raise ValueError("layout: plan|chain|nopipe, refine: qoe|count|memory|off, balance: bidask|rr|inter")
         if assign not in ("stable", "id"):
             raise ValueError("assign: stable|id")
+        if warmup_s < 0 or (hysteresis or 0) < 0 or not 0 < (prefill_share or 1) <= 1:
+            raise ValueError("warmup_s and hysteresis must be >= 0, prefill_share in (0, 1]")
         self.layout, self.exact, self.refine, self.balance = layout, exact, refine, balance
         self.tick_interval_s, self.plan_interval_s = tick_interval_s, plan_interval_s
         self.ema, self.freeze_below, self.outlier, self.max_moves = ema, freeze_below, outlier, max_moves
@@ -91,7 +95,10 @@ class Cascade(Stage):
         self.members: list[list[int]] = []
         self.bounds: list[float] = []
         self.moving: dict[int, int] = {}  # request -> target of its handover, until it lands
-        self.next_plan_s = 0.0  # the first tick with enough sequences plans
+        self.next_plan_s = warmup_s  # the first plan: after a warm-up period of statistics
+        self.guard = PlanGuard(hysteresis, prefill_share) if hysteresis is not None or prefill_share else None
+        self.arrivals: list[int] = []  # prompt tokens of this period's arrivals
+        self._period_start_s = 0.0
         self._rr = itertools.count()
         self.assign, self.rewatch, self.plan_window = assign, rewatch, plan_window
         self.residence, self.starvation_s = prefill_residence_tokens, starvation_s
@@ -155,7 +162,8 @@ class Cascade(Stage):
 
     def report(self) -> dict[str, float]:
         cvs = self.stage_cvs
-        return {"stage_output_cv": float(np.mean(cvs)) if cvs else float("nan"), "stage_periods": float(len(cvs))}
+        return {"stage_output_cv": float(np.mean(cvs)) if cvs else float("nan"), "stage_periods": float(len(cvs)),
+                **{f"cascade_plans_{k}": float(v) for k, v in (self.guard.counts if self.guard else {}).items()}}
 
     def _replan(self, view: ClusterView) -> None:
         prompt, ctx = self._period(view)
@@ -166,6 +174,11 @@ class Cascade(Stage):
                         self.first_cut, self.max_context, self.residence)
         ids = sorted(view.decode_ids)
         plan = (exact_plan if self.exact else heuristic_plan)(cost, len(ids))
+        if self.guard is not None:
+            plan = self.guard.admit(plan, cost, self._current(cost), self._decoding(view), self._arrival_load(view),
+                                    len(ids))
+            if plan is None:
+                return
         if self.assign == "stable":
             median = {i: float(np.median(c)) if len(c := view.decode_snapshot(i)[1]) else 0.0 for i in ids}
             ids.sort(key=lambda i: (median[i], i))
@@ -173,6 +186,20 @@ class Cascade(Stage):
         self.members = [[next(it) for _ in range(k)] for k in plan.instances]
         self.bounds = list(plan.bounds)
         self.asks = {}  # re-asked by the re-watch against the new stages
+
+    def _current(self, cost: PlanCost) -> list[tuple[int, int, int]]:
+        """The stages now, on the plan's tier edges (a refined bound at its nearest edge)."""
+        return current_stages(cost, self.bounds, [len(m) for m in self.members])
+
+    def _decoding(self, view: ClusterView) -> np.ndarray:
+        return self._contexts(view, sorted(view.decode_ids))
+
+    def _arrival_load(self, view: ClusterView) -> Arrivals:
+        """The period's arrivals for the guard's capacity rule; a new period starts."""
+        prompts, self.arrivals = np.array(self.arrivals, dtype=float), []
+        period_s, self._period_start_s = max(view.now_s - self._period_start_s, 1e-9), view.now_s
+        chunk = 2048
+        return Arrivals(prompts, period_s, chunk / max(self.context.perf.prefill_time_s(chunk, chunk), 1e-9))
 
     @staticmethod
     def _snapshot(view: ClusterView, instances: list[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -192,6 +219,7 @@ class Cascade(Stage):
     # --- routing -------------------------------------------------------------------------
     def plan_arrival(self, view: ClusterView, request: RequestState, plan: ArrivalPlan) -> ArrivalPlan:
         tokens = request.request.prompt_tokens
+        self.arrivals.append(tokens)
         s = next(k for k, b in enumerate(self.bounds) if tokens < b)
         live = [i for i in self.members[s] if view.instance(i).healthy] or view.decode_ids
         inst = min(live, key=lambda i: (view.token_load(i), i))

@@ -90,6 +90,10 @@ POLICIES: Mapping[str, list[dict[str, Any]]] = {
     "cascade-refine-memory": [{"stage": "cascade", "refine": "memory"}],
     "cascade-rr-handover": [{"stage": "cascade", "balance": "rr"}],
     "cascade-interstage-only": [{"stage": "cascade", "balance": "inter"}],
+    # Baton's guard on the planner (policies/cascade_guard.py): the first plan after 10 s
+    # of statistics, a new plan only when it gains more than its moves cost plus 5%, and
+    # every stage left the instances its arrivals' prefills need
+    "cascade-guarded": [{"stage": "cascade", "warmup_s": 10.0, "hysteresis": 0.05, "prefill_share": 0.5}],
     "llumnix": [{"stage": "llumnix"}],
     # prefix-aware routing as the field runs it (llm-d's precise and approximate prefix
     # scorers, Dynamo's KV router, SGLang's cache-aware policy); decodes bound by token load
