@@ -1,6 +1,6 @@
 """CascadeInfer in its regime, and its planner guarded.
 
-    python benchmarks/cascade_regime.py [--repeats 3] [--requests 30000] [--out DIR]
+    python benchmarks/cascade_regime.py [--repeats 3] [--requests 20000] [--out DIR]
 
 16 colocated Llama-3.2-3B instances on H100 (``examples/cascade-16.yaml``), for colocated
 round-robin (the paper's vLLM baseline), ``cascade`` (the paper's planner: a plan every
@@ -43,7 +43,7 @@ from baton.experiments.sweep import run_point, run_sweep  # noqa: E402
 from baton.workload.sessions import SessionsSpec  # noqa: E402
 
 POLICIES = {"colocated-rr": "colocated-rr", "cascade": "cascade", "cascade-guarded": "cascade-guarded"}
-RATES = [600.0, 800.0, 1000.0, 1200.0, 1400.0]
+RATES = [300.0, 400.0, 500.0, 600.0, 700.0]
 LONG_SESSIONS = SessionsSpec(sessions=4000, session_rate=200.0, system_prompts=64, system_tokens=2000,
                              turns_mean=8.0, output_median=400.0, think_s=5.0, max_context=32768)
 
@@ -116,8 +116,8 @@ def _report(label: str, res: dict, out: dict, key: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--requests", type=int, default=30000)
-    ap.add_argument("--overload", type=float, default=1600.0, help="heavy load, req/s (ShareGPT-like)")
+    ap.add_argument("--requests", type=int, default=20000)
+    ap.add_argument("--overload", type=float, default=800.0, help="heavy load, req/s (ShareGPT-like)")
     ap.add_argument("--sessions-rate", type=float, default=400.0, help="heavy load, req/s (long sessions)")
     ap.add_argument("--skip-capacity", action="store_true")
     args = ap.parse_args()

@@ -45,3 +45,21 @@ def test_a_claim_of_no_change_is_not_reproduced_by_a_clear_change():
 
 def test_log_ratios_skip_repeats_without_a_positive_value():
     assert log_ratios([2.0, 0.0, float("nan"), 3.0], [1.0, 1.0, 1.0, 0.0]) == [math.log(2.0)]
+
+
+def _outcome(ratios, claim=0.2, max_repeats=10):
+    from baton.experiments.config import Experiment
+    from baton.experiments.reproduce import Claim, Outcome
+    c = Claim("x", "fig", "", Experiment(), "a", "b", "mean_ttft_s", claim, max_repeats=max_repeats)
+    return Outcome(c, 1.0, 1.0, 0, list(ratios))
+
+
+def test_an_inconclusive_first_look_grows_once_to_the_repeats_that_would_decide_at_most_the_cap():
+    from baton.experiments.reproduce import _second_look
+    wide = _outcome([0.3, -0.1, 0.25])  # includes 0 and the claim: inconclusive
+    needed = wide.judged.repeats_to_decide
+    assert wide.judged.verdict == INCONCLUSIVE and needed > 3
+    assert _second_look(wide, 3, 100, wide.claim.experiment) == needed
+    assert _second_look(wide, 3, 5, wide.claim.experiment) == 5  # capped
+    decided = _outcome([0.20, 0.21, 0.19])
+    assert decided.judged.verdict == REPRODUCED and _second_look(decided, 3, 10, decided.claim.experiment) == 3

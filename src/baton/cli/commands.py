@@ -251,10 +251,13 @@ def cmd_reproduce(args: argparse.Namespace) -> None:
                    {"paper": args.paper, "repeats": args.repeats, "full": args.full, "trace": args.trace})
     outcomes, cache = [], {}
     note = None if args.quiet else (lambda text: print(f"  {text}", file=sys.stderr, flush=True))
+    cap = args.max_repeats
+    if cap is not None and cap < (args.repeats or 2):
+        raise ConfigError(f"--max-repeats: expected at least --repeats ({args.repeats or 2}), got {cap}")
     for claim in claims:
-        outcomes.append(run_claim(claim, args.repeats, args.trace, note, cache))
+        outcomes.append(run_claim(claim, args.repeats, args.trace, note, cache, max_repeats=cap))
         if claim.match is not None:  # the paper's baseline figure matched first, beside the default
-            outcomes.append(run_claim(claim, args.repeats, args.trace, note, cache, matched=True))
+            outcomes.append(run_claim(claim, args.repeats, args.trace, note, cache, matched=True, max_repeats=cap))
     for o in outcomes:
         if o.dropped:  # never silently: the figure rests on fewer repeats than asked for
             print(f"warning: {o.claim.name}: {o.dropped} of {o.dropped + len(o.ratios)} repeats have no "
@@ -293,10 +296,11 @@ def _claim_label(outcome) -> str:
 
 def _verdict_text(outcome) -> str:
     v = outcome.judged
+    looked = f"; {len(outcome.ratios)} repeats after {outcome.first_look}" if outcome.first_look else ""
     if v.verdict == "inconclusive":
-        return f"inconclusive (about {v.repeats_to_decide} repeats would decide)" if v.repeats_to_decide \
-            else "inconclusive"
-    return v.verdict
+        return (f"inconclusive (about {v.repeats_to_decide} repeats would decide{looked})" if v.repeats_to_decide
+                else f"inconclusive{f' ({looked[2:]})' if looked else ''}")
+    return f"{v.verdict}{f' ({looked[2:]})' if looked else ''}"
 
 
 def _pct_ci(outcome) -> str:

@@ -84,6 +84,9 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("paper", help="sibyl, ares, arrow, kairos, cascade (a folder of reproductions/) or all")
     rep.add_argument("--full", action="store_true", help="also the 128/256-instance figures (long)")
     rep.add_argument("--repeats", type=int, help="repeats per figure (default: each figure's own, 3)")
+    rep.add_argument("--max-repeats", type=int, help="an inconclusive figure's second look runs the repeats its "
+                     "interval says would decide, at most this many in all (default: each figure's own, 10; "
+                     "the first look's count: no second look)")
     rep.add_argument("--trace", help="the same claims on another trace of the same shape (disjoint windows)")
     rep.add_argument("--dir", help="folder of reproduction YAMLs (default: the repository's reproductions/)")
     rep.add_argument("--out", default="baton-out", help="output directory (default: baton-out)")

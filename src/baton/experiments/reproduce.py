@@ -24,14 +24,15 @@ from baton.experiments.config import Experiment, WorkloadConfig, experiment_from
 from baton.experiments.repeats import repeat_workloads
 from baton.experiments.run import run_experiment
 from baton.experiments.matching import Calibration, Match, calibrate, parse_match, with_knob
-from baton.experiments.verdicts import Verdict, judge, log_ratios
+from baton.experiments.verdicts import INCONCLUSIVE, Verdict, judge, log_ratios
 from baton.yamlfile import read_yaml
 
 ROOT = Path(__file__).resolve().parents[3] / "reproductions"
 PAPERS = ("sibyl", "ares", "arrow", "kairos", "cascade")
 _KEYS = {"figure", "source", "experiment", "policy", "baseline", "metric", "claim", "full", "repeats",
-         "notes", "rates", "match"}
+         "notes", "rates", "match", "max_repeats"}
 SUSTAINABLE = "max_sustainable_rate_rps"  # a metric from a rate sweep (needs ``rates``)
+MAX_REPEATS = 10  # an inconclusive claim's second look: at most this many repeats in all
 
 
 @dataclass(slots=True)
@@ -51,6 +52,7 @@ class Claim:
     rates: tuple[float, ...] = ()
     match: Match | None = None  # the paper's baseline figure to match first (experiments/matching.py)
     notes: str = ""  # the mechanism behind Baton's verdict, shown in the report
+    max_repeats: int = MAX_REPEATS  # an inconclusive first look may grow to this many (one more look)
 
 
 def load_claim(path: Path) -> Claim:
@@ -79,7 +81,15 @@ def load_claim(path: Path) -> Claim:
     return Claim(path.stem, str(data["figure"]), str(data.get("source", "")), exp, str(data["policy"]),
                  str(data["baseline"]), str(data["metric"]), float(data["claim"]),
                  bool(data.get("full", False)), int(data.get("repeats", 3)), tuple(sorted(map(float, rates))),
-                 parse_match(data.get("match"), str(path)), " ".join(str(data.get("notes", "")).split()))
+                 parse_match(data.get("match"), str(path)), " ".join(str(data.get("notes", "")).split()),
+                 _max_repeats(data, path))
+
+
+def _max_repeats(data: dict, path: Path) -> int:
+    value = data.get("max_repeats", MAX_REPEATS)
+    if not isinstance(value, int) or isinstance(value, bool) or value < int(data.get("repeats", 3)):
+        raise ConfigError(f"{path}: max_repeats: expected an integer >= repeats, got {value!r}")
+    return value
 
 
 def claims_of(paper: str, root: Path = ROOT, full: bool = False) -> list[Claim]:
@@ -107,6 +117,7 @@ class Outcome:
     dropped: int = 0  # repeats without a value (e.g. no rate sustained at the target attainment)
     ratios: list[float] = field(default_factory=list)  # ln(policy / baseline) per repeat
     calibration: Calibration | None = None  # set when the run matched the paper's baseline figure
+    first_look: int | None = None  # repeats of an inconclusive first look that was extended
     _judged: Verdict | None = None
 
     @property
@@ -137,7 +148,7 @@ class Outcome:
                "verdict": v.verdict, "repeats_to_decide": v.repeats_to_decide,
                "metric": f"{self.claim.metric}: {self.claim.policy} vs {self.claim.baseline}",
                "figure": self.claim.figure, "repeats": len(self.ratios), "dropped_repeats": self.dropped,
-               "mechanism": self.claim.notes}
+               "first_look_repeats": self.first_look, "mechanism": self.claim.notes}
         if self.calibration is not None:
             c, m = self.calibration, self.claim.match
             out["matched"] = {"knob": c.knob, "value": c.value, "metric": m.metric if m else None,
@@ -148,7 +159,7 @@ class Outcome:
 
 def run_claim(claim: Claim, repeats: int | None = None, trace: str | None = None,
               progress: Callable[[str], None] | None = None, cache: dict | None = None,
-              matched: bool = False) -> Outcome:
+              matched: bool = False, max_repeats: int | None = None) -> Outcome:
     """Both policies on the same K workloads; relative change of the metric per repeat.
     ``cache`` keeps summaries across claims that share a setup (a figure pair against two
     baselines runs the common policy once). ``matched``: first set the claim's ``match``
@@ -162,9 +173,29 @@ def run_claim(claim: Claim, repeats: int | None = None, trace: str | None = None
     if matched and claim.match is not None:
         calibration = _calibrated(claim, exp, cache, progress)
         exp = with_knob(exp, claim.match.knob, calibration.value)
-    outcome = _compare(claim, exp, repeats or claim.repeats, progress, cache)
+    k = repeats or claim.repeats
+    outcome = _compare(claim, exp, k, progress, cache)
+    more = _second_look(outcome, k, max_repeats if max_repeats is not None else claim.max_repeats, exp)
+    if more > k:
+        if progress:
+            progress(f"{claim.name}: inconclusive at {k} repeats; {more} in all")
+        outcome = _compare(claim, exp, more, progress, cache)
+        outcome.first_look = k
     outcome.calibration = calibration
     return outcome
+
+
+def _second_look(outcome: Outcome, k: int, cap: int, exp: Experiment) -> int:
+    """How many repeats an inconclusive first look grows to: those its interval says would
+    decide, at most ``cap`` and the trace's disjoint windows; ``k`` (none) otherwise. One
+    more look only, so the verdicts stay a two-stage design, not testing until significant."""
+    v = outcome.judged
+    if v.verdict != INCONCLUSIVE or v.repeats_to_decide is None:
+        return k
+    w = exp.workload
+    if w.trace and w.requests:
+        cap = min(cap, len(w.whole_trace(exp.seed)) // w.requests)
+    return max(k, min(cap, v.repeats_to_decide))
 
 
 def _calibrated(claim: Claim, exp: Experiment, cache: dict, progress: Callable[[str], None] | None) -> Calibration:
@@ -195,7 +226,7 @@ def _compare(claim: Claim, exp: Experiment, k: int, progress: Callable[[str], No
     for i, (seed, requests) in enumerate(repeat_workloads(exp, k)):
         values = {}
         for name in (claim.baseline, claim.policy):
-            key = (repr(replace(exp, policy=name, seed=seed)), k, i)
+            key = (repr(replace(exp, policy=name, seed=seed)), i)  # repeat i is the same whatever k
             if key not in cache:
                 if progress:
                     progress(f"{claim.name}: {name} ({i + 1}/{k})")
