@@ -123,13 +123,17 @@ def at_rate(base: Experiment, policies: dict, rate: float, seeds: int, label: st
     print(f"{label} at {rate:g} req/s (reuse offered, an unbounded cache: {b_m:.3f})")
     print(f"  {'policy':<16} {'hit rate':>16} {'P50 TTFT s':>18} {'P95 TTFT s':>18} {'load CV':>14}")
     for name, policy in policies.items():
-        runs = [run_point(replace(base, policy=policy, seed=s), rate) for s in range(seeds)]
-        cells = []
-        for metric in ("prefix_cache_hit_rate", "p50_ttft_s", "p95_ttft_s", "load_cv"):
-            m, lo, hi = interval([r[metric] for r in runs])
-            cells.append(f"{m:6.3f} [{lo:5.3f},{hi:5.3f}]" if math.isfinite(lo) else f"{m:6.3f}")
-            out[f"{key}_{name.replace('-', '_')}_{metric}"] = m
-        print(f"  {name:<16} " + " ".join(f"{c:>18}" for c in cells))
+        figures_row(name, [run_point(replace(base, policy=policy, seed=s), rate) for s in range(seeds)], out, key)
+
+
+def figures_row(name: str, runs: list[dict], out: dict, key: str) -> None:
+    """Print one policy's hit rate, P50/P95 TTFT and load CV (mean [95% interval])."""
+    cells = []
+    for metric in ("prefix_cache_hit_rate", "p50_ttft_s", "p95_ttft_s", "load_cv"):
+        m, lo, hi = interval([r[metric] for r in runs])
+        cells.append(f"{m:6.3f} [{lo:5.3f},{hi:5.3f}]" if math.isfinite(lo) else f"{m:6.3f}")
+        out[f"{key}_{name.replace('-', '_')}_{metric}"] = m
+    print(f"  {name:<16} " + " ".join(f"{c:>18}" for c in cells))
 
 
 def sessions(args, out: dict, plots: dict) -> None:
@@ -164,13 +168,7 @@ def mooncake(args, out: dict, plots: dict) -> None:
           f"{np.mean(bound):.3f}; per window {[round(b, 3) for b in bound]})")
     print(f"  {'policy':<16} {'hit rate':>16} {'P50 TTFT s':>18} {'P95 TTFT s':>18} {'load CV':>14}")
     for name, policy in COLOCATED.items():
-        runs = _map(_summary, [(w, cluster, policy, None) for w in windows])
-        cells = []
-        for metric in ("prefix_cache_hit_rate", "p50_ttft_s", "p95_ttft_s", "load_cv"):
-            m, lo, hi = interval([r[metric] for r in runs])
-            cells.append(f"{m:6.3f} [{lo:5.3f},{hi:5.3f}]" if math.isfinite(lo) else f"{m:6.3f}")
-            out[f"mooncake_{name.replace('-', '_')}_{metric}"] = m
-        print(f"  {name:<16} " + " ".join(f"{c:>18}" for c in cells))
+        figures_row(name, _map(_summary, [(w, cluster, policy, None) for w in windows]), out, "mooncake")
     per_seed: dict[str, list[float | None]] = {name: [] for name in COLOCATED}
     curves: dict[str, list[float]] = {}
     for k, window in enumerate(windows):

@@ -10,12 +10,13 @@ peer sends, the reader goes on: a message it cannot use is dropped and counted b
 the engine, that engine's entries are cleared (a resync: its next stores rebuild them). A
 reconnection clears them too: what the engine stored while the gateway was away is unknown
 (vLLM's replay socket could fill it in; the gateway does not ask it). libzmq refuses a
-frame over ``max_message_bytes`` before Python allocates it.
+frame over ``max_message_bytes`` before Python allocates it; where libzmq then gives up on
+the connection, the feed connects again (``zmq_feed.ZmqFeed``, shared with the
+hidden-state feed).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -24,10 +25,10 @@ from dataclasses import dataclass
 from baton.core.errors import ConfigError
 from baton.gateway.hidden import TokenBucket
 from baton.gateway.kv_index import KvEventIndex
+from baton.gateway.zmq_feed import ZmqFeed
 from baton.protocol.kv_events import decode_batch
 
 log = logging.getLogger("baton.gateway")
-BATCH = 64  # messages a reader handles before it lets the event loop run
 DROP_REASONS = ("rate", "malformed", "topic")
 
 
@@ -52,7 +53,7 @@ class KvFeedLimits:
     max_message_bytes: int = 16 * 1024 * 1024
 
 
-class KvEventFeed:
+class KvEventFeed(ZmqFeed):
     """Subscribes to every source; runs until cancelled (``run``), then ``close``."""
 
     @staticmethod
@@ -67,58 +68,29 @@ class KvEventFeed:
                  limits: KvFeedLimits = KvFeedLimits()) -> None:
         self.check_available()
         import zmq
-        import zmq.asyncio
 
-        self.zmq, self.index, self.on_drop, self.sources, self.limits = zmq, index, on_drop, sources, limits
-        self.context = zmq.asyncio.Context()
-        self.sockets, self.monitors = [], []
+        super().__init__(zmq, sources)
+        self.index, self.on_drop, self.limits, self.rate_per_s = index, on_drop, limits, limits.rate_per_s
         for src in sources:
             sock = self.context.socket(zmq.SUB)
             sock.setsockopt(zmq.SUBSCRIBE, src.topic.encode())
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.MAXMSGSIZE, limits.max_message_bytes)
-            self.monitors.append(sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED))
-            sock.connect(src.address)
-            self.sockets.append(sock)
-        self.connected = {i: False for i in range(len(sources))}
+            self._add(sock, src.address, zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)
         self.dropped: dict[str, int] = {}
         self.applied = 0
 
-    async def run(self) -> None:
-        """Receive until cancelled."""
-        await asyncio.gather(*(self._read(i, s) for i, s in enumerate(self.sockets)),
-                             *(self._watch(i, m) for i, m in enumerate(self.monitors)))
+    def _connection(self, index: int, up: bool) -> None:
+        if up:
+            src = self.sources[index]
+            log.info("KV events of %s connected", src.name)
+            self.index.resync(src.instance, "connected")  # what it stored meanwhile is unknown
 
-    async def _watch(self, index: int, monitor) -> None:
-        from zmq.utils.monitor import parse_monitor_message
+    def _recv_error(self, index: int, err: Exception) -> None:
+        self._drop(self.sources[index], "malformed", str(err))
 
-        zmq, src = self.zmq, self.sources[index]
-        while True:
-            try:
-                event = parse_monitor_message(await monitor.recv_multipart())["event"]
-            except (zmq.ZMQError, ValueError, KeyError):
-                continue
-            up = event == zmq.EVENT_HANDSHAKE_SUCCEEDED
-            if up and not self.connected[index]:
-                log.info("KV events of %s connected", src.name)
-                self.index.resync(src.instance, "connected")  # what it stored meanwhile is unknown
-            self.connected[index] = up
-
-    async def _read(self, index: int, sock) -> None:
-        src = self.sources[index]
-        bucket = TokenBucket(self.limits.rate_per_s, max(1.0, self.limits.rate_per_s))
-        handled = 0
-        while True:
-            try:
-                frames = await sock.recv_multipart()
-            except self.zmq.ZMQError as err:  # e.g. a frame over MAXMSGSIZE: keep reading
-                self._drop(src, "malformed", str(err))
-                await asyncio.sleep(0.01)
-                continue
-            self.handle(src, frames, bucket)
-            handled += 1
-            if handled % BATCH == 0:
-                await asyncio.sleep(0)  # a flood must not keep the loop from everything else
+    def _handle(self, index: int, frames: list[bytes], bucket: TokenBucket) -> None:
+        self.handle(self.sources[index], frames, bucket)
 
     def handle(self, src: KvSource, frames: list[bytes], bucket: TokenBucket | None = None) -> None:
         """Apply one message from ``src``'s socket, or drop it (and resync that engine)."""
@@ -143,11 +115,3 @@ class KvEventFeed:
             log.warning("KV events from %s dropped (%s: %s); the engine's index is rebuilt from its next "
                         "events; further drops are only counted (baton_kv_events_dropped_total)",
                         src.name, reason, detail)
-
-    def close(self) -> None:
-        for sock in self.sockets:
-            sock.disable_monitor()
-            sock.close(0)
-        for mon in self.monitors:
-            mon.close(0)
-        self.context.term()
