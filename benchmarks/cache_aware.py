@@ -13,7 +13,7 @@ workload offers), P50/P95 TTFT and load CV (across-instance coefficient of varia
 load, mean over time), colocated and PD.
 (3) The Mooncake conversation trace (``../shared/traces/``; skipped when absent): windows of
 ``--mooncake-requests`` requests (one per repeat, at successive offsets), 16 colocated
-instances: the same figures at the trace's own arrival times, and max sustainable rates
+instances (and 4P12D): the same figures at the trace's own arrival times, and max sustainable rates
 (arrivals rescaled, burst shape kept) with a TTFT SLO of 10 s (its prompts average 12k
 tokens: 2 s is out of reach for many whatever the load).
 (4) Decision cost at 64 and 1,024 prefill instances with 1M blocks indexed (as the gateway's
@@ -169,6 +169,10 @@ def mooncake(args, out: dict, plots: dict) -> None:
     print(f"  {'policy':<16} {'hit rate':>16} {'P50 TTFT s':>18} {'P95 TTFT s':>18} {'load CV':>14}")
     for name, policy in COLOCATED.items():
         figures_row(name, _map(_summary, [(w, cluster, policy, None) for w in windows]), out, "mooncake")
+    pd = ClusterSpec(prefill=4, decode=12, preset=PRESET)
+    print(f"{label.replace('colocated', '4P12D')}, at the trace's own arrival times")
+    for name, policy in PD.items():
+        figures_row(name, _map(_summary, [(w, pd, policy, None) for w in windows]), out, "mooncake_pd")
     per_seed: dict[str, list[float | None]] = {name: [] for name in COLOCATED}
     curves: dict[str, list[float]] = {}
     for k, window in enumerate(windows):

@@ -30,8 +30,8 @@ def test_siblings_follow_the_prefix_vllm_reports_holding(stack, tmp_path):
     n = min(40, 1500 // bs)  # full blocks of a shared prefix that fits the 2,048-token context
     shared = list(range(9000, 9000 + n * bs))  # ids no other test sends
     with servers(gw):
-        assert wait_until(lambda: all(get(gw.url + "/admin/kv", headers=AUTH)[1]["engines"][n]["resyncs"] >= 1
-                                      for n in ("a", "b")), timeout_s=30)  # both subscriptions connected
+        assert wait_until(lambda: all(get(gw.url + "/admin/kv", headers=AUTH)[1]["engines"][n]["connected"]
+                                      for n in ("a", "b")), timeout_s=30)  # both subscriptions up
         status, body = post(gw.url + "/v1/completions", {"model": "smollm2", "prompt": shared + [11, 12, 13],
                                                          "max_tokens": 1, "temperature": 0.0}, timeout=300)
         assert status == 200, body

@@ -91,8 +91,9 @@ def test_requests_sharing_a_prefix_follow_the_instance_that_caches_it(tmp_path):
                                   "scrape_interval_s": 0.2})
     auth = {"Authorization": "Bearer t"}
     with servers(*emulators, gw):
-        assert wait_until(lambda: all(metric(e.url, "vllm:num_requests_running") == 0 for e in emulators))
-        time.sleep(0.5)  # the subscriptions reach the publishers
+        assert wait_until(lambda: all(s["connected"] for s in get(gw.url + "/admin/kv", headers=auth)[1]["engines"]
+                                      .values()), timeout_s=10)  # both subscriptions up
+        time.sleep(0.2)  # and their subscription messages reach the publishers
         shared = list(range(5000, 5800))  # 50 blocks
         assert post(gw.url + "/v1/completions", {"prompt": shared + [1, 2, 3], "max_tokens": 2})[0] == 200
         first = [d[2] for d in decision_log(gw.url) if d[0] == "prefill"][-1]

@@ -81,8 +81,9 @@ class KvEventFeed(ZmqFeed):
         self.applied = 0
 
     def _connection(self, index: int, up: bool) -> None:
+        src = self.sources[index]
+        self.index.engines[src.instance].connected = up
         if up:
-            src = self.sources[index]
             log.info("KV events of %s connected", src.name)
             self.index.resync(src.instance, "connected")  # what it stored meanwhile is unknown
 

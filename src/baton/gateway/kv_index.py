@@ -35,6 +35,7 @@ class EngineKvState:
     resyncs: int = 0       # times its entries were cleared
     orphans: int = 0       # stores whose parent the index never saw
     lag_s: float = 0.0     # arrival time minus the batch's timestamp, last batch
+    connected: bool = False  # the feed's socket to the engine is up (set by the feed)
 
 
 class KvEventIndex:
@@ -101,5 +102,5 @@ class KvEventIndex:
         """Per engine: indexed blocks and feed health (for ``/admin/kv``)."""
         return {iid: {"indexed_blocks": self.index.size(iid), "capacity_blocks": st.capacity_blocks,
                       "batches": st.batches, "events": st.events, "last_seq": st.last_seq, "gaps": st.gaps,
-                      "resyncs": st.resyncs, "orphans": st.orphans, "lag_s": st.lag_s}
+                      "resyncs": st.resyncs, "orphans": st.orphans, "lag_s": st.lag_s, "connected": st.connected}
                 for iid, st in self.engines.items()}
