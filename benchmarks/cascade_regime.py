@@ -44,7 +44,7 @@ from baton.workload.sessions import SessionsSpec  # noqa: E402
 
 POLICIES = {"colocated-rr": "colocated-rr", "cascade": "cascade", "cascade-guarded": "cascade-guarded"}
 RATES = [300.0, 400.0, 500.0, 600.0, 700.0]
-LONG_SESSIONS = SessionsSpec(sessions=4000, session_rate=200.0, system_prompts=64, system_tokens=2000,
+LONG_SESSIONS = SessionsSpec(sessions=1000, session_rate=200.0, system_prompts=64, system_tokens=2000,
                              turns_mean=8.0, output_median=400.0, think_s=5.0, max_context=32768)
 
 
@@ -118,7 +118,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--requests", type=int, default=20000)
     ap.add_argument("--overload", type=float, default=800.0, help="heavy load, req/s (ShareGPT-like)")
-    ap.add_argument("--sessions-rate", type=float, default=400.0, help="heavy load, req/s (long sessions)")
+    ap.add_argument("--sessions-rate", type=float, default=100.0, help="heavy load, req/s (long sessions)")
     ap.add_argument("--skip-capacity", action="store_true")
     args = ap.parse_args()
     out: dict = {}

@@ -133,3 +133,15 @@ def test_the_index_matches_leading_runs_for_all_instances_at_once():
     assert index.matches(KEYS) == {0: 3, 1: 5} and index.size(1) == 9
     index.clear(1)
     assert index.matches(KEYS) == {0: 3} and index.size(1) == 0
+
+
+def test_the_index_handles_a_thousand_instances_and_their_removals():
+    index = PrefixIndex()
+    for i in range(0, 1024, 3):
+        index.add(i, KEYS[:1 + i % 10])
+    found = index.matches(KEYS)
+    assert found == {i: 1 + i % 10 for i in range(0, 1024, 3)}
+    index.remove(1020, KEYS)
+    assert 1020 not in index.matches(KEYS) and index.size(1020) == 0
+    index.remove(999, KEYS[5:])  # 999 held 10 keys: now 5
+    assert index.matches(KEYS)[999] == 5 and index.size(999) == 5

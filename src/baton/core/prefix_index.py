@@ -2,57 +2,66 @@
 prompt's block keys against (llm-d's KV-block index: block key -> the pods holding it).
 
 Keys are chained (a key names its whole prefix: ``core/prefix.py``), so an instance's match
-for a prompt is the run of the prompt's leading keys it holds. ``matches`` walks the keys
-once for all instances together, intersecting the holder sets, and stops when no instance
-is left: its cost grows with the longest match, not with the number of instances.
+for a prompt is the run of the prompt's leading keys it holds. Each key maps to a bitset of
+the instances holding it (a Python int, bit i for instance i), so a prompt is matched for
+all instances at once by a running AND over its keys (C-level ``accumulate``) that stops
+when no instance is left: its cost grows with the longest match, not with the number of
+instances. Adding or removing a prompt's keys is one bulk dict update.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Sequence
+from itertools import accumulate, repeat, takewhile
+from operator import and_
 
-_NOBODY: frozenset[int] = frozenset()
+
+def _bits(x: int) -> Iterable[int]:
+    """The positions of the set bits of ``x`` (instance ids), lowest first."""
+    while x:
+        low = x & -x
+        yield low.bit_length() - 1
+        x ^= low
 
 
 class PrefixIndex:
-    """Block key -> instances holding it, with a count per instance."""
+    """Block key -> bitset of the instances holding it, with a count per instance."""
 
     def __init__(self) -> None:
-        self.owners: dict[int, set[int]] = {}
+        self.owners: dict[int, int] = {}
         self.counts: dict[int, int] = {}  # instance -> keys it holds
 
     def add(self, instance_id: int, keys: Iterable[int]) -> None:
-        owners, added = self.owners, 0
-        for k in keys:
-            holders = owners.get(k)
-            if holders is None:
-                owners[k] = {instance_id}
-                added += 1
-            elif instance_id not in holders:
-                holders.add(instance_id)
-                added += 1
-        self.counts[instance_id] = self.counts.get(instance_id, 0) + added
+        """The instance holds ``keys`` (distinct) too."""
+        keys = keys if isinstance(keys, (list, tuple)) else list(keys)
+        bit = 1 << instance_id
+        olds = list(map(self.owners.get, keys, repeat(0)))
+        self.owners.update(zip(keys, map(bit.__or__, olds)))
+        had = sum(map(bool, map(bit.__and__, olds)))
+        self.counts[instance_id] = self.counts.get(instance_id, 0) + len(keys) - had
 
     def remove(self, instance_id: int, keys: Iterable[int]) -> None:
-        owners, removed = self.owners, 0
-        for k in keys:
-            holders = owners.get(k)
-            if holders is not None and instance_id in holders:
-                holders.discard(instance_id)
-                removed += 1
-                if not holders:
-                    del owners[k]
-        self.counts[instance_id] = self.counts.get(instance_id, 0) - removed
+        """The instance no longer holds ``keys`` (distinct; those it never held are ignored)."""
+        keys = keys if isinstance(keys, (list, tuple)) else list(keys)
+        if not keys:
+            return
+        bit, owners = 1 << instance_id, self.owners
+        olds = list(map(owners.get, keys, repeat(0)))
+        news = list(map((~bit).__and__, olds))
+        owners.update(zip(keys, news))
+        deque(map(owners.__delitem__, [k for k, v in zip(keys, news) if not v]), maxlen=0)
+        self.counts[instance_id] = self.counts.get(instance_id, 0) - sum(map(bool, map(bit.__and__, olds)))
 
     def clear(self, instance_id: int) -> None:
         """Forget everything an instance holds (its engine cleared its cache, or its
         events can no longer be trusted)."""
-        for k in [k for k, holders in self.owners.items() if instance_id in holders]:
-            self.remove(instance_id, (k,))
+        bit = 1 << instance_id
+        self.remove(instance_id, [k for k, v in self.owners.items() if v & bit])
         self.counts[instance_id] = 0
 
     def holds(self, instance_id: int, key: int) -> bool:
-        return instance_id in self.owners.get(key, _NOBODY)
+        return bool(self.owners.get(key, 0) >> instance_id & 1)
 
     def size(self, instance_id: int) -> int:
         """Keys the instance holds."""
@@ -60,18 +69,13 @@ class PrefixIndex:
 
     def matches(self, keys: Sequence[int]) -> dict[int, int]:
         """Instance -> how many leading ``keys`` it holds (instances holding none are absent)."""
+        run = list(takewhile(bool, accumulate(map(self.owners.get, keys, repeat(0)), and_)))
         out: dict[int, int] = {}
-        if not keys:
+        if not run:
             return out
-        alive = set(self.owners.get(keys[0], _NOBODY))
-        j = 1
-        while alive and j < len(keys):
-            nxt = alive.intersection(self.owners.get(keys[j], _NOBODY))
-            if len(nxt) < len(alive):
-                for i in alive.difference(nxt):
-                    out[i] = j
-            alive = nxt
-            j += 1
-        for i in alive:
-            out[i] = j
+        for j in [j for j in range(1, len(run)) if run[j] != run[j - 1]]:
+            for i in _bits(run[j - 1] & ~run[j]):
+                out[i] = j
+        for i in _bits(run[-1]):
+            out[i] = len(run)
         return out

@@ -34,9 +34,9 @@ class RouteHistory:
     def record(self, instance_id: int, keys: Sequence[int], capacity_blocks: int) -> None:
         lru = self._lru.setdefault(instance_id, OrderedDict())
         new = [k for k in keys if k not in lru]
-        for k in keys:
-            lru[k] = None
-            lru.move_to_end(k)
+        if len(new) < len(keys):  # the keys it had become the most recent (before the new ones)
+            deque(map(lru.move_to_end, [k for k in keys if k in lru]), maxlen=0)
+        lru.update(dict.fromkeys(new))
         self.index.add(instance_id, new)
         gone = [lru.popitem(last=False)[0] for _ in range(max(0, len(lru) - capacity_blocks))]
         self.index.remove(instance_id, gone)
@@ -64,7 +64,7 @@ class Predictions:
         if self.ttl_s <= 0 or not keys:
             return
         until = now_s + self.ttl_s
-        self._expiry.update(((instance_id, k), until) for k in keys)
+        self._expiry.update(dict.fromkeys(zip(repeat(instance_id), keys), until))
         self.index.add(instance_id, keys)
         self._queue.append((until, instance_id, tuple(keys)))
 
@@ -83,9 +83,8 @@ def matched_blocks(ids: Sequence[int], *sources: dict[int, int]) -> list[int]:
     found = [s for s in sources if s]
     if not found:
         return [0] * len(ids)
-    if len(found) == 1:
-        return list(map(found[0].get, ids, repeat(0)))
-    return [max(s.get(i, 0) for s in found) for i in ids]
+    columns = [list(map(s.get, ids, repeat(0))) for s in found]
+    return columns[0] if len(columns) == 1 else list(map(max, *columns))
 
 
 def lower_is_better(values: Sequence[float]) -> list[float]:
