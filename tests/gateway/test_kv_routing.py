@@ -109,3 +109,38 @@ def test_requests_sharing_a_prefix_follow_the_instance_that_caches_it(tmp_path):
         assert metric(emulators[first].url, "vllm:prefix_cache_hits_total") - hits_before >= 4 * 50 * 16
         _, text = get(gw.url + "/metrics")
         assert f'baton_kv_indexed_blocks{{instance="{name}"}}' in str(text)
+
+
+def _gateway(tmp_path, **extra):
+    from baton.gateway.config import parse_config
+    from baton.gateway.server import Gateway
+    engines = [{"url": "http://127.0.0.1:9", "role": "mixed", "name": "m0"}]
+    return Gateway(parse_config({"engines": engines, "policy": "prefix-precise", **extra}))
+
+
+def test_prompts_are_keyed_from_token_ids_or_the_configured_tokenizer(tmp_path):
+    tokenizers = pytest.importorskip("tokenizers")
+    words = [f"w{i}" for i in range(100)]
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel({w: i for i, w in enumerate(["[UNK]", *words])},
+                                                            unk_token="[UNK]"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    gw = _gateway(tmp_path, tokenizer=str(tmp_path / "tokenizer.json"))
+    text = " ".join(words[:40])
+    ids = tok.encode(text).ids
+    assert gw.prompt_keys("completions", {"prompt": text}, None) == tuple(token_block_keys(ids, 16))
+    assert len(gw.prompt_keys("completions", {"prompt": text}, None)) == 2  # 40 tokens: two full blocks
+    assert gw.prompt_keys("completions", {"prompt": TOKENS}, TOKENS) == tuple(token_block_keys(TOKENS, 16))
+    assert gw.prompt_keys("chat", {"messages": [{"role": "user", "content": text}]}, None) == ()
+    assert _gateway(tmp_path).prompt_keys("completions", {"prompt": text}, None) == ()  # no tokenizer: unkeyed
+
+
+def test_bad_kv_event_and_tokenizer_settings_are_config_errors_that_name_the_key(tmp_path):
+    from baton.core.errors import ConfigError
+    from baton.gateway.config import parse_config
+    with pytest.raises(ConfigError, match="engines\\[0\\].kv_events"):
+        parse_config({"engines": [{"url": "http://a:1", "role": "mixed", "kv_events": "tcp://*:5557"}]})
+    with pytest.raises(ConfigError, match="tokenizer"):
+        _gateway(tmp_path, tokenizer=str(tmp_path / "missing"))
+    with pytest.raises(ConfigError, match="kv_events_rate_per_s"):
+        parse_config({"engines": [{"url": "http://a:1", "role": "mixed"}], "kv_events_rate_per_s": 0})
