@@ -60,6 +60,7 @@ from baton.core.request import Phase, RequestState
 from baton.core.view import ClusterView
 from baton.policies.base import PolicyContext, Stage
 from baton.policies.cascade_guard import Arrivals, PlanGuard, current_stages
+from baton.policies.cascade_stats import decoding_contexts, sequences_in_flight
 from baton.policies.cascade_plan import PlanCost, exact_plan, heuristic_plan, split_point
 
 
@@ -133,7 +134,7 @@ class Cascade(Stage):
         """The period's population: its snapshots pooled and thinned to one snapshot's worth
         (Eq. 1's n is a concurrent batch), or the snapshot now without ``plan_window``."""
         if not (self.plan_window and self.window):
-            return self._snapshot(view, sorted(view.decode_ids))
+            return sequences_in_flight(view, sorted(view.decode_ids))
         prompt = np.concatenate([w[0] for w in self.window])
         ctx = np.concatenate([w[1] for w in self.window])
         keep = self.context.rng.random(len(ctx)) < 1.0 / len(self.window)
@@ -192,7 +193,7 @@ class Cascade(Stage):
         return current_stages(cost, self.bounds, [len(m) for m in self.members])
 
     def _decoding(self, view: ClusterView) -> np.ndarray:
-        return self._contexts(view, sorted(view.decode_ids))
+        return decoding_contexts(view, sorted(view.decode_ids))
 
     def _arrival_load(self, view: ClusterView) -> Arrivals:
         """The period's arrivals for the guard's capacity rule; a new period starts."""
@@ -200,21 +201,6 @@ class Cascade(Stage):
         period_s, self._period_start_s = max(view.now_s - self._period_start_s, 1e-9), view.now_s
         chunk = 2048
         return Arrivals(prompts, period_s, chunk / max(self.context.perf.prefill_time_s(chunk, chunk), 1e-9))
-
-    @staticmethod
-    def _snapshot(view: ClusterView, instances: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        prompts, ctxs = [], []
-        for i in instances:
-            rids, ctx, _ = view.decode_snapshot(i)
-            ctxs.append(ctx)
-            prompts.append(np.array([view.request(int(r)).request.prompt_tokens for r in rids], dtype=float))
-            # prefills queued or running count too: arrivals are work the first stages must take
-            queued = np.array([view.request(r).request.prompt_tokens for r in view.instance(i).prefill_queue],
-                              dtype=float)
-            ctxs.append(queued)
-            prompts.append(queued)
-        return (np.concatenate(prompts) if prompts else np.zeros(0),
-                np.concatenate(ctxs).astype(float) if ctxs else np.zeros(0))
 
     # --- routing -------------------------------------------------------------------------
     def plan_arrival(self, view: ClusterView, request: RequestState, plan: ArrivalPlan) -> ArrivalPlan:
@@ -341,7 +327,7 @@ class Cascade(Stage):
         elif self.refine != "off" and self.layout != "nopipe":
             self._refine(view)
         if self.layout == "plan" and self.plan_window:
-            self.window.append(self._snapshot(view, sorted(view.decode_ids)))
+            self.window.append(sequences_in_flight(view, sorted(view.decode_ids)))
         out += self._serve_asks(view)
         if self.balance == "bidask":
             out += self._intra_stage(view)
@@ -379,14 +365,9 @@ class Cascade(Stage):
                 out.append(Watch(rid, view.context_tokens(rid) + self.retry_tokens))
         return out
 
-    @staticmethod
-    def _contexts(view: ClusterView, instances: list[int]) -> np.ndarray:
-        parts = [view.decode_snapshot(i)[1] for i in instances]
-        return np.concatenate(parts).astype(float) if parts else np.zeros(0)
-
     def _refine(self, view: ClusterView) -> None:
         for s in range(len(self.members) - 1):
-            own, nxt = self._contexts(view, self.members[s]), self._contexts(view, self.members[s + 1])
+            own, nxt = decoding_contexts(view, self.members[s]), decoding_contexts(view, self.members[s + 1])
             m = len(self.members[s + 1])
             merged = np.sort(np.concatenate([own, np.sort(nxt)[min(m // 2, max(len(nxt) - 1, 0))::m]]))
             if len(merged) < self.freeze_below:
