@@ -79,3 +79,20 @@ def test_twelve_policies_get_twelve_colours_in_every_figure():
     assert len({to_hex(ln.get_color()) for ln in cdf_lines}) == 12
     bars = throughput_bars(runs).axes[0].patches
     assert len({to_hex(b.get_facecolor()) for b in bars}) == 12
+
+
+def test_the_claims_figure_puts_each_claim_on_a_log_axis_against_the_paper():
+    from baton.experiments.config import Experiment
+    from baton.experiments.reproduce import Claim, Outcome
+    from baton.report.plots import claims_figure
+
+    def outcome(claim, ratios):
+        return Outcome(Claim("c", "fig", "", Experiment(), "a", "b", "m", claim), 1.0, 1.0, 0, ratios)
+
+    fig = claims_figure([outcome(-0.5, [-0.7, -0.6, -0.8]), outcome(1.0, [0.1, 0.3, 0.2]), outcome(0.2, [0.4])])
+    ax = fig.figure.axes[0]
+    assert ax.get_yscale() == "log"
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    paper = lines["paper"].get_ydata()
+    assert list(paper) == [0.5, 2.0, 1.2]  # ratios: 1 + the claimed change
+    assert "Baton (no interval)" in lines  # one repeat: a point without an interval

@@ -256,19 +256,29 @@ def workload_figure(prompt_tokens: np.ndarray, output_tokens: np.ndarray,
 
 
 def claims_figure(outcomes) -> Figure:
-    """A paper's claimed relative changes against Baton's, with Baton's 95% intervals."""
-    fig, ax = _subplots(figsize=(max(6.0, 1.4 * len(outcomes) + 2), 4.5), layout="constrained")
+    """Each claim as a point: Baton's ratio (1 + relative change) with its 95% interval
+    against the paper's, on a log axis (a halving and a doubling sit equally far from 1)."""
+    fig, ax = _subplots(figsize=(max(6.0, 1.2 * len(outcomes) + 2), 4.5), layout="constrained")
     x = np.arange(len(outcomes))
-    claims = [o.claim.claim * 100 for o in outcomes]
-    baton = [o.baton * 100 for o in outcomes]
-    lo = [max(o.baton - o.ci95[0], 0) * 100 if not np.isnan(o.ci95[0]) else 0 for o in outcomes]
-    hi = [max(o.ci95[1] - o.baton, 0) * 100 if not np.isnan(o.ci95[1]) else 0 for o in outcomes]
-    ax.bar(x - 0.2, claims, 0.4, label="paper", color="C7")
-    ax.bar(x + 0.2, baton, 0.4, yerr=[lo, hi], capsize=4, label="Baton (95% CI)", color="C0")
-    ax.axhline(0, color="black", lw=0.8)
+    paper = np.array([1.0 + o.claim.claim for o in outcomes])
+    baton = np.array([1.0 + o.baton for o in outcomes])
+    lo = np.array([1.0 + o.ci95[0] if not np.isnan(o.ci95[0]) else np.nan for o in outcomes])
+    hi = np.array([1.0 + o.ci95[1] if not np.isnan(o.ci95[1]) else np.nan for o in outcomes])
+    floor = 1e-3  # a -100% change has no place on a log axis: drawn at the floor
+    baton, lo, hi, paper = (np.maximum(v, floor) for v in (baton, lo, hi, paper))
+    has = ~np.isnan(lo)
+    ax.errorbar(x[has], baton[has], yerr=[baton[has] - lo[has], hi[has] - baton[has]], fmt="o", capsize=4,
+                color="C0", label="Baton (95% CI)")
+    ax.plot(x[~has], baton[~has], "o", mfc="none", color="C0", label="Baton (no interval)" if (~has).any() else None)
+    ax.plot(x, paper, "D", color="C3", label="paper")
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_yscale("log")
+    ticks = [t for t in (0.1, 0.25, 0.5, 1, 2, 4, 10, 20) if min(lo[has].min(initial=1), paper.min(), baton.min()) / 1.5
+             <= t <= max(hi[has].max(initial=1), paper.max(), baton.max()) * 1.5]
+    ax.set_yticks(ticks, [f"{(t - 1) * 100:+.0f}%" for t in ticks])
     names = [o.claim.name + (" (matched)" if getattr(o, "calibration", None) else "") for o in outcomes]
     ax.set_xticks(x, names, rotation=20, ha="right", fontsize=8)
-    ax.set(ylabel="relative change of the metric (%)", title="Claimed against reproduced")
+    ax.set(ylabel="relative change of the metric (log scale of the ratio)", title="Claimed against reproduced")
     ax.legend()
     ax.grid(True, axis="y", alpha=0.3)
     return Figure("claims", "The paper's claims and Baton's results", fig)
