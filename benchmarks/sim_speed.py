@@ -2,8 +2,14 @@
 
 Runs (1) the Azure conversation trace on 4P4D (skipped when the trace is absent),
 (2) a synthetic reasoning workload of 20,000 requests (mean output ~5,000, cap 8,192)
-on 16P64D, and (3) closed-form vs per-iteration mode on a subset, measured in the same
-run. The last line is one JSON object.
+on 16P64D, (3) closed-form vs per-iteration mode on a subset, measured in the same
+run, and with ``--scale`` (4) the demo's built-in workload (bursty, heavy-tailed lengths)
+at the demo's rate per instance (14 req/s on 6 instances, 1:2 prefill to decode) on a
+1,024-instance PD cluster (256P768D) with 200,000 requests (``wall_s_1024``, and its peak
+RSS in a fresh process, ``rss_mib_1024``), and how wall time per simulated request grows
+with the instance count (16, 256, 1,024 at that load per instance, requests in proportion)
+and with the requests (10k, 50k, 200k on 1,024 instances). The last line is one JSON
+object.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ def main() -> None:
     ap.add_argument("--reasoning-requests", type=int, default=20_000)
     ap.add_argument("--reasoning-rate", type=float, default=14.0, help="requests/s (decode-bound)")
     ap.add_argument("--subset", type=int, default=300, help="requests in the mode comparison")
+    ap.add_argument("--scale", action="store_true", help="also the 1,024-instance and scaling runs (long)")
     args = ap.parse_args()
     out: dict[str, float | None] = {}
 
@@ -72,7 +79,53 @@ def main() -> None:
     out["closed_form_speedup"] = round(speedup, 2)
     out["peak_rss_mib"] = round(peak_rss_mib(), 1)
     print(f"peak RSS {out['peak_rss_mib']} MiB")
+    if args.scale:
+        scale(out)
     print(json.dumps(out))
+
+
+def demo_at(instances: int, requests: int):
+    """The demo's workload at its rate per instance, on ``instances`` (1:3 prefill to decode)."""
+    from dataclasses import replace as dc_replace
+    from baton.cli.commands import demo_experiment
+    exp = demo_experiment()
+    per_instance = exp.workload.synthetic.rate_rps / (exp.cluster.prefill + exp.cluster.decode)
+    spec = dc_replace(exp.workload.synthetic, requests=requests, rate_rps=per_instance * instances)
+    return generate(spec, np.random.default_rng(0)), ClusterSpec(prefill=instances // 4, decode=instances - instances // 4)
+
+
+def whole_process(instances: int, requests: int) -> tuple[float, float]:
+    """(wall s, peak RSS MiB) of one simulation in a fresh Python process."""
+    import subprocess
+    code = ("import sys, time, resource; sys.path.insert(0, %r); import sim_speed as s; "
+            "reqs, cl = s.demo_at(%d, %d); t = time.perf_counter(); s.simulate(reqs, cl, 'least-loaded'); "
+            "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)"
+            % (str(Path(__file__).parent), instances, requests))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    wall, rss = done.stdout.split()[-2:]
+    return float(wall), float(rss)
+
+
+def scale(out: dict) -> None:
+    per_req = {}
+    for instances, requests in ((16, 3125), (256, 50_000), (1024, 200_000)):
+        wall, rss = whole_process(instances, requests)
+        per_req[instances] = wall / requests
+        print(f"demo workload, {instances} instances (least-loaded), {requests} requests: simulation {wall:.1f} s, "
+              f"{per_req[instances] * 1e6:.0f} us per request, peak RSS {rss:.0f} MiB", flush=True)
+        if instances == 1024:
+            out["wall_s_1024"], out["rss_mib_1024"] = round(wall, 2), round(rss, 1)
+    out["per_request_1024_over_16"] = round(per_req[1024] / per_req[16], 3)
+    by_requests = {200_000: per_req[1024]}
+    for requests in (10_000, 50_000):
+        wall, _ = whole_process(1024, requests)
+        by_requests[requests] = wall / requests
+        print(f"demo workload, 1024 instances, {requests} requests: {wall:.1f} s, "
+              f"{by_requests[requests] * 1e6:.0f} us per request", flush=True)
+    out["per_request_200k_over_10k"] = round(by_requests[200_000] / by_requests[10_000], 3)
+    print(f"wall per request: 1,024 over 16 instances {out['per_request_1024_over_16']}x (target <= 1.5); "
+          f"200k over 10k requests {out['per_request_200k_over_10k']}x (target <= 1.2); 1,024 instances with "
+          f"200k requests {out['wall_s_1024']} s (target <= 60), {out['rss_mib_1024']} MiB (target < 2,048)")
 
 
 if __name__ == "__main__":

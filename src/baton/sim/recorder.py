@@ -113,10 +113,9 @@ class Recorder:
             return
         self.counters.decode_starts += 1
         view = self.view
-        count = {i: view.own_requests(i) - (i == dst) for i in ids}
-        tokens = {i: view.token_load(i) - (ctx if i == dst else 0) for i in ids}
-        self.counters.least_by_count += count[dst] <= min(count.values())
-        self.counters.least_by_tokens += tokens[dst] <= min(tokens.values())
+        count, tokens = view.own_requests(dst) - 1, view.token_load(dst) - ctx
+        self.counters.least_by_count += count <= min(map(view.own_requests, ids))
+        self.counters.least_by_tokens += tokens <= min(map(view.token_load, ids))
 
     def sample(self, now_s: float) -> None:
         """Every instance's token load now."""
