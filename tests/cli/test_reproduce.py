@@ -27,9 +27,10 @@ def test_reproduce_prints_claim_against_baton_with_an_interval(tmp_path):
               "--quiet", "--out", str(tmp_path / "out"))
     assert p.returncode == 0, p.stderr
     assert len(p.stdout.strip().splitlines()) == 1
-    result = json.loads(p.stdout)
+    result = _claims(p.stdout)
     assert list(result) == ["tiny"]  # the `full` figure needs --full
     fig = result["tiny"]
+    assert fig["paper"] == "sibyl" and fig["figure"]
     assert fig["claim"] == -0.5 and fig["repeats"] == 2
     assert fig["metric"] == "p99_tpot_s: least-kv vs rr-early"
     lo, hi = fig["ci95"]
@@ -49,7 +50,8 @@ def test_reproduce_all_runs_every_papers_figures(tmp_path):
     p = baton("reproduce", "all", "--dir", str(tmp_path / "repro"), "--repeats", "2", "--json", "--quiet",
               "--out", str(tmp_path / "out"))
     assert p.returncode == 0, p.stderr
-    assert list(json.loads(p.stdout)) == ["sibyl/tiny", "kairos/tiny"]
+    assert list(_claims(p.stdout)) == ["sibyl/tiny", "kairos/tiny"]
+    assert [c["paper"] for c in json.loads(p.stdout)["claims"]] == ["sibyl", "kairos"]
 
 
 def test_reproduce_errors_are_one_line(tmp_path):
@@ -99,7 +101,7 @@ def test_a_sustainable_rate_claim_sweeps_both_policies(tmp_path):
     p = baton("reproduce", "arrow", "--dir", str(tmp_path), "--repeats", "2", "--json", "--quiet",
               "--out", str(tmp_path / "out"))
     assert p.returncode == 0, p.stderr
-    (fig,) = json.loads(p.stdout).values()
+    (fig,) = _claims(p.stdout).values()
     assert fig["repeats"] == 2 and fig["baton"] is not None and fig["metric"].startswith("max_sustainable")
     (folder / "rate.yaml").write_text((folder / "rate.yaml").read_text().replace("rates: [2, 8, 32, 128]\n", ""))
     p = baton("reproduce", "arrow", "--dir", str(tmp_path), "--out", str(tmp_path / "out"))
@@ -119,6 +121,11 @@ def test_repeats_without_a_sustained_rate_are_reported_not_silently_dropped(tmp_
     p = baton("reproduce", "arrow", "--dir", str(tmp_path), "--repeats", "2", "--json", "--quiet",
               "--out", str(tmp_path / "out"))
     assert p.returncode == 0, p.stderr
-    (fig,) = json.loads(p.stdout).values()
+    (fig,) = _claims(p.stdout).values()
     assert fig["repeats"] == 0 and fig["dropped_repeats"] == 2 and fig["baton"] is None
     assert "2 of 2 repeats have no max_sustainable_rate_rps" in p.stderr
+
+
+def _claims(stdout: str) -> dict:
+    """``--json``'s claims list keyed by name."""
+    return {c["name"]: c for c in json.loads(stdout)["claims"]}

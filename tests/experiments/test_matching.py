@@ -56,7 +56,7 @@ def test_reproduce_shows_the_matched_run_beside_the_default(tmp_path):
     p = baton("reproduce", "ares", "--dir", str(tmp_path / "repro"), "--repeats", "2", "--json", "--quiet",
               "--out", str(tmp_path / "out"))
     assert p.returncode == 0, p.stderr
-    out = json.loads(p.stdout)
+    out = {c["name"]: c for c in json.loads(p.stdout)["claims"]}
     assert list(out) == ["tiny", "tiny (matched)"]
     matched = out["tiny (matched)"]["matched"]
     assert matched["knob"] == "kv_tokens" and matched["value"] in (20000, 200000) and len(matched["tried"]) == 2

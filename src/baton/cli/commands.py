@@ -276,7 +276,9 @@ def cmd_reproduce(args: argparse.Namespace) -> None:
                                          meta=meta, extra_tables=[("Claims", head, rows),
                                                                   ("Why", ["figure", "verdict", "mechanism"],
                                                                    mechanisms)]))
-    payload = {o.claim.name + (" (matched)" if o.calibration else ""): o.json() for o in outcomes}
+    payload = {"claims": [{"name": o.claim.name + (" (matched)" if o.calibration else ""),
+                           "paper": o.claim.name.split("/")[0] if "/" in o.claim.name else args.paper, **o.json()}
+                          for o in outcomes]}
     (Path(args.out) / "reproduce.json").write_text(json.dumps(payload, indent=2))
     if args.json:
         emit_json(payload)
