@@ -96,3 +96,5 @@ def test_the_claims_figure_puts_each_claim_on_a_log_axis_against_the_paper():
     paper = lines["paper"].get_ydata()
     assert list(paper) == [0.5, 2.0, 1.2]  # ratios: 1 + the claimed change
     assert "Baton (no interval)" in lines  # one repeat: a point without an interval
+    import matplotlib.pyplot as plt
+    plt.close(fig.figure)

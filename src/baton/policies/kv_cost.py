@@ -20,7 +20,7 @@ import numpy as np
 from baton.core.request import RequestState
 from baton.core.view import ClusterView
 from baton.policies.base import PolicyContext
-from baton.policies.prefix_scoring import PrefixStage, Predictions, matched_blocks
+from baton.policies.prefix_scoring import PrefixStage, Predictions, matched_blocks, nonnegative
 
 
 class KvCost(PrefixStage):
@@ -31,8 +31,8 @@ class KvCost(PrefixStage):
     def __init__(self, context: PolicyContext, prefill_load_scale: float = 1.0, overlap_credit: float = 1.0,
                  temperature: float = 0.0, predict_ttl_s: float = 5.0, bind_decode: bool = True) -> None:
         super().__init__(context, bind_decode)
-        if min(prefill_load_scale, overlap_credit, temperature, predict_ttl_s) < 0:
-            raise ValueError("prefill_load_scale, overlap_credit, temperature and predict_ttl_s must be >= 0")
+        nonnegative(prefill_load_scale=prefill_load_scale, overlap_credit=overlap_credit, temperature=temperature,
+                    predict_ttl_s=predict_ttl_s)
         self.scale, self.credit, self.temperature = prefill_load_scale, overlap_credit, temperature
         self.predicted = Predictions(predict_ttl_s)
 

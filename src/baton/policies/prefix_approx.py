@@ -11,7 +11,8 @@ from __future__ import annotations
 from baton.core.request import RequestState
 from baton.core.view import ClusterView
 from baton.policies.base import PolicyContext
-from baton.policies.prefix_scoring import PrefixStage, RouteHistory, best_score, lower_is_better, matched_blocks
+from baton.policies.prefix_scoring import (PrefixStage, RouteHistory, best_score, lower_is_better, matched_blocks,
+                                          nonnegative)
 
 
 class PrefixApprox(PrefixStage):
@@ -22,8 +23,7 @@ class PrefixApprox(PrefixStage):
     def __init__(self, context: PolicyContext, prefix_weight: float = 3.0, queue_weight: float = 2.0,
                  kv_weight: float = 2.0, lru_capacity_blocks: int | None = None, bind_decode: bool = True) -> None:
         super().__init__(context, bind_decode)
-        if min(prefix_weight, kv_weight, queue_weight) < 0:
-            raise ValueError("weights must be >= 0")
+        nonnegative(prefix_weight=prefix_weight, queue_weight=queue_weight, kv_weight=kv_weight)
         if lru_capacity_blocks is not None and lru_capacity_blocks < 1:
             raise ValueError("lru_capacity_blocks must be >= 1")
         self.weights = (prefix_weight, queue_weight, kv_weight)

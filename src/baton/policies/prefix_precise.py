@@ -17,7 +17,8 @@ from __future__ import annotations
 from baton.core.request import RequestState
 from baton.core.view import ClusterView
 from baton.policies.base import PolicyContext
-from baton.policies.prefix_scoring import PrefixStage, Predictions, best_score, lower_is_better, matched_blocks
+from baton.policies.prefix_scoring import (PrefixStage, Predictions, best_score, lower_is_better, matched_blocks,
+                                          nonnegative)
 
 
 class PrefixPrecise(PrefixStage):
@@ -28,8 +29,8 @@ class PrefixPrecise(PrefixStage):
     def __init__(self, context: PolicyContext, prefix_weight: float = 2.0, kv_weight: float = 1.0,
                  queue_weight: float = 1.0, predict_ttl_s: float = 5.0, bind_decode: bool = True) -> None:
         super().__init__(context, bind_decode)
-        if min(prefix_weight, kv_weight, queue_weight, predict_ttl_s) < 0:
-            raise ValueError("weights and predict_ttl_s must be >= 0")
+        nonnegative(prefix_weight=prefix_weight, kv_weight=kv_weight, queue_weight=queue_weight,
+                    predict_ttl_s=predict_ttl_s)
         self.weights = (prefix_weight, kv_weight, queue_weight)
         self.predicted = Predictions(predict_ttl_s)
 

@@ -78,6 +78,13 @@ class Predictions:
         return self.index.matches(keys)
 
 
+def nonnegative(**params: float) -> None:
+    """ValueError naming every parameter below 0."""
+    bad = [f"{k} ({v!r})" for k, v in params.items() if v < 0]
+    if bad:
+        raise ValueError(f"must be >= 0: {', '.join(bad)}")
+
+
 def matched_blocks(ids: Sequence[int], *sources: dict[int, int]) -> list[int]:
     """Per instance of ``ids``, the longest match any of ``sources`` reports (0: none)."""
     found = [s for s in sources if s]
