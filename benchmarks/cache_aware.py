@@ -62,6 +62,7 @@ COLOCATED = {"round-robin": "colocated-rr", "least-loaded": "colocated", **{p: p
 PD = {"round-robin": "round-robin", "least-loaded": "least-loaded", **{p: p for p in CACHE_AWARE}}
 SESSION_RATES = [2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0, 20.0, 24.0]
 MOONCAKE_RATES = [0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+MOONCAKE_PD_RATES = [0.25, 0.5, 0.75, 1.0, 1.5, 2.0]
 
 
 def interval(values: list[float]) -> tuple[float, float, float]:
@@ -183,16 +184,22 @@ def mooncake(args, out: dict, plots: dict) -> None:
         print(f"  mooncake: window {k + 1}/{len(windows)} swept", flush=True)
     report_rates(f"{label} (TTFT SLO {MOONCAKE_SLO.ttft_s:g} s: its prompts average 12k tokens)",
                  {"max_rate": per_seed}, out, "mooncake")
+    pd_rates = {name: [] for name in PD}
+    for window in windows:
+        for name, (rate, _) in _sweep_requests(window, pd, MOONCAKE_PD_RATES, PD).items():
+            pd_rates[name].append(rate)
+    report_rates(f"{label.replace('colocated', '4P12D')} (TTFT SLO {MOONCAKE_SLO.ttft_s:g} s)",
+                 {"max_rate": pd_rates}, out, "mooncake_pd")
     plots[label] = (MOONCAKE_RATES, curves)
     out["mooncake_reuse_offered"] = float(np.mean(bound)) if bound else math.nan
 
 
-def _sweep_requests(reqs: list[Request], cluster: ClusterSpec, rates: list[float]) -> dict:
+def _sweep_requests(reqs: list[Request], cluster: ClusterSpec, rates: list[float], policies: dict = COLOCATED) -> dict:
     """Per policy: (max sustainable rate, attainment per rate) of fixed requests rescaled."""
-    points = [(name, pol, rate) for name, pol in COLOCATED.items() for rate in rates]
+    points = [(name, pol, rate) for name, pol in policies.items() for rate in rates]
     results = _map(_summary, [(reqs, cluster, pol, rate) for _, pol, rate in points])
     out = {}
-    for name in COLOCATED:
+    for name in policies:
         att = [r["slo_attainment"] for (nm, _, _), r in zip(points, results) if nm == name]
         out[name] = (max_sustainable_rate(rates, att, 0.9), att)
     return out
