@@ -2,11 +2,14 @@
 KV events: the gateway indexes vLLM's own BlockStored events (keys from their token ids,
 whatever vLLM's hash), so requests that share a prefix go to the instance that holds it,
 and vLLM's own hit counters confirm it. Predict-on-route is off (``predict_ttl_s: 0``): the
-siblings can follow the prefix only through the events."""
+siblings can follow the prefix only through the events, and the prefix sits on the instance
+that load alone would not choose."""
 
 from __future__ import annotations
 
-from tests.live import decision_log, get, metric, post, servers, start_gateway, wait_until
+import time
+
+from tests.live import Stream, decision_log, get, metric, post, servers, start_gateway, wait_until
 from tests_real.conftest import AUTH, NEEDS_VLLM
 from tests_real.test_vllm_prefix import block_size, settled
 
@@ -32,11 +35,23 @@ def test_siblings_follow_the_prefix_vllm_reports_holding(stack, tmp_path):
     with servers(gw):
         assert wait_until(lambda: all(get(gw.url + "/admin/kv", headers=AUTH)[1]["engines"][n]["connected"]
                                       for n in ("a", "b")), timeout_s=30)  # both subscriptions up
+        # a long answer keeps "a" busy (the first request of all goes to the lowest id), so
+        # the shared prompt goes to "b"; once "a" is free again, load alone would send the
+        # siblings back to "a", and only vLLM's events about the prefix hold them on "b"
+        busy = Stream(gw.url + "/v1/completions", {"model": "smollm2", "prompt": list(range(300, 320)),
+                                                    "max_tokens": 200, "ignore_eos": True, "stream": True},
+                      timeout=300)
+        assert busy.status == 200
         status, body = post(gw.url + "/v1/completions", {"model": "smollm2", "prompt": shared + [11, 12, 13],
                                                          "max_tokens": 1, "temperature": 0.0}, timeout=300)
         assert status == 200, body
         first = prefills(gw)[-1]
-        name, engine, other = ("a", a, b) if first == 0 else ("b", b, a)
+        assert first == 1, prefills(gw)
+        assert sum(1 for _ in busy.events()) > 0  # the long answer ends
+        busy.close()
+        assert wait_until(lambda: metric(a.url, "vllm:num_requests_running") == 0, timeout_s=60)
+        time.sleep(1.5)  # three scrapes: both engines read idle again
+        name, engine, other = "b", b, a
         assert wait_until(lambda: get(gw.url + "/admin/kv", headers=AUTH)[1]["engines"][name]["indexed_blocks"] >= n,
                           timeout_s=30), get(gw.url + "/admin/kv", headers=AUTH)[1]
         before = {e.url: settled(e.url, HITS) for e in (a, b)}

@@ -10,7 +10,8 @@ import pytest
 from baton.core.prefix import token_block_keys
 from baton.gateway.kv_index import KvEventIndex
 from baton.protocol.kv_events import KvEvent, KvEventBatch, encode_batch
-from tests.live import decision_log, free_port, get, metric, post, servers, start_emulator, start_gateway, wait_until
+from tests.live import (Stream, decision_log, free_port, get, metric, post, servers, start_emulator, start_gateway,
+                        wait_until)
 
 TOKENS = list(range(1000, 1064))  # four blocks of 16
 
@@ -45,6 +46,7 @@ def test_gaps_orphans_clears_and_overflow_resync_the_engine_only():
     idx.apply(0, 5, KvEventBatch(0.0, []), 0.0)  # batches 1-4 lost
     st = idx.state()
     assert st[0]["gaps"] == 4 and st[0]["resyncs"] == 1 and st[0]["indexed_blocks"] == 0
+    assert st[0]["last_resync"] == "gap"
     assert st[1]["indexed_blocks"] == 1  # the other engine keeps its entries
     idx.apply(0, 6, KvEventBatch(0.0, [_stored((3,), 2, TOKENS[32:48])]), 0.0)  # parent forgotten
     assert idx.state()[0]["orphans"] == 1 and idx.blocks(0) == 0
@@ -95,8 +97,19 @@ def test_requests_sharing_a_prefix_follow_the_instance_that_caches_it(tmp_path):
                                       .values()), timeout_s=10)  # both subscriptions up
         time.sleep(0.2)  # and their subscription messages reach the publishers
         shared = list(range(5000, 5800))  # 50 blocks
+        # a long answer keeps m0 busy (the first request of all goes to the lowest id), so
+        # the shared prompt goes to m1; once m0 is free again, load alone would send the
+        # siblings back to m0, and only their prefix holds them on m1
+        busy = Stream(gw.url + "/v1/completions", {"prompt": list(range(100, 120)), "max_tokens": 3000,
+                                                    "stream": True, "ignore_eos": True})
+        assert busy.status == 200
         assert post(gw.url + "/v1/completions", {"prompt": shared + [1, 2, 3], "max_tokens": 2})[0] == 200
         first = [d[2] for d in decision_log(gw.url) if d[0] == "prefill"][-1]
+        assert first == 1
+        assert sum(1 for _ in busy.events()) > 0  # the long answer ends
+        busy.close()
+        assert wait_until(lambda: metric(emulators[0].url, "vllm:num_requests_running") == 0)
+        time.sleep(0.5)  # two scrapes: both engines read idle again
         name = f"m{first}"
         assert wait_until(lambda: get(gw.url + "/admin/kv", headers=auth)[1]["engines"][name]["indexed_blocks"] >= 50)
         hits_before = metric(emulators[first].url, "vllm:prefix_cache_hits_total")

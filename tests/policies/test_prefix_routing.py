@@ -70,14 +70,23 @@ def test_siblings_follow_a_prediction_until_the_ttl_ends():
     assert sched.plan_arrival(view, request(3)).prefill_instance == 2
 
 
-@pytest.mark.parametrize("name", ["prefix-approx", "cache-aware"])
-def test_router_history_policies_send_a_shared_prefix_where_they_sent_it(name):
+@pytest.mark.parametrize("name,load", [("prefix-approx", "kv"), ("cache-aware", "queue")])
+def test_router_history_policies_send_a_shared_prefix_where_they_sent_it(name, load):
     sched, view = scheduler(name), view_of([(0, 0), (0, 0), (0, 0)])
-    placed = [sched.plan_arrival(view, request(i, KEYS[:8] + (900 + i, 901 + i))).prefill_instance for i in range(4)]
-    assert len(set(placed)) == 1  # 8 of 10 blocks sent there before
+    first = sched.plan_arrival(view, request(0, KEYS[:8] + (900, 901))).prefill_instance
+    # now the instance it went to is the busiest by what each policy weighs (KV usage for
+    # prefix-approx, outstanding requests for cache-aware): by load alone the next would
+    # go elsewhere
+    if load == "kv":
+        view.instance(first).kv_blocks_used = 150
+    else:
+        for j in range(5):
+            view.instance(first).queue_prefill(60_000 + j, 100)
+    placed = [sched.plan_arrival(view, request(i, KEYS[:8] + (900 + i, 901 + i))).prefill_instance
+              for i in range(1, 4)]
+    assert placed == [first] * 3  # 8 of 10 blocks sent there before
     other = sched.plan_arrival(view, request(9, tuple(range(500, 510)))).prefill_instance
-    if name == "cache-aware":
-        assert other != placed[0]  # no match: the smallest tree, which is not the busy one
+    assert other != first  # no match: load (or the smallest tree) decides
 
 
 def test_cache_aware_balances_first_then_follows_then_fills():

@@ -43,10 +43,6 @@ class Segment:
     block_size: int = 16
     rows: int = 0
     residue_ge: tuple[int, ...] = ()
-    # the last answer of iterations_done: a decision reads every instance's load at one
-    # moment, often more than once (the segment never changes, so neither does the answer)
-    _done_at: float = float("nan")
-    _done_k: int = 0
 
     def block_growth(self, k: int) -> int:
         """Extra KV blocks the running decodes hold once iteration k is under way
@@ -60,20 +56,8 @@ class Segment:
         """Time from the segment start to the end of iteration k-1 (k iterations done)."""
         return k * self.iter0_s + self.slope_s * k * (k - 1) / 2.0
 
-    def truncate(self, iterations: int) -> None:
-        """End the segment after ``iterations`` iterations (an interrupt)."""
-        self.max_iters = iterations
-        self._done_at = float("nan")
-
     def iterations_done(self, now_s: float) -> int:
         """Iterations completed by ``now_s`` (an iteration ending exactly at now counts)."""
-        if now_s == self._done_at:
-            return self._done_k
-        k = self._iterations_done(now_s)
-        self._done_at, self._done_k = now_s, k
-        return k
-
-    def _iterations_done(self, now_s: float) -> int:
         dt = now_s - self.start_s
         if dt <= 0.0:
             return 0

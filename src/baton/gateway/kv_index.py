@@ -36,6 +36,7 @@ class EngineKvState:
     orphans: int = 0       # stores whose parent the index never saw
     lag_s: float = 0.0     # arrival time minus the batch's timestamp, last batch
     connected: bool = False  # the feed's socket to the engine is up (set by the feed)
+    last_resync: str | None = None  # why its entries were last cleared
 
 
 class KvEventIndex:
@@ -60,7 +61,7 @@ class KvEventIndex:
         if st.keys:
             self.index.clear(instance_id)
             st.keys.clear()
-        st.resyncs += 1
+        st.resyncs, st.last_resync = st.resyncs + 1, why
 
     def apply(self, instance_id: int, seq: int, batch: KvEventBatch, now_unix_s: float) -> None:
         """One batch from the engine's own socket, sequence number ``seq``."""
@@ -102,5 +103,6 @@ class KvEventIndex:
         """Per engine: indexed blocks and feed health (for ``/admin/kv``)."""
         return {iid: {"indexed_blocks": self.index.size(iid), "capacity_blocks": st.capacity_blocks,
                       "batches": st.batches, "events": st.events, "last_seq": st.last_seq, "gaps": st.gaps,
-                      "resyncs": st.resyncs, "orphans": st.orphans, "lag_s": st.lag_s, "connected": st.connected}
+                      "resyncs": st.resyncs, "orphans": st.orphans, "lag_s": st.lag_s, "connected": st.connected,
+                      "last_resync": st.last_resync}
                 for iid, st in self.engines.items()}

@@ -205,7 +205,8 @@ class Cascade(Stage):
     # --- routing -------------------------------------------------------------------------
     def plan_arrival(self, view: ClusterView, request: RequestState, plan: ArrivalPlan) -> ArrivalPlan:
         tokens = request.request.prompt_tokens
-        self.arrivals.append(tokens)
+        if self.guard is not None:  # its capacity rule reads the period's arrivals
+            self.arrivals.append(tokens)
         s = next(k for k, b in enumerate(self.bounds) if tokens < b)
         live = [i for i in self.members[s] if view.instance(i).healthy] or view.decode_ids
         inst = min(live, key=lambda i: (view.token_load(i), i))

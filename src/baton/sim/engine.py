@@ -105,7 +105,7 @@ class Engine(KvBlocks):
         k = seg.iterations_done(now_s)
         if k + 1 >= seg.max_iters:
             return None
-        seg.truncate(k + 1)
+        seg.max_iters = k + 1
         self.version += 1
         return seg.start_s + seg.elapsed_s(k + 1)
 
