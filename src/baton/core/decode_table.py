@@ -6,6 +6,8 @@ segment of many iterations costs a few vectorised operations, not one per token.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 _COLUMNS = ("req_id", "ctx", "generated", "stop_at", "admit_seq", "blocks", "watch_ctx",
@@ -32,6 +34,7 @@ class DecodeTable:
         self._row: dict[int, int] = {}
         self.n = 0
         self.ctx_sum = 0
+        self.on_change: Callable[[], None] | None = None  # the owner's hook: ctx_sum or n changed
 
     def __len__(self) -> int:
         return self.n
@@ -62,6 +65,11 @@ class DecodeTable:
         self._row[req_id] = i
         self.n += 1
         self.ctx_sum += ctx
+        self._changed()
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
     def remove(self, req_id: int) -> dict[str, int]:
         """Remove a row (swap with the last) and return its values."""
@@ -74,6 +82,7 @@ class DecodeTable:
             self._row[int(self._cols["req_id"][i])] = i
         self.n -= 1
         self.ctx_sum -= values["ctx"]
+        self._changed()
         return values
 
     def get(self, req_id: int, name: str) -> int:
@@ -82,6 +91,7 @@ class DecodeTable:
     def set(self, req_id: int, name: str, value: int) -> None:
         if name == "ctx":
             self.ctx_sum += value - self.get(req_id, "ctx")
+            self._changed()
         self._cols[name][self._row[req_id]] = value
 
     def advance(self, iterations: int) -> None:
@@ -90,6 +100,7 @@ class DecodeTable:
             self._mutable("ctx")[:] += iterations
             self._mutable("generated")[:] += iterations
             self.ctx_sum += iterations * self.n
+            self._changed()
 
     def add_blocks(self, extra: np.ndarray) -> None:
         self._mutable("blocks")[:] += extra

@@ -113,23 +113,47 @@ class InstanceState:
     running_requests: int = 0
     waiting_requests: int = 0
     sample: EngineSample | None = None  # the last scrape policies may see (scraped views)
+    # the dirty set of the load columns this instance is registered with (core.load_columns)
+    load_dirty: set[int] | None = None
+
+    def __post_init__(self) -> None:
+        self.decodes.on_change = self.touch
+
+    def touch(self) -> None:
+        """A load term changed: the load columns re-read this instance before their next read."""
+        if self.load_dirty is not None:
+            self.load_dirty.add(self.instance_id)
+
+    def set_segment(self, segment: Segment | None) -> None:
+        """Start (or end, with None) the running decode segment."""
+        self.segment = segment
+        self.touch()
+
+    def cut_segment(self, max_iters: int) -> None:
+        """Shorten the running segment to ``max_iters`` iterations."""
+        assert self.segment is not None
+        self.segment.max_iters = max_iters
+        self.touch()
 
     # --- incremental bookkeeping used by runtimes -------------------------------------
     def queue_prefill(self, req_id: int, tokens: int) -> None:
         self.prefill_queue[req_id] = tokens
         self.prefill_queue_tokens += tokens
         self.prefill_queue_sq_tokens += tokens * tokens
+        self.touch()
 
     def progress_prefill(self, req_id: int, tokens: int) -> None:
         left = self.prefill_queue[req_id]
         self.prefill_queue[req_id] = left - tokens
         self.prefill_queue_tokens -= tokens
         self.prefill_queue_sq_tokens += (left - tokens) ** 2 - left * left
+        self.touch()
 
     def drop_prefill(self, req_id: int) -> None:
         left = self.prefill_queue.pop(req_id)
         self.prefill_queue_tokens -= left
         self.prefill_queue_sq_tokens -= left * left
+        self.touch()
 
     def add_shadow(self, req_id: int, tokens: int) -> None:
         self.shadow[req_id] = tokens
@@ -141,9 +165,11 @@ class InstanceState:
     def add_incoming(self, req_id: int, tokens: int) -> None:
         self.incoming[req_id] = tokens
         self.incoming_tokens += tokens
+        self.touch()
 
     def drop_incoming(self, req_id: int) -> None:
         self.incoming_tokens -= self.incoming.pop(req_id, 0)
+        self.touch()
 
     # --- reads ------------------------------------------------------------------------
     def kv_blocks_used_at(self, now_s: float) -> int:

@@ -9,6 +9,7 @@ import numpy as np
 
 from baton.core.info import EXACT, EngineSample, InfoModel
 from baton.core.instance import InstanceState
+from baton.core.load_columns import LoadColumns
 from baton.core.request import Phase, RequestState
 
 
@@ -44,6 +45,7 @@ class ClusterView:
         self._prefill_ids: list[int] | None = None
         self._decode_ids: list[int] | None = None
         self.prefix_source = prefix_source  # where runtimes that see engine caches find them
+        self._columns = LoadColumns(instances)
 
     # --- instances -------------------------------------------------------------------
     def invalidate_roles(self) -> None:
@@ -92,7 +94,7 @@ class ClusterView:
         (the prefix-aware scorers read both for every candidate on every decision)."""
         insts = self._instances
         if self.info.mode.bookings:
-            reqs = [insts[i].num_requests for i in ids]
+            reqs = self._columns.column("reqs", self._columns.slots(ids)).tolist()
         else:
             reqs = [self.own_requests(i) for i in ids]
         if self.info.mode.scraped:
@@ -133,6 +135,29 @@ class ClusterView:
         if self.info.mode.bookings:
             return inst.token_load(self.now_s)
         return self.kv_usage(instance_id) * inst.kv_blocks_total * inst.block_size_tokens
+
+    def token_loads(self, ids: Sequence[int]) -> np.ndarray:
+        """``token_load`` of every instance of ``ids`` (tokens), read as columns: the
+        same values as the per-instance reads, at a fraction of their cost."""
+        if self.info.mode.bookings:
+            cols = self._columns
+            return cols.token_loads(cols.slots(ids), self.now_s)
+        return np.array([self.token_load(i) for i in ids], dtype=np.float64)
+
+    def prefill_loads(self, ids: Sequence[int]) -> np.ndarray:
+        """``prefill_load`` of every instance of ``ids``, read as columns."""
+        if self.info.mode.bookings:
+            cols = self._columns
+            slots = cols.slots(ids)
+            return cols.column("prefill", slots) + cols.decode_ctx_tokens(slots, self.now_s) * 1e-9
+        return np.array([self.prefill_load(i) for i in ids], dtype=np.float64)
+
+    def own_request_counts(self, ids: Sequence[int]) -> np.ndarray:
+        """``own_requests`` of every instance of ``ids``, read as columns."""
+        if self.info.mode.bookings:
+            cols = self._columns
+            return cols.column("reqs", cols.slots(ids))
+        return np.array([self.own_requests(i) for i in ids], dtype=np.int64)
 
     def own_requests(self, instance_id: int) -> int:
         """Requests the router has outstanding on an instance (queued, incoming, decoding);

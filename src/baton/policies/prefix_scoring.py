@@ -19,7 +19,7 @@ from baton.core.prefix_index import PrefixIndex
 from baton.core.request import RequestState
 from baton.core.view import ClusterView
 from baton.policies.base import PolicyContext, Stage
-from baton.policies.selection import argmin
+from baton.policies.selection import least_token_load
 
 
 class RouteHistory:
@@ -140,7 +140,7 @@ class PrefixStage(Stage):
     def choose_decode(self, view: ClusterView, request: RequestState) -> int | None:
         if not self.bind_decode:
             return None
-        return argmin(view.decode_ids, view.token_load)
+        return least_token_load(view, view.decode_ids)
 
     def report(self) -> dict[str, float]:
         """Mean leading blocks the chosen instance was matched on, per placement."""

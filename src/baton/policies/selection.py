@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 
 def argmin(ids: Sequence[int], key: Callable[[int], float]) -> int | None:
     """The id with the smallest key; ties go to the lowest id (deterministic)."""
@@ -13,3 +15,15 @@ def argmin(ids: Sequence[int], key: Callable[[int], float]) -> int | None:
         if best_key is None or k < best_key:
             best, best_key = i, k
     return best
+
+
+def argmin_of(ids: Sequence[int], keys: np.ndarray) -> int | None:
+    """The id whose key (``keys``, aligned with ``ids``) is smallest; ties go to the
+    first, as ``argmin``'s do when ``ids`` are in id order."""
+    return int(ids[int(np.argmin(keys))]) if len(ids) else None
+
+
+def least_token_load(view, ids: Sequence[int]) -> int | None:
+    """The instance of ``ids`` with the least token load (``ClusterView.token_loads``);
+    ties go to the first."""
+    return argmin_of(ids, view.token_loads(ids)) if len(ids) else None

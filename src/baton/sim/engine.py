@@ -105,7 +105,7 @@ class Engine(KvBlocks):
         k = seg.iterations_done(now_s)
         if k + 1 >= seg.max_iters:
             return None
-        seg.max_iters = k + 1
+        self.state.cut_segment(k + 1)
         self.version += 1
         return seg.start_s + seg.elapsed_s(k + 1)
 
@@ -121,7 +121,8 @@ class Engine(KvBlocks):
             self.chunks += self._admit_waiting(table.n, self.chunks)
         self.count_requests()
         if not self.chunks and table.n == 0:
-            self.busy, st.segment = False, None
+            st.set_segment(None)
+            self.busy = False
             return None
         if self._cv2 is None:
             self._cv2 = length_cv2(table.col("ctx"))
@@ -144,7 +145,8 @@ class Engine(KvBlocks):
             counts = np.bincount(residues, minlength=self.cfg.block_size)
             ge = np.concatenate([np.cumsum(counts[::-1])[::-1], [0]])
             seg.rows, seg.residue_ge = table.n, tuple(int(x) for x in ge)
-        st.segment, self.busy = seg, True
+        st.set_segment(seg)
+        self.busy = True
         self.version += 1
         return now_s + seg.elapsed_s(max_iters)
 
@@ -335,7 +337,8 @@ class Engine(KvBlocks):
                 st.drop_prefill(item.req_id)
                 result.prefilled.append(item)
         self.chunks = []
-        st.segment, self.busy = None, False
+        st.set_segment(None)
+        self.busy = False
         self.count_requests()
         return result
 

@@ -114,8 +114,8 @@ class Recorder:
         self.counters.decode_starts += 1
         view = self.view
         count, tokens = view.own_requests(dst) - 1, view.token_load(dst) - ctx
-        self.counters.least_by_count += count <= min(map(view.own_requests, ids))
-        self.counters.least_by_tokens += tokens <= min(map(view.token_load, ids))
+        self.counters.least_by_count += count <= int(view.own_request_counts(ids).min())
+        self.counters.least_by_tokens += tokens <= view.token_loads(ids).min()
 
     def sample(self, now_s: float) -> None:
         """Every instance's token load now."""

@@ -1,0 +1,96 @@
+"""The columnar load reads against the per-instance ones they replace: every columnar
+read during whole simulations (decode segments mid-flight, preemptions, migrations,
+role flips, colocated and PD) must equal the scalar reads exactly, and a stale column
+(a mutation that did not mark its instance) must be caught."""
+
+import numpy as np
+import pytest
+
+from baton.core.instance import InstanceState, Role, Segment
+from baton.core.load_columns import LoadColumns
+from baton.core.view import ClusterView
+from baton.sim import ClusterSpec, EngineConfig
+from tests.sim.helpers import run, workload
+
+
+@pytest.fixture
+def checked_reads(monkeypatch):
+    """Wrap the view's columnar reads so each one is compared with the scalar reads."""
+    reads = {"n": 0}
+    pairs = (("token_loads", "token_load"), ("prefill_loads", "prefill_load"),
+             ("own_request_counts", "own_requests"))
+    for vector, scalar in pairs:
+        original = getattr(ClusterView, vector)
+
+        def checked(self, ids, _original=original, _scalar=scalar):
+            got = _original(self, ids)
+            want = [getattr(self, _scalar)(i) for i in ids]
+            assert list(got) == want, (self.now_s, list(got), want)
+            reads["n"] += 1
+            return got
+        monkeypatch.setattr(ClusterView, vector, checked)
+    return reads
+
+
+@pytest.mark.parametrize("policy,cluster", [
+    ("least-loaded", ClusterSpec(prefill=1, decode=3, engine=EngineConfig(512, 32, 16), nic_gbps=10)),
+    ("colocated", ClusterSpec(prefill=0, decode=0, mixed=3, engine=EngineConfig(512, 32, 16))),
+    ("ares", ClusterSpec(prefill=1, decode=3, engine=EngineConfig(512, 32, 16), nic_gbps=10)),
+    ("arrow", ClusterSpec(prefill=2, decode=2, engine=EngineConfig(512, 32, 16), nic_gbps=10)),
+    ("kairos", ClusterSpec(prefill=1, decode=3, engine=EngineConfig(512, 32, 16), nic_gbps=10)),
+    # more candidates than the scalar cut-off: the vectorised closed form
+    ("least-loaded", ClusterSpec(prefill=26, decode=30, engine=EngineConfig(512, 32, 16), nic_gbps=10)),
+])
+@pytest.mark.parametrize("closed_form", [True, False])
+def test_columnar_reads_equal_scalar_reads_in_whole_runs(checked_reads, policy, cluster, closed_form):
+    sim, result = run(workload(3, n=80, rate=30.0), policy, cluster=cluster, closed_form=closed_form)
+    assert all(r.finished or r.rejected for r in result.records)
+    assert checked_reads["n"] > 50  # the reads really happened, mid-segment included
+
+
+def _instance(iid, ctx_rows=(), segment=None):
+    inst = InstanceState(iid, Role.DECODE, 1000, 16)
+    for j, ctx in enumerate(ctx_rows):
+        inst.decodes.add(100 * iid + j, ctx, 1, 50, j, ctx // 16 + 1)
+    inst.set_segment(segment)
+    return inst
+
+
+@pytest.mark.parametrize("now_s", [0.0, 0.0049, 0.005, 0.0105, 0.31, 5.0, 1e6])
+def test_iterations_match_the_segment_closed_form(now_s):
+    segs = [Segment(0.0, 0.005, 0.0, 40), Segment(0.0, 0.005, 1e-5, 40), Segment(0.1, 0.002, 3e-4, 7),
+            Segment(0.0, 0.005, 1e-310, 9), None]
+    for copies in (1, 8):  # per instance below the cut-off, vectorised above it
+        insts = {i: _instance(i, (100, 250), seg) for i, seg in enumerate(segs * copies)}
+        cols = LoadColumns(insts)
+        slots = cols.slots(list(insts))
+        want = [i.iterations_since_sync(now_s) for i in insts.values()]
+        assert cols.iterations_done(slots, now_s).tolist() == want
+        assert cols.token_loads(slots, now_s).tolist() == [i.token_load(now_s) for i in insts.values()]
+
+
+def test_mutations_reach_the_columns_and_new_instances_register():
+    insts = {0: _instance(0, (100,)), 1: _instance(1)}
+    view = ClusterView(insts, {})
+    ids = [0, 1]
+    assert view.token_loads(ids).tolist() == [100, 0]
+    insts[1].queue_prefill(7, 300)
+    insts[1].add_incoming(8, 40)
+    insts[0].decodes.remove(0)
+    assert view.token_loads(ids).tolist() == [0, 340]
+    assert view.own_request_counts(ids).tolist() == [0, 2]
+    insts[2] = _instance(2, (5, 6))  # an instance added live (the admin API)
+    assert view.token_loads([0, 1, 2]).tolist() == [0, 340, 11]
+    insts[0] = _instance(0, (9,))  # replaced under the same id
+    assert view.token_loads([0, 1, 2]).tolist() == [9, 340, 11]
+
+
+def test_an_unmarked_mutation_is_visible_as_a_stale_column():
+    """The check above is not vacuous: writing a load term behind the columns' back
+    leaves them stale."""
+    insts = {0: _instance(0, (100,))}
+    view = ClusterView(insts, {})
+    assert view.token_loads([0]).tolist() == [100]
+    insts[0].incoming_tokens += 50  # not through add_incoming: no touch
+    assert view.token_loads([0]).tolist() == [100] != [view.token_load(0)]
+    assert np.array_equal(view.prefill_loads([0]), [view.prefill_load(0)])
