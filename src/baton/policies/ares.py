@@ -24,6 +24,10 @@ a median request's remaining life on the ARES reasoning workload (outputs with a
 1,500-2,000 tokens). The earlier 8 x 50 tokens (about 8 s) saw almost no request end
 inside the horizon, so the predicted-remaining term had nearly nothing to act on.
 
+With ``trigger: overflow`` (Baton's, used by the combined scheduler) only instances whose
+projected load exceeds ``memory_headroom`` x their KV capacity within the horizon are
+sources: ARES's variance objective still picks the move, but nothing moves for balance alone.
+
 Remaining lengths come from any ``LengthEstimator`` (``estimator`` by name, its keyword
 parameters in ``estimator_params``); predictions are refreshed every
 ``repredict_tokens`` generated tokens (section 5.3), i.e. a request's prediction is made at
@@ -51,11 +55,18 @@ class Ares(Stage):
                  horizon_tokens: int = 2000, horizon_steps: int = 8, beta: float = 0.8, theta: float = 0.1,
                  max_migrations: int = 1, max_per_instance: int = 1, mode: str = "live",
                  link_gbps: float = 25.0, repredict_tokens: int = 20, memory_headroom: float = 0.95,
-                 max_targets: int = 32, move_preempted: bool = False, estimator_params: dict | None = None) -> None:
+                 max_targets: int = 32, move_preempted: bool = False, estimator_params: dict | None = None,
+                 trigger: str = "variance") -> None:
         super().__init__(context)
         if interval_s <= 0 or horizon_steps < 1 or horizon_tokens < horizon_steps or max_migrations < 1:
             raise ValueError("need interval_s > 0, horizon_steps >= 1, horizon_tokens >= horizon_steps, "
                              "max_migrations >= 1")
+        if trigger not in ("variance", "overflow"):
+            raise ValueError(f"trigger: expected 'variance' or 'overflow', got {trigger!r}")
+        self.trigger = trigger
+        # decode instances another stage owns at the moment (a composed scheduler's conflict
+        # rules): neither source nor target; none when ARES runs alone
+        self.exclude: frozenset[int] = frozenset()
         step_tokens = horizon_tokens // horizon_steps
         self.move_preempted = move_preempted
         self.tick_interval_s = interval_s
@@ -144,6 +155,9 @@ class Ares(Stage):
             for inst in (src, dst):
                 if inst in pos:
                     count[pos[inst]] += 1
+        for inst in self.exclude:
+            if inst in pos:
+                count[pos[inst]] = self.max_per_instance
         return count >= self.max_per_instance
 
     def classify(self, loads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -210,6 +224,8 @@ class Ares(Stage):
         decisions: list[Decision] = []
         while len(decisions) < self.max_migrations:
             over, under = self.classify(loads)
+            if self.trigger == "overflow":  # sources only where projected KV outgrows the capacity
+                over &= loads.max(axis=1) > capacity
             rows = self.candidates(iter_s, owner, ctx, remaining, over & ~busy, req_ids)
             move = self.best_move(loads, traj, rows, owner, self.targets(loads, under & ~busy), capacity, need)
             if move is None:

@@ -19,6 +19,7 @@ import baton.policies.arrow as arrow
 import baton.policies.cache_aware as cache_aware
 import baton.policies.cascade as cascade
 import baton.policies.colocated as colocated
+import baton.policies.combined as combined
 import baton.policies.deflect_rules as deflect_rules
 import baton.policies.kairos as kairos
 import baton.policies.kv_cost as kv_cost
@@ -35,6 +36,7 @@ STAGE_TYPES: Mapping[str, type[Stage]] = {
     **round_robin.STAGES, **least_loaded.STAGES, **colocated.STAGES, **sibyl.STAGES,
     **ares.STAGES, **arrow.STAGES, **kairos.STAGES, **deflect_rules.STAGES, **cascade.STAGES,
     **llumnix.STAGES, **prefix_precise.STAGES, **prefix_approx.STAGES, **kv_cost.STAGES, **cache_aware.STAGES,
+    **combined.STAGES,
 }
 
 # Stable names users and configs refer to.
@@ -103,6 +105,10 @@ POLICIES: Mapping[str, list[dict[str, Any]]] = {
     "cache-aware": [{"stage": "cache-aware"}],
     # composed: the prefill chosen by prefix, the decode instance by SIBYL's projection
     "prefix-precise+sibyl": [{"stage": "prefix-precise", "bind_decode": False}, {"stage": "sibyl"}],
+    # Baton's own: prefix-aware prefill, Kairos deflection, Arrow-style flips on sustained
+    # demand shifts, decode binding by projected iteration time, ARES migration only when
+    # projected KV overflows, under one conflict rule set (policies/combined.py)
+    "combined": [{"stage": "combined"}],
 }
 
 

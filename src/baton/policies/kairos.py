@@ -79,6 +79,9 @@ class Kairos(Stage):
         self.fixed_chunk = fixed_chunk
         self._cache_at: float | None = None
         self._cache: dict[int, tuple[int, float]] = {}
+        # decode instances another stage owns at the moment (a composed scheduler's conflict
+        # rules: one being flipped takes no deflection); none when Kairos runs alone
+        self.exclude: frozenset[int] = frozenset()
 
     # --- the two paths -------------------------------------------------------------------
     def transfer_s(self, prompt_tokens: int) -> float:
@@ -126,6 +129,8 @@ class Kairos(Stage):
         soonest, counting prompt tokens already deflected there (and ``extra``)."""
         best = None
         for n in view.decode_ids:
+            if n in self.exclude:
+                continue
             x, it = self.chunk_for(view, n)
             if x == 0:
                 continue

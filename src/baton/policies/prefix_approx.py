@@ -30,7 +30,7 @@ class PrefixApprox(PrefixStage):
         self.capacity = lru_capacity_blocks
         self.history = RouteHistory()
 
-    def choose_prefill(self, view: ClusterView, request: RequestState) -> int | None:
+    def pick_prefill(self, view: ClusterView, request: RequestState) -> tuple[int | None, int]:
         ids, keys = view.prefill_ids, request.block_keys
         sent = self.history.matches(keys)
         reqs, kv = view.load_columns(ids)
@@ -39,10 +39,10 @@ class PrefixApprox(PrefixStage):
         scores = [wp * m + wq * q + wk * (1.0 - u)
                   for m, u, q in zip(matched_blocks(ids, sent), kv, lower_is_better(reqs))]
         choice = best_score(ids, scores)
-        if choice is not None:
-            self.hit_blocks += sent.get(choice, 0)
-            self.history.record(choice, keys, self.capacity or max(1, view.instance(choice).kv_blocks_total))
-        return choice
+        return choice, (sent.get(choice, 0) if choice is not None else 0)
 
+    def record_placement(self, view: ClusterView, request: RequestState, instance_id: int) -> None:
+        self.history.record(instance_id, request.block_keys,
+                            self.capacity or max(1, view.instance(instance_id).kv_blocks_total))
 
 STAGES = {PrefixApprox.name: PrefixApprox}

@@ -34,7 +34,7 @@ class PrefixPrecise(PrefixStage):
         self.weights = (prefix_weight, kv_weight, queue_weight)
         self.predicted = Predictions(predict_ttl_s)
 
-    def choose_prefill(self, view: ClusterView, request: RequestState) -> int | None:
+    def pick_prefill(self, view: ClusterView, request: RequestState) -> tuple[int | None, int]:
         ids, keys = view.prefill_ids, request.block_keys
         matched = matched_blocks(ids, view.prefix_matches(keys), self.predicted.matches(view.now_s, keys))
         reqs, kv = view.load_columns(ids)
@@ -42,10 +42,9 @@ class PrefixPrecise(PrefixStage):
         wp /= max(1, len(keys))
         scores = [wp * m + wk * (1.0 - u) + wq * q for m, u, q in zip(matched, kv, lower_is_better(reqs))]
         choice = best_score(ids, scores)
-        if choice is not None:
-            self.hit_blocks += matched[ids.index(choice)]
-            self.predicted.add(view.now_s, choice, keys)
-        return choice
+        return choice, (matched[ids.index(choice)] if choice is not None else 0)
 
+    def record_placement(self, view: ClusterView, request: RequestState, instance_id: int) -> None:
+        self.predicted.add(view.now_s, instance_id, request.block_keys)
 
 STAGES = {PrefixPrecise.name: PrefixPrecise}

@@ -123,8 +123,21 @@ class PrefixStage(Stage):
         self.bind_decode = bind_decode
         self.placed = self.hit_blocks = 0  # placements and the blocks they were matched on
 
-    def choose_prefill(self, view: ClusterView, request: RequestState) -> int | None:
+    def pick_prefill(self, view: ClusterView, request: RequestState) -> tuple[int | None, int]:
+        """(the prefill instance, leading prompt blocks it is matched on), with no side
+        effects: a composed scheduler may still send the prompt elsewhere."""
         raise NotImplementedError
+
+    def record_placement(self, view: ClusterView, request: RequestState, instance_id: int) -> None:
+        """The prompt went to ``instance_id``: remember it (history, predictions)."""
+
+    def choose_prefill(self, view: ClusterView, request: RequestState) -> int | None:
+        """``pick_prefill``, recorded."""
+        choice, matched = self.pick_prefill(view, request)
+        if choice is not None:
+            self.hit_blocks += matched
+            self.record_placement(view, request, choice)
+        return choice
 
     def plan_arrival(self, view: ClusterView, request: RequestState, plan: ArrivalPlan) -> ArrivalPlan:
         if plan.prefill_instance is not None or not view.prefill_ids:

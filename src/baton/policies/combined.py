@@ -1,0 +1,223 @@
+"""``combined``: one scheduler built from the stages of the five papers and the field's
+prefix-aware routing, with the conflicts between them resolved by one rule set, so that a
+platform engineer need not know in advance which regime tomorrow's traffic is in.
+
+Components (each can be switched off for ablations):
+
+- ``prefill``: the prefill instance by prefix and queue (``prefix-approx``, the default: the
+  router's own history, no engine events needed; ``prefix-precise``: the engines' caches;
+  ``least-loaded``: queue only);
+- ``deflect``: Kairos's deflection, judged against the prefix-chosen prefill path (its
+  predicted TTFT counts only the prompt tokens not already cached there: a cache hit is a
+  reason to stay) and re-planned every tick for prompts still queued;
+- ``flips``: Arrow-style role changes when the prefill/decode demand ratio has shifted for
+  longer than the flip costs (``combined_flips.FlipController``);
+- ``decode_binding``: ``iteration`` (by projected iteration time, ``iteration_binding``) or
+  ``token-load``;
+- ``migrate``: ARES's rebalancer, moving work only off instances whose projected KV exceeds
+  their capacity within its horizon (``trigger: overflow``).
+
+Conflict rules: who owns a request or an instance when two components want it.
+
+1. A deflected prefill is never migrated before its first token: ARES sees only decodes
+   running or preempted after producing tokens (a queued prompt is neither).
+2. An instance flipped less than ``settle_s`` ago (this tick included) takes no deflection:
+   its batch is changing, and the TBT check that admits a deflection reads a batch that
+   will not be there.
+3. An instance that is the source or target of a migration in flight is not flipped.
+4. An instance flipped less than ``settle_s`` ago is neither a migration's source nor its
+   target.
+5. A decode instance with deflected prompts still queued is not flipped to prefill: they
+   were admitted against its decode batch's TBT budget.
+6. Order within a tick: deflection re-plans first (they drain the prefill queues the
+   flip controller reads), then at most one flip, then migrations (rule 4 sees the flip).
+7. Decode binding takes the prefill instance itself when it decodes (a deflected or
+   colocated prompt: no KV transfer); it never sees an instance flipped to prefill.
+8. A flip never leaves a side without an instance.
+"""
+
+from __future__ import annotations
+
+from baton.core.decisions import ArrivalPlan, Decision, Deflect
+from baton.core.events import Observation
+from baton.core.request import RequestState
+from baton.core.view import ClusterView
+from baton.policies.ares import Ares
+from baton.policies.arrow import PAPER_TPOT_SLO_S, PAPER_TTFT_SLO_S, max_running_tokens
+from baton.policies.base import PolicyContext, Stage
+from baton.policies.combined_flips import FlipController
+from baton.policies.iteration_binding import bind_by_iteration
+from baton.policies.kairos import Kairos
+from baton.policies.prefill_time import PrefillPredictor
+from baton.policies.prefix_approx import PrefixApprox
+from baton.policies.prefix_precise import PrefixPrecise
+from baton.policies.selection import argmin_of, least_token_load
+
+PREFILL_CHOICES = ("prefix-approx", "prefix-precise", "least-loaded")
+BINDINGS = ("iteration", "token-load")
+
+
+class Combined(Stage):
+    """The combined scheduler (see the module docstring for components and rules)."""
+
+    name = "combined"
+    needs_bookings = True
+    replans_prefills = True
+    needs_prefix_keys = True
+
+    def __init__(self, context: PolicyContext, prefill: str = "prefix-approx", deflect: bool = True,
+                 flips: bool = True, decode_binding: str = "iteration", migrate: bool = True,
+                 ttft_slo_s: float | None = None, tpot_slo_s: float | None = None, tick_s: float = 0.1,
+                 flip_interval_s: float = 0.5, flip_window_s: float = 3.0, settle_s: float = 3.0,
+                 flip_thresholds: tuple[float, float, float, float] = (0.5, 0.1, 0.9, 0.7),
+                 migrate_interval_s: float = 1.0, max_chunk_tokens: int = 2048, fixed_chunk: bool = False) -> None:
+        super().__init__(context)
+        if prefill not in PREFILL_CHOICES:
+            raise ValueError(f"prefill: expected one of {', '.join(PREFILL_CHOICES)}, got {prefill!r}")
+        if decode_binding not in BINDINGS:
+            raise ValueError(f"decode_binding: expected one of {', '.join(BINDINGS)}, got {decode_binding!r}")
+        if tick_s <= 0 or flip_interval_s <= 0 or migrate_interval_s <= 0 or settle_s < 0:
+            raise ValueError("need tick_s, flip_interval_s, migrate_interval_s > 0 and settle_s >= 0")
+        self.ttft_slo_s = ttft_slo_s or context.ttft_slo_s or PAPER_TTFT_SLO_S
+        self.tpot_slo_s = tpot_slo_s or context.tpot_slo_s or PAPER_TPOT_SLO_S
+        self.prefix = {"prefix-approx": PrefixApprox, "prefix-precise": PrefixPrecise}.get(prefill)
+        self.prefix = self.prefix(context, bind_decode=False) if self.prefix else None
+        self.kairos = Kairos(context, ttft_slo_s=self.ttft_slo_s, tbt_slo_s=self.tpot_slo_s,
+                             max_chunk_tokens=max_chunk_tokens, fixed_chunk=fixed_chunk) if deflect else None
+        mrt = max_running_tokens(context.perf, self.tpot_slo_s, 1024, context.perf.kv_capacity_tokens)
+        self.flipper = FlipController(self.kairos.predictor if self.kairos else PrefillPredictor(context.perf),
+                                      self.ttft_slo_s, self.tpot_slo_s, mrt, flip_window_s,
+                                      tuple(flip_thresholds)) if flips else None
+        self.ares = Ares(context, trigger="overflow", interval_s=migrate_interval_s) if migrate else None
+        self.decode_binding, self.chunk_tokens = decode_binding, max_chunk_tokens
+        self.settle_s, self.flip_interval_s = settle_s, flip_interval_s
+        self.tick_interval_s = tick_s if (deflect or flips or migrate) else None
+        self._next_flip_s = self._next_migrate_s = 0.0
+        self.flipped_at: dict[int, float] = {}
+        self.counts = {"deflected_at_arrival": 0, "deflected_replanned": 0, "flips": 0, "migrations": 0,
+                       "bindings": 0, "bindings_off_token_load": 0, "placements": 0, "matched_blocks": 0}
+
+    # --- ownership ---------------------------------------------------------------------------
+    def settling(self, now_s: float) -> frozenset[int]:
+        """Instances flipped less than ``settle_s`` ago (rules 2 and 4)."""
+        return frozenset(i for i, t in self.flipped_at.items() if now_s - t < self.settle_s)
+
+    def migrating(self) -> frozenset[int]:
+        """Sources and targets of migrations in flight (rule 3)."""
+        if self.ares is None:
+            return frozenset()
+        return frozenset(i for pair in self.ares.in_flight.values() for i in pair)
+
+    # --- arrival -------------------------------------------------------------------------------
+    def plan_arrival(self, view: ClusterView, request: RequestState, plan: ArrivalPlan) -> ArrivalPlan:
+        if plan.prefill_instance is not None or not (view.prefill_ids or view.decode_ids):
+            return plan
+        p, matched = self._pick_prefill(view, request)
+        target = p
+        if self.kairos is not None and _has_decode_only(view):
+            self.kairos.exclude = self.settling(view.now_s)
+            deflect = self._deflection(view, request, p, matched)
+            if deflect is not None:
+                target, chunk = deflect
+                self.counts["deflected_at_arrival"] += 1
+                self._placed(view, request, target, 0)
+                return ArrivalPlan(target, target, chunk, plan.reject_reason, plan.role_changes)
+        if target is None:
+            return plan
+        self._placed(view, request, target, matched)
+        decode = target if view.instance(target).role.decodes else plan.decode_instance
+        return ArrivalPlan(target, decode, plan.prefill_chunk_limit_tokens, plan.reject_reason, plan.role_changes)
+
+    def _pick_prefill(self, view: ClusterView, request: RequestState) -> tuple[int | None, int]:
+        ids = view.prefill_ids
+        if not ids:
+            return None, 0
+        if self.prefix is not None:
+            return self.prefix.pick_prefill(view, request)
+        return argmin_of(ids, view.prefill_loads(ids)), 0
+
+    def _deflection(self, view: ClusterView, request: RequestState, p: int | None,
+                    matched: int) -> tuple[int, int] | None:
+        """(decode instance, chunk) when Kairos's rule prefers the decode path to prefill
+        on ``p`` with its ``matched`` cached blocks; None to stay on ``p``."""
+        kairos, tokens = self.kairos, request.request.prompt_tokens
+        best = kairos.best_decode(view, tokens)
+        if best is None:
+            return None
+        if p is None:
+            return best[1], best[2]
+        uncached = max(1, tokens - matched * view.instance(p).block_size_tokens)
+        ttft_pf = kairos.predictor.delay(view, p) + kairos.predictor.pt(uncached) + kairos.transfer_s(tokens)
+        return (best[1], best[2]) if kairos.qualifies(best[0], ttft_pf) else None
+
+    def _placed(self, view: ClusterView, request: RequestState, instance_id: int, matched: int) -> None:
+        self.counts["placements"] += 1
+        self.counts["matched_blocks"] += matched
+        if self.prefix is not None:
+            self.prefix.record_placement(view, request, instance_id)
+
+    # --- handoff -------------------------------------------------------------------------------
+    def choose_decode(self, view: ClusterView, request: RequestState) -> int | None:
+        src = request.prefill_instance
+        if src is not None and view.has_instance(src):
+            inst = view.instance(src)
+            if inst.role.decodes and inst.healthy:
+                return src
+        ids = view.decode_ids
+        by_load = least_token_load(view, ids)
+        if self.decode_binding == "token-load":
+            return by_load
+        choice = bind_by_iteration(view, self.context.perf, request, ids, self.chunk_tokens)
+        self.counts["bindings"] += 1
+        self.counts["bindings_off_token_load"] += choice != by_load
+        return choice
+
+    # --- tick ------------------------------------------------------------------------------------
+    def tick(self, view: ClusterView) -> list[Decision]:
+        now = view.now_s
+        out: list[Decision] = []
+        if self.kairos is not None and self.kairos.tick_interval_s and _has_decode_only(view):
+            self.kairos.exclude = self.settling(now)
+            replans = [d for d in self.kairos.tick(view) if isinstance(d, Deflect)]
+            self.counts["deflected_replanned"] += sum(
+                1 for d in replans if view.request(d.req_id).prefill_instance != d.instance)
+            out += replans
+        if self.flipper is not None and now >= self._next_flip_s:
+            self._next_flip_s = now + self.flip_interval_s
+            flip = self.flipper.decide(view, self.settling(now) | self.migrating())
+            if flip is not None:
+                self.flipped_at[flip.instance_id] = now
+                self.counts["flips"] += 1
+                out.append(flip)
+        if self.ares is not None and now >= self._next_migrate_s:
+            self._next_migrate_s = now + self.ares.tick_interval_s
+            self.ares.exclude = self.settling(now)
+            moves = self.ares.tick(view)
+            self.counts["migrations"] += len(moves)
+            out += moves
+        return out
+
+    def observe(self, view: ClusterView, observation: Observation) -> None:
+        if self.ares is not None:
+            self.ares.observe(view, observation)
+
+    def report(self) -> dict[str, float]:
+        """Each component's activity: how often it acted (its contribution in the run)."""
+        c = self.counts
+        return {
+            "combined_deflected_at_arrival": float(c["deflected_at_arrival"]),
+            "combined_deflected_replanned": float(c["deflected_replanned"]),
+            "combined_flips": float(c["flips"]),
+            "combined_migrations": float(c["migrations"]),
+            "combined_bindings_off_token_load_share":
+                c["bindings_off_token_load"] / c["bindings"] if c["bindings"] else 0.0,
+            "combined_matched_blocks_mean": c["matched_blocks"] / c["placements"] if c["placements"] else 0.0,
+        }
+
+
+def _has_decode_only(view: ClusterView) -> bool:
+    """Whether any decode-only instance exists (deflection needs one)."""
+    return any(not view.instance(i).role.prefills for i in view.decode_ids)
+
+
+STAGES = {Combined.name: Combined}

@@ -1,0 +1,222 @@
+"""The combined scheduler on hand-built views: decode binding by projected iteration time,
+the prefix-aware deflection judgement, the sustained-demand flip controller, ARES's
+overflow trigger, and one test per conflict rule (policies/combined.py)."""
+
+import numpy as np
+import pytest
+
+from baton.core import ClusterView, InstanceState, Request, RequestState, Role
+from baton.core.decisions import ArrivalPlan, ChangeRole, Deflect, Migrate
+from baton.core.request import Phase
+from baton.perf.fitted import FittedModel
+from baton.policies import PolicyContext, build_scheduler
+from baton.policies.ares import Ares
+from baton.policies.combined import Combined
+from baton.policies.combined_flips import FlipController
+from baton.policies.prefill_time import PrefillPredictor
+
+P, D = Role.PREFILL, Role.DECODE
+# 5 ms + 10 us per prefill token + 0.5 ms per decode + 0.1 us per context token
+PERF = FittedModel(np.array([5e-3, 10e-6, 0.0, 5e-4, 1e-7, 0.0]), kv_bytes_per_token=100_000,
+                   kv_capacity_tokens=1_000_000)
+
+
+def ctx(**kw):
+    return PolicyContext(np.random.default_rng(0), PERF, ttft_slo_s=2.0, tpot_slo_s=0.05, **kw)
+
+
+def view_of(specs, kv_blocks=100_000):
+    """specs: (role, queued prompt lengths, decode contexts) per instance."""
+    instances, states = {}, {}
+    for i, (role, queued, ctxs) in enumerate(specs):
+        inst = InstanceState(i, role, kv_blocks_total=kv_blocks, block_size_tokens=16)
+        for j, q in enumerate(queued):
+            rid = 100 * i + j
+            inst.queue_prefill(rid, q)
+            states[rid] = RequestState(Request(rid, 0.0, q, 10), prefill_instance=i)
+        for j, c in enumerate(ctxs):
+            rid = 1000 * i + j
+            inst.decodes.add(rid, c, 1, 10_000, j, -(-c // 16))
+            states[rid] = RequestState(Request(rid, 0.0, c - 1, 10_000), phase=Phase.DECODE,
+                                       prefill_instance=i, decode_instance=i, generated_tokens=1)
+        instances[i] = inst
+    return ClusterView(instances, states), states
+
+
+def handoff(states, rid, prompt, prefill_instance):
+    st = RequestState(Request(rid, 0.0, prompt, 10), prefill_instance=prefill_instance, generated_tokens=1)
+    states[rid] = st
+    return st
+
+
+BINDINGS = [
+    # decode contexts per decode instance, the request's prompt, iteration's pick, token load's pick
+    ("few long contexts iterate faster than many short ones (14 vs 17 ms)",
+     [[40_000] * 2, [1_000] * 20], 100, 1, 2),
+    ("equal batches: the lighter contexts", [[5_000] * 4, [2_000] * 4], 100, 2, 2),
+]
+
+
+@pytest.mark.parametrize("name,decodes,prompt,want,by_load", BINDINGS, ids=[b[0] for b in BINDINGS])
+def test_decode_binding_by_projected_iteration_time(name, decodes, prompt, want, by_load):
+    view, states = view_of([(P, [], [])] + [(D, [], c) for c in decodes])
+    st = handoff(states, 7, prompt, 0)
+    assert Combined(ctx()).choose_decode(view, st) == want
+    assert Combined(ctx(), decode_binding="token-load").choose_decode(view, st) == by_load
+
+
+def test_decode_binding_skips_an_instance_whose_kv_cannot_hold_the_request():
+    # instance 1 iterates faster but 2 x 40k + 30k > 100k tokens of KV
+    view, states = view_of([(P, [], []), (D, [], [40_000] * 2), (D, [], [1_000] * 20)], kv_blocks=100_000 // 16)
+    assert Combined(ctx()).choose_decode(view, handoff(states, 7, 30_000, 0)) == 2
+
+
+def test_rule7_a_prompt_prefilled_on_a_decoding_instance_decodes_there():
+    view, states = view_of([(P, [], []), (D, [], [40_000] * 9), (D, [], [])])
+    assert Combined(ctx()).choose_decode(view, handoff(states, 7, 100, 1)) == 1
+
+
+def _arrival(view, states, rid, prompt, keys=()):
+    st = RequestState(Request(rid, 0.0, prompt, 10))
+    st.block_keys = tuple(keys)
+    states[rid] = st
+    return st
+
+
+def test_a_cached_prefix_keeps_the_prompt_on_its_prefill_instance():
+    """8,000 tokens: the prefill path (85 ms + 64 ms of transfer) loses to two 50 ms
+    deflected chunks; with 7,000 of them cached there it wins (15 + 64 ms)."""
+    keys = list(range(500))
+    view, states = view_of([(P, [], []), (D, [], [])])
+    cold = Combined(ctx())
+    plan = cold.plan_arrival(view, _arrival(view, states, 1, 8000, keys), ArrivalPlan())
+    assert (plan.prefill_instance, plan.decode_instance) == (1, 1)
+    warm = Combined(ctx())
+    warm.prefix.history.record(0, keys[:437], 100_000)  # 437 blocks of 16 = 6,992 tokens cached on 0
+    plan = warm.plan_arrival(view, _arrival(view, states, 2, 8000, keys), ArrivalPlan())
+    assert plan.prefill_instance == 0 and plan.decode_instance is None
+
+
+def test_rule2_an_instance_flipped_recently_takes_no_deflection():
+    view, states = view_of([(P, [9000] * 3, []), (D, [], []), (D, [], [])])
+    stage = Combined(ctx())
+    first = stage.plan_arrival(view, _arrival(view, states, 1, 500), ArrivalPlan())
+    assert first.prefill_instance == 1  # deflected to the first idle decode instance
+    stage.flipped_at[1] = view.now_s  # as if the flip controller had just moved it
+    second = stage.plan_arrival(view, _arrival(view, states, 2, 500), ArrivalPlan())
+    assert second.prefill_instance == 2
+    stage.flipped_at[2] = view.now_s
+    third = stage.plan_arrival(view, _arrival(view, states, 3, 500), ArrivalPlan())
+    assert third.prefill_instance == 0  # nowhere to deflect: the prefill path
+    view.now_s = 10.0  # settled
+    assert stage.plan_arrival(view, _arrival(view, states, 4, 500), ArrivalPlan()).prefill_instance == 1
+
+
+def test_rule1_a_deflected_prompt_is_never_a_migration_candidate():
+    view, states = view_of([(P, [], []), (D, [3000], [20_000] * 4), (D, [], [])])
+    states[100].phase = Phase.WAITING  # deflected to instance 1, not started
+    ares = Ares(ctx(), trigger="overflow")
+    req_ids = ares.snapshot(view, np.array([1, 2]))[0]
+    assert 100 not in req_ids.tolist() and len(req_ids) == 4
+
+
+def flipper(window_s=3.0):
+    return FlipController(PrefillPredictor(PERF), 2.0, 0.05, 50_000, window_s)
+
+
+def prefill_pressure():
+    # two prefill instances each 2 x 60k tokens deep (seconds of queue), decode side idle
+    return view_of([(P, [60_000] * 2, []), (P, [60_000] * 2, []), (D, [], []), (D, [], [])])[0]
+
+
+def test_a_flip_waits_for_the_demand_shift_to_hold_its_window():
+    f, view = flipper(), prefill_pressure()
+    decided = []
+    for t in (0.0, 1.0, 2.0, 2.9, 3.0):
+        view.now_s = t
+        decided.append(f.decide(view, frozenset()))
+    assert decided[:4] == [None] * 4
+    assert decided[4] == ChangeRole(2, Role.PREFILL)  # the decode instance with least running tokens
+
+
+def test_a_broken_condition_restarts_the_window():
+    f = flipper()
+    view = prefill_pressure()
+    view.now_s = 0.0
+    assert f.decide(view, frozenset()) is None
+    calm = view_of([(P, [], []), (P, [], []), (D, [], []), (D, [], [])])[0]
+    calm.now_s = 1.0
+    assert f.decide(calm, frozenset()) is None
+    view.now_s = 3.5
+    assert f.decide(view, frozenset()) is None  # held only since 3.5
+    view.now_s = 6.5
+    assert f.decide(view, frozenset()) is not None
+
+
+def test_rule3_an_instance_migrating_is_not_flipped_and_rule8_a_side_keeps_one():
+    f, view = flipper(0.0), prefill_pressure()
+    assert f.decide(view, frozenset({2})) == ChangeRole(3, Role.PREFILL)
+    f2 = flipper(0.0)
+    assert f2.decide(view, frozenset({2, 3})) is None
+    lone = view_of([(P, [60_000] * 2, []), (D, [], [])])[0]
+    assert flipper(0.0).decide(lone, frozenset()) is None  # the last decode instance stays
+
+
+def test_rule5_a_decode_instance_holding_deflected_prompts_is_not_flipped_to_prefill():
+    view = view_of([(P, [60_000] * 2, []), (P, [60_000] * 2, []), (D, [800], []), (D, [], [])])[0]
+    assert flipper(0.0).decide(view, frozenset()) == ChangeRole(3, Role.PREFILL)
+
+
+def test_a_flip_to_decode_waits_out_the_queue_it_must_drain():
+    # decode side hot (long batches), prefill side cool: instance 0 has a short queue
+    view = view_of([(P, [2000], []), (P, [], []), (D, [], [100_000] * 30), (D, [], [100_000] * 30)])[0]
+    f = flipper(1.0)
+    view.now_s = 0.0
+    assert f.decide(view, frozenset()) is None
+    view.now_s = 1.0
+    assert f.decide(view, frozenset()) == ChangeRole(1, Role.DECODE)  # the empty one: no drain
+
+
+def test_rule4_and_6_a_flip_in_a_tick_is_kept_out_of_that_ticks_migrations():
+    stage = Combined(ctx(), deflect=False, flip_window_s=0.0)
+    view = prefill_pressure()
+    out = stage.tick(view)
+    flips = [d for d in out if isinstance(d, ChangeRole)]
+    assert flips == [ChangeRole(2, Role.PREFILL)]
+    assert 2 in stage.ares.exclude  # the same tick's ARES round saw it as owned
+    assert not any(isinstance(d, Migrate) and d.target_instance == 2 for d in out)
+
+
+def test_overflow_trigger_moves_work_only_off_an_instance_that_would_overflow():
+    def round_on(kv_blocks):
+        view, _ = view_of([(P, [], []), (D, [], [30_000] * 3), (D, [], [1_000])], kv_blocks=kv_blocks)
+        view.now_s = 5.0
+        return Ares(ctx(), estimator="none", trigger="overflow").tick(view)
+    assert round_on(200_000 // 16) == []  # imbalanced, but 90k fits in 200k: nothing moves
+    moves = round_on(92_000 // 16)  # 90k of 92k x 0.95 headroom: overflows
+    assert moves and isinstance(moves[0], Migrate) and moves[0].target_instance == 2
+    assert Ares(ctx(), estimator="none").tick(view_of([(P, [], []), (D, [], [30_000] * 3), (D, [], [1_000])],
+                                                      kv_blocks=200_000 // 16)[0])  # the paper's trigger moves
+
+
+def test_every_component_can_be_switched_off_and_bad_choices_are_named():
+    stage = Combined(ctx(), prefill="least-loaded", deflect=False, flips=False, migrate=False)
+    assert stage.prefix is None and stage.kairos is None and stage.flipper is None and stage.ares is None
+    assert stage.tick_interval_s is None
+    for bad in ({"prefill": "magic"}, {"decode_binding": "dice"}, {"tick_s": 0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            Combined(ctx(), **bad)
+    sched = build_scheduler({"name": "c", "stages": [{"stage": "combined", "flips": False}]}, ctx())
+    assert sched.stages[0].flipper is None
+
+
+def test_proactive_replans_skip_settling_instances():
+    view, states = view_of([(P, [9000, 500], []), (D, [], []), (D, [], [])])
+    for rid in (0, 1):
+        states[rid].phase = Phase.WAITING
+    stage = Combined(ctx(), flips=False, migrate=False)
+    stage.flipped_at = {1: 0.0, 2: 0.0}
+    assert [d for d in stage.tick(view) if isinstance(d, Deflect)] == []
+    stage.flipped_at = {1: 0.0}
+    targets = {d.instance for d in stage.tick(view) if isinstance(d, Deflect)}
+    assert targets == {2}
