@@ -8,7 +8,12 @@ at the demo's rate per instance (14 req/s on 6 instances, 1:2 prefill to decode)
 1,024-instance PD cluster (256P768D) with 200,000 requests (``wall_s_1024``, and its peak
 RSS in a fresh process, ``rss_mib_1024``), and how wall time per simulated request grows
 with the instance count (16, 256, 1,024 at that load per instance, requests in proportion)
-and with the requests (10k, 50k, 200k on 1,024 instances). The last line is one JSON
+and with the requests (10k, 50k, 200k on 1,024 instances), and with ``--vidur`` (5) both
+simulators as whole processes on the same requests (Vidur 0.0.26 from the fidelity
+benchmark's install, its forests trained by an untimed first run; ``baton simulate`` on
+Vidur's own request metrics, start-up included): 10,000 requests on 1 replica
+(``vidur_speedup_10k``) and 50,000 on 16 (``vidur_speedup_50k``) of Llama-2-70B TP2 at
+0.3 req/s per replica (the fidelity benchmark's light case). The last line is one JSON
 object.
 """
 
@@ -46,6 +51,7 @@ def main() -> None:
     ap.add_argument("--reasoning-rate", type=float, default=14.0, help="requests/s (decode-bound)")
     ap.add_argument("--subset", type=int, default=300, help="requests in the mode comparison")
     ap.add_argument("--scale", action="store_true", help="also the 1,024-instance and scaling runs (long)")
+    ap.add_argument("--vidur", action="store_true", help="also whole processes against Vidur (long)")
     args = ap.parse_args()
     out: dict[str, float | None] = {}
 
@@ -81,6 +87,8 @@ def main() -> None:
     print(f"peak RSS {out['peak_rss_mib']} MiB")
     if args.scale:
         scale(out)
+    if args.vidur:
+        against_vidur(out)
     print(json.dumps(out))
 
 
@@ -126,6 +134,31 @@ def scale(out: dict) -> None:
     print(f"wall per request: 1,024 over 16 instances {out['per_request_1024_over_16']}x (target <= 1.5); "
           f"200k over 10k requests {out['per_request_200k_over_10k']}x (target <= 1.2); 1,024 instances with "
           f"200k requests {out['wall_s_1024']} s (target <= 60), {out['rss_mib_1024']} MiB (target < 2,048)")
+
+
+def against_vidur(out: dict) -> None:
+    """Whole-process wall time of Vidur over Baton's on the same requests."""
+    import tempfile
+    sys.path.insert(0, str(Path(__file__).parent))
+    from fidelity import LLAMA70, Case, baton_whole_process_s, vidur_case
+    from vidur_runner import ensure_hub, ensure_vidur, run_vidur
+
+    python = ensure_vidur()
+    ensure_hub()
+    with tempfile.TemporaryDirectory() as work:
+        # an untimed small run first: Vidur trains and caches its forests on first use
+        run_vidur(python, vidur_case(Case("warm", LLAMA70, 1, 256, 4096, 10.0, 0.3), 0.3, 200), Path(work) / "warm")
+        for key, replicas, n in (("vidur_speedup_10k", 1, 10_000), ("vidur_speedup_50k", 16, 50_000)):
+            case = Case(f"speed-{n}", LLAMA70, replicas, 256, 4096, 10.0, 0.3 * replicas)
+            run = run_vidur(python, vidur_case(case, case.rate_rps, n), Path(work) / key)
+            if run is None:
+                print(f"{key}: Vidur crashed on a preemption; no ratio")
+                out[key] = None
+                continue
+            baton_s = baton_whole_process_s(run.metrics, case)
+            out[key] = round(run.wall_s / baton_s, 2)
+            print(f"whole processes, {n:,} requests on {replicas} replica(s): Vidur {run.wall_s:.1f} s, "
+                  f"baton simulate {baton_s:.1f} s = {out[key]}x (targets: >= 20x at 10k, >= 30x at 50k)", flush=True)
 
 
 if __name__ == "__main__":

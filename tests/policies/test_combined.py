@@ -121,7 +121,7 @@ def test_rule1_a_deflected_prompt_is_never_a_migration_candidate():
 
 
 def flipper(window_s=3.0):
-    return FlipController(PrefillPredictor(PERF), 2.0, 0.05, 50_000, window_s)
+    return FlipController(PrefillPredictor(PERF), PERF, 2.0, 0.05, 50_000, window_s)
 
 
 def prefill_pressure():

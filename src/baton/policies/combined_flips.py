@@ -7,12 +7,17 @@ Signals, read every time ``decide`` is called:
 - prefill *hot*: even the least-queued prefill instance would start a new prompt only after
   ``prefill_hot`` (0.5) x the TTFT SLO (its predicted queueing delay, Arrow's quadratic);
 - prefill *cool*: every prefill instance's delay is within ``prefill_cool`` (0.1) x the TTFT SLO;
-- decode *hot*: the decoding instances' mean token interval is above ``decode_hot`` (0.9) x
-  the TPOT SLO, or their mean running tokens above ``decode_hot`` x Max Running Tokens
-  (Arrow's MRT);
+- decode *hot*: the decode instances' mean decode-only iteration time (the perf model on
+  each one's decodes, running and arriving) is above ``decode_hot`` (0.9) x the TPOT SLO,
+  or their mean running tokens above ``decode_hot`` x Max Running Tokens (Arrow's MRT);
 - decode *cool*: with one instance fewer, the mean running tokens would stay within
-  ``decode_cool`` (0.7, Arrow's "decode load is low") x MRT, and the mean token interval
-  is within ``decode_cool`` x the TPOT SLO.
+  ``decode_cool`` (0.7, Arrow's "decode load is low") x MRT, and so would the mean
+  decode-only iteration time against the TPOT SLO.
+
+The decode side is judged on its decodes alone, not on the token intervals it reports:
+prompts deflected onto it stretch its iterations up to the TBT budget by design, and read
+as "busy" that would forbid the flip exactly when prefill work spills onto decode (with
+Arrow's interval test, no flip happened on the Azure code trace while deflections ran).
 
 A flip towards prefill needs prefill hot and decode cool; towards decode, decode hot and
 prefill cool; either must hold without a break for ``window_s`` plus the flip's own cost:
@@ -30,19 +35,20 @@ import numpy as np
 from baton.core.decisions import ChangeRole
 from baton.core.instance import Role
 from baton.core.view import ClusterView
+from baton.perf.model import BatchShape, PerfModel
 from baton.policies.prefill_time import PrefillPredictor
 
 
 class FlipController:
     """Decides at most one role change per call (see the module docstring)."""
 
-    def __init__(self, predictor: PrefillPredictor, ttft_slo_s: float, tpot_slo_s: float,
+    def __init__(self, predictor: PrefillPredictor, perf: PerfModel, ttft_slo_s: float, tpot_slo_s: float,
                  max_running_tokens: int, window_s: float = 3.0,
                  thresholds: tuple[float, float, float, float] = (0.5, 0.1, 0.9, 0.7)) -> None:
         prefill_hot, prefill_cool, decode_hot, decode_cool = thresholds
         if not (0 < prefill_cool < prefill_hot and 0 < decode_cool < decode_hot) or window_s < 0:
             raise ValueError("need 0 < prefill_cool < prefill_hot, 0 < decode_cool < decode_hot, flip_window_s >= 0")
-        self.predictor = predictor
+        self.predictor, self.perf = predictor, perf
         self.ttft_slo_s, self.tpot_slo_s, self.mrt = ttft_slo_s, tpot_slo_s, max_running_tokens
         self.window_s, self.thresholds = window_s, thresholds
         self.since: dict[Role, float] = {}  # direction -> when its condition began to hold
@@ -53,12 +59,13 @@ class FlipController:
         return [self.predictor.delay(view, i) for i in ids]
 
     def decode_signals(self, view: ClusterView, ids: list[int]) -> tuple[float, float]:
-        """(mean running tokens, mean token interval s of the instances decoding)."""
+        """(mean running tokens, mean decode-only iteration time s) of the decode side."""
         if not ids:
             return 0.0, 0.0
-        tokens = float(np.mean([view.running_tokens(i) for i in ids]))
-        busy = [view.token_interval_s(i) for i in ids if view.decode_work(i)]
-        return tokens, float(np.mean(busy)) if busy else 0.0
+        tokens = [view.running_tokens(i) for i in ids]
+        iters = [self.perf.iteration_time_s(BatchShape(n_decodes=view.decode_work(i), decode_ctx_tokens=int(t)))
+                 for i, t in zip(ids, tokens) if view.decode_work(i)]
+        return float(np.mean(tokens)), float(np.mean(iters)) if iters else 0.0
 
     def wanted(self, view: ClusterView, prefill: list[int], decode: list[int]) -> Role | None:
         """The role an instance should move to now, if the demand ratio says so."""
@@ -69,7 +76,8 @@ class FlipController:
         tokens, interval = self.decode_signals(view, decode)
         decode_hot = interval > d_hot * self.tpot_slo_s or tokens > d_hot * self.mrt
         spread = tokens * len(decode) / max(1, len(decode) - 1)
-        decode_cool = spread <= d_cool * self.mrt and interval <= d_cool * self.tpot_slo_s
+        decode_cool = spread <= d_cool * self.mrt and interval * len(decode) / max(1, len(decode) - 1) \
+            <= d_cool * self.tpot_slo_s
         if min(delays) > p_hot * self.ttft_slo_s and decode_cool and len(decode) > 1:
             return Role.PREFILL
         if decode_hot and max(delays) <= p_cool * self.ttft_slo_s and len(prefill) > 1:

@@ -30,9 +30,12 @@ class PrefixApprox(PrefixStage):
         self.capacity = lru_capacity_blocks
         self.history = RouteHistory()
 
+    def cached_blocks(self, view: ClusterView, request: RequestState) -> dict[int, int]:
+        return self.history.matches(request.block_keys)
+
     def pick_prefill(self, view: ClusterView, request: RequestState) -> tuple[int | None, int]:
         ids, keys = view.prefill_ids, request.block_keys
-        sent = self.history.matches(keys)
+        sent = self.cached_blocks(view, request)
         reqs, kv = view.load_columns(ids)
         wp, wq, wk = self.weights
         wp /= max(1, len(keys))

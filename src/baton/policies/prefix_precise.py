@@ -34,9 +34,14 @@ class PrefixPrecise(PrefixStage):
         self.weights = (prefix_weight, kv_weight, queue_weight)
         self.predicted = Predictions(predict_ttl_s)
 
+    def cached_blocks(self, view: ClusterView, request: RequestState) -> dict[int, int]:
+        keys = request.block_keys
+        engines, predicted = view.prefix_matches(keys), self.predicted.matches(view.now_s, keys)
+        return {i: max(engines.get(i, 0), predicted.get(i, 0)) for i in engines.keys() | predicted.keys()}
+
     def pick_prefill(self, view: ClusterView, request: RequestState) -> tuple[int | None, int]:
         ids, keys = view.prefill_ids, request.block_keys
-        matched = matched_blocks(ids, view.prefix_matches(keys), self.predicted.matches(view.now_s, keys))
+        matched = matched_blocks(ids, self.cached_blocks(view, request))
         reqs, kv = view.load_columns(ids)
         wp, wk, wq = self.weights
         wp /= max(1, len(keys))

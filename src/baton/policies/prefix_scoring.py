@@ -123,6 +123,10 @@ class PrefixStage(Stage):
         self.bind_decode = bind_decode
         self.placed = self.hit_blocks = 0  # placements and the blocks they were matched on
 
+    def cached_blocks(self, view: ClusterView, request: RequestState) -> dict[int, int]:
+        """Instance -> leading blocks of the prompt this stage believes it holds cached."""
+        raise NotImplementedError
+
     def pick_prefill(self, view: ClusterView, request: RequestState) -> tuple[int | None, int]:
         """(the prefill instance, leading prompt blocks it is matched on), with no side
         effects: a composed scheduler may still send the prompt elsewhere."""

@@ -1,0 +1,291 @@
+"""The combined scheduler against every single policy, workload by workload.
+
+    python benchmarks/combined.py [--repeats 3] [--scales 8 64] [--workloads ...] [--out DIR]
+
+Workloads (five regimes): the Azure code and conversation traces and the Mooncake
+conversation trace (``../shared/traces/``; a workload whose trace is absent is skipped),
+windows of requests at successive offsets (one per repeat) with their arrivals rescaled
+(burst shape kept); a synthetic reasoning workload (long outputs, SIBYL's); the sessions
+workload (prefix reuse), a fresh seed per repeat. Clusters of ``llama-3.1-8b@a100-80g``
+instances, half prefill and half decode (4P4D, 32P32D): a fixed split the traffic may not
+suit, as in a fleet configured yesterday.
+
+Policies: ``combined``; the pool of single policies ``sibyl``, ``ares``, ``arrow``,
+``kairos``, ``least-loaded``, ``least-outstanding`` and the best cache-aware policy in PD
+(``prefix-precise``); ``cascade`` runs only on colocated instances and these clusters are
+PD, so it is not in the pool. At the smallest scale, the ablations: combined with one
+component off at a time.
+
+Runs above 8 instances use ``--large-fraction`` (0.4) of the requests per instance, so a
+64-instance sweep costs about 3x an 8-instance one, not 8x. For each (workload, scale, policy, repeat) the max sustainable rate at 90% SLO attainment
+is found by bisection on the rate (log scale) within a bracket around least-loaded's knee
+of that repeat, to about 2%. Per workload and scale: every policy's mean and 95% interval
+over repeats; the best single policy (highest mean); combined minus best as a paired
+difference per repeat with its 95% interval (Student's t): "not below" when the interval
+includes or exceeds 0, "above" when it excludes 0 above. The ablation table gives full
+combined minus each ablation, paired. Each workload's combined run at least-loaded's knee
+reports what each component did (deflections, flips, migrations, bindings that differ from
+token load, matched prefix blocks).
+
+Writes ``combined.png`` (max rate per policy relative to the best single policy) and
+``results.json`` into ``--out``; the last line printed is one JSON object of the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import replace
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from baton.metrics import SLO  # noqa: E402
+from baton.sim import ClusterSpec, simulate  # noqa: E402
+
+PRESET = "llama-3.1-8b@a100-80g"
+TRACES = ROOT.parent / "shared" / "traces"
+POOL = ("sibyl", "ares", "arrow", "kairos", "least-loaded", "least-outstanding", "prefix-precise")
+ABLATIONS = {
+    "combined-no-prefix": {"prefill": "least-loaded"},
+    "combined-no-deflect": {"deflect": False},
+    "combined-no-flips": {"flips": False},
+    "combined-token-binding": {"decode_binding": "token-load"},
+    "combined-no-migrate": {"migrate": False},
+}
+# workload -> (requests per instance in a run, SLO, nominal max rate per instance req/s)
+WORKLOADS = {
+    "azure-code": (125, SLO(ttft_s=3.0, tpot_s=0.1), 1.0),
+    "azure-conv": (150, SLO(ttft_s=3.0, tpot_s=0.1), 7.0),
+    "mooncake": (100, SLO(ttft_s=10.0, tpot_s=0.1), 0.15),
+    "reasoning": (300, SLO(ttft_s=2.0, tpot_s=0.1), 1.0),
+    "sessions": (150, SLO(ttft_s=2.0, tpot_s=0.1), 1.5),
+}
+TRACE_FILES = {"azure-code": "azure_code_2023.csv", "azure-conv": "azure_conv_2023.csv",
+               "mooncake": "mooncake_conversation.jsonl"}
+BISECTIONS = 6
+
+
+def policy_config(name: str):
+    if name in ABLATIONS:
+        return {"name": name, "stages": [{"stage": "combined", **ABLATIONS[name]}]}
+    return name
+
+
+@lru_cache(maxsize=4)
+def _trace(workload: str):
+    from baton.workload import load_trace
+    return load_trace(TRACES / TRACE_FILES[workload])
+
+
+LARGE_FRACTION = [1.0]  # of the requests per instance at scales above 8 (--large-fraction)
+
+
+@lru_cache(maxsize=16)
+def requests_for(workload: str, instances: int, repeat: int) -> tuple:
+    """The fixed requests of one repeat (arrivals rescaled later)."""
+    per_instance = WORKLOADS[workload][0] * (LARGE_FRACTION[0] if instances > 8 else 1.0)
+    n = int(per_instance * instances)
+    if workload in TRACE_FILES:
+        whole = _trace(workload)
+        window = whole[repeat * n:(repeat + 1) * n]
+        if len(window) < n // 2:
+            window = whole[-n:]
+        t0 = window[0].arrival_s
+        return tuple(replace(r, req_id=i, arrival_s=r.arrival_s - t0) for i, r in enumerate(window))
+    rng = np.random.default_rng(1000 + repeat)
+    if workload == "reasoning":
+        from baton.workload import generate, reasoning_spec
+        return tuple(generate(reasoning_spec(n, 1.0), rng))
+    from baton.workload.sessions import SessionsSpec, generate_sessions
+    reqs = generate_sessions(SessionsSpec(sessions=max(20, n // 6)), rng)
+    return tuple(reqs[:n])
+
+
+def cluster_for(instances: int) -> ClusterSpec:
+    return ClusterSpec(prefill=instances // 2, decode=instances - instances // 2, preset=PRESET)
+
+
+def attainment(workload: str, instances: int, repeat: int, policy: str, rate: float,
+               report: bool = False) -> tuple[float, dict]:
+    """SLO attainment (0..1) of one run, and the policy's report when asked."""
+    from baton.workload.transform import scale_to_rate
+
+    reqs = scale_to_rate(list(requests_for(workload, instances, repeat)), rate)
+    result = simulate(reqs, cluster_for(instances), policy_config(policy), slo=WORKLOADS[workload][1])
+    att = float(result.summary(WORKLOADS[workload][1])["slo_attainment"])
+    return att, (dict(result.policy_report) if report else {})
+
+
+def knee(workload: str, instances: int, repeat: int, policy: str, lo: float, hi: float) -> float:
+    """The highest rate with attainment >= 0.9, by bisection in log space within [lo, hi]
+    (widened while an end is on the wrong side); 0 when even lo/8 misses."""
+    for _ in range(3):
+        if attainment(workload, instances, repeat, policy, hi)[0] < 0.9:
+            break
+        lo, hi = hi, hi * 2.0
+    else:
+        return hi
+    for _ in range(3):
+        if attainment(workload, instances, repeat, policy, lo)[0] >= 0.9:
+            break
+        lo, hi = lo / 2.0, lo
+    else:
+        return 0.0
+    for _ in range(BISECTIONS):
+        mid = math.sqrt(lo * hi)
+        if attainment(workload, instances, repeat, policy, mid)[0] >= 0.9:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def task(args: tuple) -> tuple:
+    workload, instances, repeat, policy, center, fraction = args
+    LARGE_FRACTION[0] = fraction
+    t0 = time.perf_counter()
+    rate = knee(workload, instances, repeat, policy, center / 2.0, center * 2.0)
+    return workload, instances, repeat, policy, rate, time.perf_counter() - t0
+
+
+def interval(values: list[float]) -> tuple[float, float, float]:
+    """(mean, 95% low, 95% high) by Student's t."""
+    from scipy import stats
+
+    x = np.asarray(values, dtype=float)
+    if x.size < 2:
+        return float(x.mean()) if x.size else math.nan, math.nan, math.nan
+    half = stats.t.ppf(0.975, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size)
+    return float(x.mean()), float(x.mean() - half), float(x.mean() + half)
+
+
+def run_all(args) -> dict:
+    """Every knee: {(workload, scale): {policy: [rate per repeat]}}."""
+    from rich.progress import Progress
+
+    rates: dict = {}
+    with ProcessPoolExecutor(max_workers=args.workers) as pool, Progress() as bar:
+        for instances in args.scales:
+            for workload in args.workloads:
+                centers = list(pool.map(task, [(workload, instances, r, "least-loaded",
+                                                WORKLOADS[workload][2] * instances, args.large_fraction)
+                                               for r in range(args.repeats)]))
+                cell = rates.setdefault((workload, instances), {})
+                cell["least-loaded"] = [c[4] for c in centers]
+                policies = ["combined", *[p for p in POOL if p != "least-loaded"]]
+                if instances == min(args.scales):
+                    policies += list(ABLATIONS)
+                jobs = [(workload, instances, r, p, centers[r][4] or WORKLOADS[workload][2] * instances,
+                         args.large_fraction) for p in policies for r in range(args.repeats)]
+                progress = bar.add_task(f"{workload} @ {instances}", total=len(jobs))
+                for fut in as_completed([pool.submit(task, j) for j in jobs]):
+                    w, n, r, p, rate, _ = fut.result()
+                    cell.setdefault(p, [math.nan] * args.repeats)[r] = rate
+                    bar.advance(progress)
+                report(workload, instances, cell)
+    return rates
+
+
+def report(workload: str, instances: int, cell: dict) -> dict:
+    """Print one (workload, scale) table; return its verdict figures."""
+    print(f"\n{workload}, {instances} instances (4P4D-style half split): max sustainable rate at 90% "
+          f"attainment, req/s, mean [95% interval] over repeats")
+    means = {p: interval(v)[0] for p, v in cell.items()}
+    for p, v in cell.items():
+        m, lo, hi = interval(v)
+        print(f"  {p:<24} {m:8.3f} [{lo:8.3f}, {hi:8.3f}]   per repeat {[round(x, 3) for x in v]}")
+    singles = [p for p in POOL if p in cell]
+    best = max(singles, key=lambda p: means[p])
+    diff = [a - b for a, b in zip(cell["combined"], cell[best])]
+    m, lo, hi = interval(diff)
+    verdict = "above" if lo > 0 else ("not below" if hi >= 0 else "BELOW")
+    print(f"  combined - best single ({best}): {m:+.3f} [{lo:+.3f}, {hi:+.3f}] req/s -> {verdict}")
+    out = {"best_single": best, "combined_minus_best": m, "ci95": [lo, hi], "verdict": verdict}
+    for name in ABLATIONS:
+        if name in cell:
+            a_m, a_lo, a_hi = interval([a - b for a, b in zip(cell["combined"], cell[name])])
+            print(f"  combined - {name}: {a_m:+.3f} [{a_lo:+.3f}, {a_hi:+.3f}] req/s")
+            out[f"minus_{name}"] = [a_m, a_lo, a_hi]
+    return out
+
+
+def activity(args, rates: dict) -> dict:
+    """What each component did in combined's run at least-loaded's knee (repeat 0)."""
+    out = {}
+    for (workload, instances), cell in rates.items():
+        rate = cell["least-loaded"][0] or WORKLOADS[workload][2] * instances
+        _, rep = attainment(workload, instances, 0, "combined", rate, report=True)
+        out[f"{workload}@{instances}"] = rep
+        print(f"  {workload} @ {instances} at {rate:.2f} req/s: " + ", ".join(
+            f"{k.removeprefix('combined_')} {v:.3g}" for k, v in rep.items() if k.startswith("combined_")))
+    return out
+
+
+def plot(rates: dict, out_dir: Path) -> Path | None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    cells = list(rates.items())
+    fig, axes = plt.subplots(1, len(cells), figsize=(3.2 * len(cells), 4.2), squeeze=False, sharey=True)
+    for ax, ((workload, instances), cell) in zip(axes[0], cells):
+        best = max(np.nanmean(cell[p]) for p in POOL if p in cell) or 1.0
+        names = ["combined", *[p for p in POOL if p in cell]]
+        vals = [np.nanmean(cell[p]) / best for p in names]
+        ax.bar(range(len(names)), vals, color=["tab:red"] + ["tab:blue"] * (len(names) - 1))
+        ax.set_xticks(range(len(names)), names, rotation=70, fontsize=7)
+        ax.axhline(1.0, color="grey", linestyle="--", linewidth=0.8)
+        ax.set_title(f"{workload} @ {instances}", fontsize=9)
+    axes[0][0].set_ylabel("max sustainable rate / best single policy")
+    fig.tight_layout()
+    path = out_dir / "combined.png"
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--scales", type=int, nargs="+", default=[8, 64])
+    ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--large-fraction", type=float, default=0.4,
+                    help="share of the requests per instance in runs above 8 instances (the sweeps' cost)")
+    ap.add_argument("--out", type=Path, default=Path("combined-results"))
+    args = ap.parse_args()
+    LARGE_FRACTION[0] = args.large_fraction
+    args.workloads = [w for w in args.workloads
+                      if w not in TRACE_FILES or (TRACES / TRACE_FILES[w]).is_file()]
+    args.out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    rates = run_all(args)
+    print("\ncomponent activity in combined's run at least-loaded's knee (repeat 0)")
+    acts = activity(args, rates)
+    verdicts = {f"{w}@{n}": report(w, n, cell) for (w, n), cell in rates.items()}
+    above = sum(v["verdict"] == "above" for v in verdicts.values())
+    below = [k for k, v in verdicts.items() if v["verdict"] == "BELOW"]
+    print(f"\ncombined significantly above the best single policy on {above} of {len(verdicts)} "
+          f"(workload, scale) cells; significantly below on {below or 'none'} ({time.perf_counter() - t0:.0f} s)")
+    png = plot(rates, args.out)
+    figures = {"cells": verdicts, "above": above, "below": below,
+               "rates": {f"{w}@{n}": cell for (w, n), cell in rates.items()}, "activity": acts,
+               "plot": str(png) if png else None}
+    (args.out / "results.json").write_text(json.dumps(figures, indent=1))
+    print(json.dumps({"above": above, "below": below, "cells": len(verdicts),
+                      **{f"{k}_combined_minus_best": v["combined_minus_best"] for k, v in verdicts.items()}}))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
