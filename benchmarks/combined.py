@@ -193,6 +193,8 @@ def run_all(args) -> dict:
                     cell.setdefault(p, [math.nan] * args.repeats)[r] = rate
                     bar.advance(progress)
                 report(workload, instances, cell)
+                partial = {f"{w}@{n}": c for (w, n), c in rates.items()}
+                (args.out / "partial.json").write_text(json.dumps(partial, indent=1))  # a long sweep keeps its cells
     return rates
 
 

@@ -29,6 +29,18 @@ def checked_reads(monkeypatch):
             reads["n"] += 1
             return got
         monkeypatch.setattr(ClusterView, vector, checked)
+    original_snapshots = ClusterView.decode_snapshots
+
+    def snapshots(self, ids):
+        got = original_snapshots(self, ids)
+        parts = [self.decode_snapshot(i) for i in ids]
+        for col in range(3):
+            want = np.concatenate([p[col] for p in parts]) if parts else np.zeros(0)
+            assert got[col].tolist() == want.tolist()
+        assert got[3].tolist() == [pos for pos, p in enumerate(parts) for _ in range(p[0].size)]
+        reads["n"] += 1
+        return got
+    monkeypatch.setattr(ClusterView, "decode_snapshots", snapshots)
     return reads
 
 

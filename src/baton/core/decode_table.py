@@ -35,6 +35,7 @@ class DecodeTable:
         self.n = 0
         self.ctx_sum = 0
         self.on_change: Callable[[], None] | None = None  # the owner's hook: ctx_sum or n changed
+        self._views: dict[str, np.ndarray] = {}
 
     def __len__(self) -> int:
         return self.n
@@ -43,9 +44,12 @@ class DecodeTable:
         return req_id in self._row
 
     def col(self, name: str) -> np.ndarray:
-        """A read-only view of the live rows of one column."""
-        view = self._cols[name][: self.n]
-        view.flags.writeable = False
+        """A read-only view of the live rows of one column (kept until rows are added or
+        removed: values written in place show through it)."""
+        view = self._views.get(name)
+        if view is None:
+            view = self._views[name] = self._cols[name][: self.n]
+            view.flags.writeable = False
         return view
 
     def _mutable(self, name: str) -> np.ndarray:
@@ -54,6 +58,7 @@ class DecodeTable:
     def add(self, req_id: int, ctx: int, generated: int, stop_at: int, admit_seq: int,
             blocks: int, watch_ctx: int | None = None, joined_s: float = 0.0) -> None:
         """Append a row for a request that joins the decode batch."""
+        self._views.clear()
         if self.n == len(self._cols["req_id"]):
             for name, arr in self._cols.items():
                 self._cols[name] = np.concatenate([arr, np.zeros_like(arr)])
@@ -74,6 +79,7 @@ class DecodeTable:
     def remove(self, req_id: int) -> dict[str, int]:
         """Remove a row (swap with the last) and return its values."""
         i = self._row.pop(req_id)
+        self._views.clear()
         last = self.n - 1
         values = {name: int(arr[i]) for name, arr in self._cols.items()}
         if i != last:

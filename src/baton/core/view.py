@@ -254,6 +254,22 @@ class ClusterView:
         table = inst.decodes
         return table.col("req_id").copy(), table.col("ctx") + k, table.col("generated") + k
 
+    def decode_snapshots(self, ids: Sequence[int]) -> tuple[np.ndarray, ...]:
+        """``decode_snapshot`` of every instance of ``ids`` at once: (request ids, context
+        tokens, generated tokens, position in ``ids`` of each row's instance)."""
+        cols = self._columns
+        k = cols.iterations_done(cols.slots(ids), self.now_s)
+        tables = [self._instances[i].decodes for i in ids]
+        counts = np.fromiter((t.n for t in tables), dtype=np.int64, count=len(tables))
+        if not counts.sum():
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, empty, empty
+        grown = np.repeat(k, counts)
+        return (np.concatenate([t.col("req_id") for t in tables]),
+                np.concatenate([t.col("ctx") for t in tables]) + grown,
+                np.concatenate([t.col("generated") for t in tables]) + grown,
+                np.repeat(np.arange(len(tables), dtype=np.int64), counts))
+
     def decode_rate_tokens_per_s(self, req_id: int) -> float:
         """Observed decode rate of a request: tokens since decode start over elapsed time,
         or its instance's current rate before it has a history."""

@@ -99,26 +99,24 @@ class Ares(Stage):
         """Every instance's requests: running decodes, then those preempted there and
         waiting to recompute (load all the same: they decode there again). Returns
         (req ids, owner position, ctx, remaining, waiting mask)."""
-        parts = [self._requests_of(view, int(i)) for i in ids]
-        req_ids = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
-        owner = np.repeat(np.arange(ids.size), [p[0].size for p in parts])
-        ctx = np.concatenate([p[1] for p in parts]).astype(np.float64) if parts else np.zeros(0)
-        gen = np.concatenate([p[2] for p in parts]).astype(np.float64) if parts else np.zeros(0)
-        waiting = np.concatenate([p[3] for p in parts]) if parts else np.zeros(0, dtype=bool)
+        id_list = ids.tolist()
+        req_ids, ctx, gen, owner = view.decode_snapshots(id_list)
+        waiting = np.zeros(req_ids.size, dtype=bool)
+        extra = [(pos, r) for pos, i in enumerate(id_list) if view.instance(i).prefill_queue
+                 for r in view.waiting_decodes(i)]
+        if extra:
+            w_owner = np.array([p for p, _ in extra], dtype=np.int64)
+            w_ids = np.array([r for _, r in extra], dtype=np.int64)
+            order = np.argsort(np.concatenate([owner, w_owner]), kind="stable")  # each instance's rows together
+            req_ids = np.concatenate([req_ids, w_ids])[order]
+            ctx = np.concatenate([ctx, [view.context_tokens(r) for _, r in extra]])[order]
+            gen = np.concatenate([gen, [view.generated_tokens(r) for _, r in extra]])[order]
+            owner = np.concatenate([owner, w_owner])[order]
+            waiting = np.concatenate([waiting, np.ones(len(extra), dtype=bool)])[order]
+        ctx, gen = ctx.astype(np.float64), gen.astype(np.float64)
         since = gen % self.k  # tokens since the last (re-)prediction
         remaining = np.maximum(self.estimator.remaining_batch(view, req_ids, gen - since) - since, 0.0)
         return req_ids, owner, ctx, remaining, waiting
-
-    @staticmethod
-    def _requests_of(view: ClusterView, instance_id: int):
-        req_ids, ctx, gen = view.decode_snapshot(instance_id)
-        waiting = view.waiting_decodes(instance_id)
-        if not waiting:
-            return req_ids, ctx, gen, np.zeros(req_ids.size, dtype=bool)
-        return (np.concatenate([req_ids, np.array(waiting, dtype=np.int64)]),
-                np.concatenate([ctx, [view.context_tokens(r) for r in waiting]]),
-                np.concatenate([gen, [view.generated_tokens(r) for r in waiting]]),
-                np.concatenate([np.zeros(req_ids.size, dtype=bool), np.ones(len(waiting), dtype=bool)]))
 
     def trajectories(self, ctx: np.ndarray, remaining: np.ndarray) -> np.ndarray:
         """Each request's token load at steps 0..H (rows: requests)."""

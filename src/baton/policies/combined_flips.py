@@ -4,8 +4,12 @@ driven by sustained demand instead of a single arrival or a slow window).
 
 Signals, read every time ``decide`` is called:
 
-- prefill *hot*: even the least-queued prefill instance would start a new prompt only after
-  ``prefill_hot`` (0.5) x the TTFT SLO (its predicted queueing delay, Arrow's quadratic);
+- prefill *hot*: the prefill work waiting, per prefill instance, would take more than
+  ``prefill_hot`` (0.5) x the TTFT SLO (predicted queueing delay, Arrow's quadratic),
+  counting prompts deflected onto decode instances and still queued there: deflection
+  absorbs a burst, but absorbing a sustained shift it hides the demand from this test (on
+  the Mooncake trace no flip happened while deflection held the prefill queues short, and
+  combined sustained a third of Arrow's rate);
 - prefill *cool*: every prefill instance's delay is within ``prefill_cool`` (0.1) x the TTFT SLO;
 - decode *hot*: the decode instances' mean decode-only iteration time (the perf model on
   each one's decodes, running and arriving) is above ``decode_hot`` (0.9) x the TPOT SLO,
@@ -73,14 +77,16 @@ class FlipController:
             return None
         p_hot, p_cool, d_hot, d_cool = self.thresholds
         delays = self.prefill_delays(view, prefill)
+        deflected = sum(self.predictor.delay(view, i) for i in decode if view.instance(i).prefill_queue)
+        demand = (sum(delays) + deflected) / len(prefill)
         tokens, interval = self.decode_signals(view, decode)
         decode_hot = interval > d_hot * self.tpot_slo_s or tokens > d_hot * self.mrt
         spread = tokens * len(decode) / max(1, len(decode) - 1)
         decode_cool = spread <= d_cool * self.mrt and interval * len(decode) / max(1, len(decode) - 1) \
             <= d_cool * self.tpot_slo_s
-        if min(delays) > p_hot * self.ttft_slo_s and decode_cool and len(decode) > 1:
+        if demand > p_hot * self.ttft_slo_s and decode_cool and len(decode) > 1:
             return Role.PREFILL
-        if decode_hot and max(delays) <= p_cool * self.ttft_slo_s and len(prefill) > 1:
+        if decode_hot and max(delays) <= p_cool * self.ttft_slo_s and not deflected and len(prefill) > 1:
             return Role.DECODE
         return None
 
