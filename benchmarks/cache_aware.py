@@ -235,7 +235,7 @@ def decision_cost(instances: int, indexed_blocks: int, decisions: int, rng: np.r
         for j in range(int(rng.integers(0, 8))):
             inst.queue_prefill(1_000_000 + 100 * i + j, int(rng.integers(100, 4000)))
     for inst in insts.values():  # the gateway's view: engine metrics as last scraped
-        inst.sample = inst.engine_sample(0.0)
+        inst.set_sample(inst.engine_sample(0.0))
     view = ClusterView(insts, states, InfoModel(ViewMode.SCRAPED, 1.0), prefix_source=index)
     prefixes = [rng.integers(0, 50_000, 1000).tolist() for _ in range(16)]
     for p_i, prefix in enumerate(prefixes):  # 16 cached 1,000-token prefixes, each on a few instances

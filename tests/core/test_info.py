@@ -24,7 +24,7 @@ def test_exact_reads_the_engine_now_and_scraped_reads_the_last_scrape():
     assert (scraped.running_requests(0), scraped.kv_usage(0)) == (0, 0.0)
     assert scraped.own_requests(0) == exact.own_requests(0) == 2
     assert scraped.incoming_tokens(0) == 160
-    inst.sample = EngineSample(1.0, 1, 0, 0.1, 0.05)
+    inst.set_sample(EngineSample(1.0, 1, 0, 0.1, 0.05))
     inst.running_requests, inst.kv_blocks_used = 9, 900  # the engine moves on after the scrape
     assert (exact.running_requests(0), exact.waiting_requests(0), exact.kv_usage(0)) == (9, 1, 0.9)
     assert (scraped.running_requests(0), scraped.waiting_requests(0), scraped.kv_usage(0)) == (1, 0, 0.1)
@@ -34,7 +34,7 @@ def test_exact_reads_the_engine_now_and_scraped_reads_the_last_scrape():
 
 def test_scraped_only_has_no_bookings_and_estimates_from_metrics():
     inst = _instance()
-    inst.sample = EngineSample(1.0, 4, 2, 0.25, 0.05)
+    inst.set_sample(EngineSample(1.0, 4, 2, 0.25, 0.05))
     view = ClusterView({0: inst}, {}, InfoModel(ViewMode.SCRAPED_ONLY))
     assert view.own_requests(0) == 6                     # running + waiting
     assert view.token_load(0) == 0.25 * 1000 * 16        # KV usage x capacity

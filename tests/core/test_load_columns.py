@@ -18,7 +18,9 @@ def checked_reads(monkeypatch):
     """Wrap the view's columnar reads so each one is compared with the scalar reads."""
     reads = {"n": 0}
     pairs = (("token_loads", "token_load"), ("prefill_loads", "prefill_load"),
-             ("own_request_counts", "own_requests"))
+             ("own_request_counts", "own_requests"), ("kv_usages", "kv_usage"),
+             ("token_intervals", "token_interval_s"), ("decode_works", "decode_work"),
+             ("running_tokens_of", "running_tokens"))
     for vector, scalar in pairs:
         original = getattr(ClusterView, vector)
 
@@ -29,6 +31,14 @@ def checked_reads(monkeypatch):
             reads["n"] += 1
             return got
         monkeypatch.setattr(ClusterView, vector, checked)
+    original_moments = ClusterView.prefill_moments
+
+    def moments(self, ids):
+        got = original_moments(self, ids)
+        assert [tuple(int(c[k]) for c in got) for k in range(len(ids))] == [self.queued_prefill_moments(i) for i in ids]
+        reads["n"] += 1
+        return got
+    monkeypatch.setattr(ClusterView, "prefill_moments", moments)
     original_snapshots = ClusterView.decode_snapshots
 
     def snapshots(self, ids):
@@ -49,6 +59,7 @@ def checked_reads(monkeypatch):
     ("colocated", ClusterSpec(prefill=0, decode=0, mixed=3, engine=EngineConfig(512, 32, 16))),
     ("ares", ClusterSpec(prefill=1, decode=3, engine=EngineConfig(512, 32, 16), nic_gbps=10)),
     ("arrow", ClusterSpec(prefill=2, decode=2, engine=EngineConfig(512, 32, 16), nic_gbps=10)),
+    ("combined", ClusterSpec(prefill=2, decode=3, engine=EngineConfig(512, 32, 16), nic_gbps=10)),
     ("kairos", ClusterSpec(prefill=1, decode=3, engine=EngineConfig(512, 32, 16), nic_gbps=10)),
     # more candidates than the scalar cut-off: the vectorised closed form
     ("least-loaded", ClusterSpec(prefill=26, decode=30, engine=EngineConfig(512, 32, 16), nic_gbps=10)),
@@ -93,8 +104,10 @@ def test_mutations_reach_the_columns_and_new_instances_register():
     assert view.own_request_counts(ids).tolist() == [0, 2]
     insts[2] = _instance(2, (5, 6))  # an instance added live (the admin API)
     assert view.token_loads([0, 1, 2]).tolist() == [0, 340, 11]
-    insts[0] = _instance(0, (9,))  # replaced under the same id
+    insts[0] = _instance(0, (9,))  # replaced under the same id: runtimes then invalidate roles
+    view.invalidate_roles()
     assert view.token_loads([0, 1, 2]).tolist() == [9, 340, 11]
+    assert view.token_loads(np.array([2, 0])).tolist() == [11, 9]  # id arrays too
 
 
 def test_an_unmarked_mutation_is_visible_as_a_stale_column():

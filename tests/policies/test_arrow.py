@@ -66,7 +66,7 @@ def _decode_shape(n):
 
 def test_pools_come_from_role_and_remaining_work():
     view = view_of([(P, [], [], 0), (P, [], LIGHT, FAST), (D, [], LIGHT, FAST), (D, [500], LIGHT, FAST)])
-    assert Arrow.pools(view) == {"P": [0], "DP": [1], "D": [2], "PD": [3]}
+    assert arrow().pools(view) == {"P": [0], "DP": [1], "D": [2], "PD": [3]}
 
 
 # Algorithm 1: (instances, expected prefill instance, expected role changes)

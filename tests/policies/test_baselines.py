@@ -112,8 +112,8 @@ def _counts_view(info):
         view.instance(1).add_incoming(rid, 100)
     for i, running in ((1, 2), (2, 3)):
         view.instance(i).running_requests = running
-    view.instance(1).sample = EngineSample(0.0, 4, 0, 0.0, 0.0)
-    view.instance(2).sample = EngineSample(0.0, 1, 0, 0.0, 0.0)
+    view.instance(1).set_sample(EngineSample(0.0, 4, 0, 0.0, 0.0))
+    view.instance(2).set_sample(EngineSample(0.0, 1, 0, 0.0, 0.0))
     return view
 
 

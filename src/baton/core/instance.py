@@ -124,6 +124,11 @@ class InstanceState:
         if self.load_dirty is not None:
             self.load_dirty.add(self.instance_id)
 
+    def set_sample(self, sample: EngineSample) -> None:
+        """A new scrape of the engine's metrics (what scraped views read)."""
+        self.sample = sample
+        self.touch()
+
     def set_segment(self, segment: Segment | None) -> None:
         """Start (or end, with None) the running decode segment."""
         self.segment = segment

@@ -19,8 +19,8 @@ if TYPE_CHECKING:
     from baton.core.instance import InstanceState
 
 _SCALAR_BELOW = 24  # rows to compute at most, where per-instance reads beat vectorised ones
-_INT_COLUMNS = ("base", "ctx", "n", "prefill", "reqs", "seg_max")
-_FLOAT_COLUMNS = ("seg_start", "iter0", "slope")
+_INT_COLUMNS = ("base", "ctx", "n", "prefill", "reqs", "seg_max", "queued", "sq", "incoming_n", "incoming")
+_FLOAT_COLUMNS = ("seg_start", "iter0", "slope", "s_interval", "s_kv")
 
 
 class LoadColumns:
@@ -28,9 +28,11 @@ class LoadColumns:
 
     Per slot: ``base`` (decode contexts at the last sync + incoming + queued prefill
     tokens), ``ctx`` (decode contexts at the last sync), ``n`` (running decodes),
-    ``prefill`` (queued prefill tokens), ``reqs`` (outstanding requests) and the running
-    decode segment (``seg_start``, ``iter0``, ``slope`` in s; ``seg_max`` iterations, 0
-    without a segment).
+    ``prefill`` (queued prefill tokens), ``queued`` and ``sq`` (queued prompts and the sum
+    of their squares), ``incoming_n`` and ``incoming`` (KV on its way: requests, tokens),
+    ``reqs`` (outstanding requests), the last scrape's token interval and KV usage
+    (``s_interval`` s, ``s_kv``; 0 before the first) and the running decode segment
+    (``seg_start``, ``iter0``, ``slope`` in s; ``seg_max`` iterations, 0 without one).
     """
 
     def __init__(self, instances: Mapping[int, InstanceState]) -> None:
@@ -44,6 +46,7 @@ class LoadColumns:
         for name in _FLOAT_COLUMNS:
             self._cols[name] = np.zeros(16, dtype=np.float64)
         self._slots_cache: dict[int, tuple[Sequence[int], np.ndarray]] = {}
+        self._slot_of = np.full(16, -1, dtype=np.int64)  # instance id -> slot (-1: none yet)
         # iterations done by each slot at _k_now_s, valid where _k_valid: a decision reads
         # several columns at one instant, and the closed form is the costly part
         self._k_now_s = float("nan")
@@ -68,18 +71,34 @@ class LoadColumns:
         return slot
 
     def slots(self, ids: Sequence[int]) -> np.ndarray:
-        """The slots of ``ids`` (instances new to the columns are registered). Cached per
-        list object: the view's candidate lists live until roles change."""
+        """The slots of ``ids`` (instances new to the columns are registered). Instance
+        objects replaced under an id are seen after ``revalidate`` (the view calls it
+        whenever roles, health or membership change)."""
         hit = self._slots_cache.get(id(ids))
         if hit is not None and hit[0] is ids:
             return hit[1]
-        insts = self._instances
-        slots = np.array([self._slot[i] if insts[i].load_dirty is self.dirty else self._register(insts[i])
-                          for i in ids], dtype=np.int64)
-        if len(self._slots_cache) >= 8:
-            self._slots_cache.clear()
-        self._slots_cache[id(ids)] = (ids, slots)
+        arr = np.asarray(ids, dtype=np.int64)
+        if arr.size and int(arr.max()) >= self._slot_of.size:
+            grown = np.full(max(int(arr.max()) + 1, 2 * self._slot_of.size), -1, dtype=np.int64)
+            grown[: self._slot_of.size] = self._slot_of
+            self._slot_of = grown
+        slots = self._slot_of[arr]
+        if arr.size and slots.min() < 0:
+            for i in arr[slots < 0].tolist():
+                self._slot_of[i] = self._register(self._instances[i])
+            slots = self._slot_of[arr]
+        if isinstance(ids, list):  # the view's candidate lists live until roles change
+            if len(self._slots_cache) >= 8:
+                self._slots_cache.clear()
+            self._slots_cache[id(ids)] = (ids, slots)
         return slots
+
+    def revalidate(self) -> None:
+        """Re-register instances replaced under their id, and forget cached id lists."""
+        self._slots_cache.clear()
+        for iid, inst in self._instances.items():
+            if inst.load_dirty is not self.dirty:
+                self._slot_of[iid] = self._register(inst) if iid < self._slot_of.size else -1
 
     def _refresh(self) -> None:
         if not self.dirty:
@@ -96,6 +115,11 @@ class LoadColumns:
             c["prefill"][s] = inst.prefill_queue_tokens
             c["base"][s] = table.ctx_sum + inst.incoming_tokens + inst.prefill_queue_tokens
             c["reqs"][s] = len(inst.prefill_queue) + len(inst.incoming) + table.n
+            c["queued"][s], c["sq"][s] = len(inst.prefill_queue), inst.prefill_queue_sq_tokens
+            c["incoming_n"][s], c["incoming"][s] = len(inst.incoming), inst.incoming_tokens
+            sample = inst.sample
+            c["s_interval"][s] = sample.token_interval_s if sample is not None else 0.0
+            c["s_kv"][s] = sample.kv_usage if sample is not None else 0.0
             if seg is None:
                 c["seg_max"][s] = 0
             else:
@@ -152,7 +176,7 @@ class LoadColumns:
         return self._cols["ctx"][slots] + self._cols["n"][slots] * k
 
     def column(self, name: str, slots: np.ndarray) -> np.ndarray:
-        """A time-independent column (``prefill``, ``reqs``, ``n``) at the slots."""
+        """A time-independent column (``prefill``, ``reqs``, ``n``, ``queued``, ...) at the slots."""
         self._refresh()
         return self._cols[name][slots]
 

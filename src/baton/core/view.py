@@ -49,8 +49,9 @@ class ClusterView:
 
     # --- instances -------------------------------------------------------------------
     def invalidate_roles(self) -> None:
-        """Runtimes call this after a role or health change."""
+        """Runtimes call this after a role, health or membership change."""
         self._prefill_ids = self._decode_ids = None
+        self._columns.revalidate()
 
     def _rebuild(self) -> None:
         live = [s for s in self._instances.values() if s.healthy]
@@ -92,16 +93,42 @@ class ClusterView:
     def load_columns(self, ids: Sequence[int]) -> tuple[list[int], list[float]]:
         """``own_requests`` and ``kv_usage`` of every instance of ``ids``, read in one pass
         (the prefix-aware scorers read both for every candidate on every decision)."""
-        insts = self._instances
-        if self.info.mode.bookings:
-            reqs = self._columns.column("reqs", self._columns.slots(ids)).tolist()
-        else:
-            reqs = [self.own_requests(i) for i in ids]
+        return self.own_request_counts(ids).tolist(), self.kv_usages(ids).tolist()
+
+    def kv_usages(self, ids: Sequence[int]) -> np.ndarray:
+        """``kv_usage`` of every instance of ``ids`` (scraped: read as a column)."""
         if self.info.mode.scraped:
-            kv = [(insts[i].sample or _NEVER_SCRAPED).kv_usage for i in ids]
-        else:
-            kv = [self.kv_usage(i) for i in ids]
-        return reqs, kv
+            cols = self._columns
+            return cols.column("s_kv", cols.slots(ids))
+        return np.array([self.kv_usage(i) for i in ids], dtype=np.float64)
+
+    def token_intervals(self, ids: Sequence[int]) -> np.ndarray:
+        """``token_interval_s`` of every instance of ``ids`` (scraped: read as a column)."""
+        if self.info.mode.scraped:
+            cols = self._columns
+            return cols.column("s_interval", cols.slots(ids))
+        return np.array([self.token_interval_s(i) for i in ids], dtype=np.float64)
+
+    def prefill_moments(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``queued_prefill_moments`` of every instance of ``ids``: (counts, sums, sums
+        of squares) of the prompt tokens queued there (own bookings)."""
+        cols = self._columns
+        slots = cols.slots(ids)
+        return cols.column("queued", slots), cols.column("prefill", slots), cols.column("sq", slots)
+
+    def decode_works(self, ids: Sequence[int]) -> np.ndarray:
+        """``decode_work`` of every instance of ``ids`` (decodes running or with KV on the way)."""
+        cols = self._columns
+        slots = cols.slots(ids)
+        return cols.column("n", slots) + cols.column("incoming_n", slots)
+
+    def running_tokens_of(self, ids: Sequence[int]) -> np.ndarray:
+        """``running_tokens`` of every instance of ``ids`` (tokens)."""
+        if self.info.mode.bookings:
+            cols = self._columns
+            slots = cols.slots(ids)
+            return cols.decode_ctx_tokens(slots, self.now_s) + cols.column("incoming", slots)
+        return np.array([self.running_tokens(i) for i in ids], dtype=np.float64)
 
     # --- engine metrics: exact, or as of the last scrape (baton.core.info) ------------
     def engine_sample(self, instance_id: int) -> EngineSample:

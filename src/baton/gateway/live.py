@@ -156,8 +156,8 @@ class LiveCluster:
         kv = sample.kv_usage if sample.kv_usage is not None else inst.kv_usage_at(sample.at_s)
         running = sample.running if sample.running is not None else inst.decodes.n
         waiting = sample.waiting if sample.waiting is not None else len(inst.prefill_queue)
-        inst.sample = EngineSample(sample.at_s, int(running), int(waiting), float(kv),
-                                   inst.recent_token_interval_s)
+        inst.set_sample(EngineSample(sample.at_s, int(running), int(waiting), float(kv),
+                                     inst.recent_token_interval_s))
 
     # --- requests ----------------------------------------------------------------------
     def new_request(self, prompt_tokens: int, max_tokens: int) -> RequestState:

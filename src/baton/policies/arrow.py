@@ -111,18 +111,26 @@ class Arrow(Stage):
                                       context.perf.kv_capacity_tokens)
         self.intervals: deque[tuple[float, float]] = deque()
         self.lent: set[int] = set()  # decode instances Algorithm 3 moved to prefill
+        self._roles_src: tuple[list[int] | None, list[int] | None] = (None, None)
+        self._ids = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        self._mixed = (np.zeros(0, dtype=bool), np.zeros(0, dtype=bool))  # role takes both kinds
 
     # --- pools ---------------------------------------------------------------------------
-    @staticmethod
-    def pools(view: ClusterView) -> dict[str, list[int]]:
-        """Healthy instances by pool: P, DP (D->P), D, PD (P->D)."""
+    def pools(self, view: ClusterView) -> dict[str, list[int]]:
+        """Healthy instances by pool: P, DP (D->P), D, PD (P->D), read as columns."""
+        pids, dids = view.prefill_ids, view.decode_ids
+        if pids is not self._roles_src[0] or dids is not self._roles_src[1]:  # roles changed
+            self._roles_src = (pids, dids)
+            self._ids = (np.array(pids, dtype=np.int64), np.array(dids, dtype=np.int64))
+            self._mixed = (np.array([view.instance(i).role.decodes for i in pids], dtype=bool),
+                           np.array([view.instance(i).role.prefills for i in dids], dtype=bool))
         out: dict[str, list[int]] = {"P": [], "DP": [], "D": [], "PD": []}
-        for i in view.prefill_ids:
-            inst = view.instance(i)
-            out["DP" if (inst.decodes.n or inst.incoming) and not inst.role.decodes else "P"].append(i)
-        for i in view.decode_ids:
-            inst = view.instance(i)
-            out["PD" if inst.prefill_queue and not inst.role.prefills else "D"].append(i)
+        if pids:
+            moving = (view.decode_works(pids) > 0) & ~self._mixed[0]
+            out["DP"], out["P"] = self._ids[0][moving].tolist(), self._ids[0][~moving].tolist()
+        if dids:
+            moving = (view.prefill_moments(dids)[0] > 0) & ~self._mixed[1]
+            out["PD"], out["D"] = self._ids[1][moving].tolist(), self._ids[1][~moving].tolist()
         return out
 
     def decode_load_low(self, view: ClusterView, pools: dict[str, list[int]], lend: int = 0) -> bool:
@@ -135,8 +143,8 @@ class Arrow(Stage):
             return False
         if not side:
             return True
-        tokens = sum(view.running_tokens(i) for i in side) / (len(side) - lend)
-        interval = float(np.mean([view.token_interval_s(i) for i in side]))
+        tokens = float(view.running_tokens_of(side).sum()) / (len(side) - lend)
+        interval = float(np.mean(view.token_intervals(side)))
         return tokens <= self.decode_low_load * self.mrt and interval <= self.decode_low_load * self.tpot_slo_s
 
     # --- Algorithms 3 and 4 --------------------------------------------------------------
@@ -144,7 +152,8 @@ class Arrow(Stage):
         """Algorithm 3: the least-loaded decode-side instance (P->D first), if another stays."""
         if not self.flips or len(pools["D"]) + len(pools["PD"]) <= 1:
             return None
-        moved = min(pools["PD"] or pools["D"], key=lambda i: (view.running_tokens(i), i not in self.lent, i))
+        side = pools["PD"] or pools["D"]
+        moved = self._lowest(side, view.running_tokens_of(side))
         self.lent.add(moved)
         return moved
 
@@ -156,9 +165,14 @@ class Arrow(Stage):
         if not self.flips or len(pools["P"]) + len(pools["DP"]) <= 1:
             return None
         pick = candidates or pools["DP"] or pools["P"]
-        moved = min(pick, key=lambda i: (self.predictor.delay(view, i), i not in self.lent, i))
+        moved = self._lowest(pick, self.predictor.delays(view, pick))
         self.lent.discard(moved)
         return moved
+
+    def _lowest(self, ids: list[int], keys) -> int:
+        """The id with the smallest key; on a tie one that was lent first, then the lowest id."""
+        m = keys.min()
+        return min((ids[j] for j in np.flatnonzero(keys == m).tolist()), key=lambda i: (i not in self.lent, i))
 
     # --- Algorithm 1 ---------------------------------------------------------------------
     def plan_arrival(self, view: ClusterView, request: RequestState, plan: ArrivalPlan) -> ArrivalPlan:
@@ -166,7 +180,7 @@ class Arrow(Stage):
         pt = self.predictor.pt(request.request.prompt_tokens)
         best: dict[str, int | None] = {}
         for k in ("P", "DP"):
-            delay, best[k] = min(((self.predictor.delay(view, i), i) for i in pools[k]), default=(None, None))
+            delay, best[k] = _least(pools[k], self.predictor.delays(view, pools[k]) if pools[k] else None)
             if delay is not None and delay + pt <= self.ttft_slo_s:
                 return _prefill_on(plan, best[k])
         if self.decode_load_low(view, pools, lend=1):
@@ -186,9 +200,8 @@ class Arrow(Stage):
         pools = self.pools(view)
         best: list[tuple[float, int]] = []
         for k in ("D", "PD"):
-            loads = [(view.running_tokens(i), i) for i in pools[k]]
-            if loads:
-                tokens, i = min(loads)
+            if pools[k]:
+                tokens, i = _least(pools[k], view.running_tokens_of(pools[k]))
                 if tokens <= self.mrt and view.token_interval_s(i) <= self.tpot_slo_s:
                     return i
                 best.append((tokens, i))
@@ -203,7 +216,8 @@ class Arrow(Stage):
         if self._decode_slow(view, pools):
             moved = self.move_prefill_to_decode(view, pools)
         elif not self.decode_load_low(view, pools):  # decode busy: lend it an idle prefill instance
-            idle = [i for i in pools["P"] if not view.queued_prefills(i)]
+            queued = view.prefill_moments(pools["P"])[0].tolist() if pools["P"] else []
+            idle = [i for i, q in zip(pools["P"], queued) if not q]
             moved = self.move_prefill_to_decode(view, pools, idle) if idle else None
         else:
             moved = None
@@ -215,14 +229,24 @@ class Arrow(Stage):
     def _decode_slow(self, view: ClusterView, pools: dict[str, list[int]]) -> bool:
         """Whether the decode side's mean token interval stayed above the TPOT SLO for a
         whole window (samples from instances that are decoding)."""
-        side = [i for i in pools["D"] + pools["PD"] if view.decode_work(i)]
+        both = pools["D"] + pools["PD"]
+        side = [i for i, w in zip(both, view.decode_works(both).tolist()) if w] if both else []
         now = view.now_s
         if side:
-            self.intervals.append((now, float(np.mean([view.token_interval_s(i) for i in side]))))
+            self.intervals.append((now, float(np.mean(view.token_intervals(side)))))
         while self.intervals and self.intervals[0][0] < now - self.window_s - 1e-9:
             self.intervals.popleft()
         full = bool(self.intervals) and self.intervals[0][0] <= now - self.window_s + 1e-9
         return full and all(v > self.tpot_slo_s for _, v in self.intervals)
+
+
+def _least(ids: list[int], keys) -> tuple[float | None, int | None]:
+    """(the smallest key, the lowest id having it): ``min`` over (key, id) pairs, read
+    from a column of keys aligned with ``ids``."""
+    if not ids:
+        return None, None
+    m = keys.min()
+    return m.item(), min(ids[j] for j in np.flatnonzero(keys == m).tolist())
 
 
 def _prefill_on(plan: ArrivalPlan, instance: int, *changes: ChangeRole) -> ArrivalPlan:

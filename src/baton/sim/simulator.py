@@ -384,7 +384,7 @@ class Simulator:
 
     def _on_publish(self, samples: tuple) -> None:
         for i, sample in samples:
-            self.instances[i].sample = sample
+            self.instances[i].set_sample(sample)
 
     def _on_sample(self) -> None:
         self.recorder.sample(self.now)
