@@ -305,7 +305,7 @@ def main() -> None:
             print(f"  {n:5d} instances {policy:<16} median {med:7.1f}  p99 {p99:8.1f}")
             key = policy.replace("-", "_")
             out[f"decision_{key}_{n}_median_us"], out[f"decision_{key}_{n}_p99_us"] = med, p99
-    png = plot(plots, args.out)
+    png = plot(plots, args.out) if plots else None
     if png:
         print(f"plot: {png}")
     (args.out / "results.json").write_text(json.dumps(out, indent=1, default=str))

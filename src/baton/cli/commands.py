@@ -27,7 +27,7 @@ from baton.workload import SyntheticSpec, workload_stats
 from baton.workload.loaders import parse_columns
 
 DEMO_POLICIES = ("round-robin", "least-loaded", "least-kv", "least-requests", "power-of-two", "colocated",
-                 "ils", "sibyl", "ares", "arrow", "kairos")
+                 "ils", "sibyl", "ares", "arrow", "kairos", "combined")
 
 
 def demo_experiment() -> Experiment:

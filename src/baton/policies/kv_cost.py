@@ -13,7 +13,6 @@ id); with ``temperature`` > 0 the choice is a softmax over the costs normalised 
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
@@ -35,31 +34,32 @@ class KvCost(PrefixStage):
                     predict_ttl_s=predict_ttl_s)
         self.scale, self.credit, self.temperature = prefill_load_scale, overlap_credit, temperature
         self.predicted = Predictions(predict_ttl_s)
+        self._shape_src: list[int] | None = None
+        self._bs = self._blocks = np.zeros(0, dtype=np.int64)
 
-    def costs(self, view: ClusterView, request: RequestState, ids: list[int]) -> tuple[list[float], list[int]]:
-        """(cost, overlap blocks) per instance of ``ids``."""
+    def costs(self, view: ClusterView, request: RequestState, ids: list[int]) -> tuple[np.ndarray, list[int]]:
+        """(cost, overlap blocks) per instance of ``ids``, read as columns."""
         keys = request.block_keys
         overlaps = matched_blocks(ids, view.prefix_matches(keys), self.predicted.matches(view.now_s, keys))
         prompt = request.request.prompt_tokens
-        kv = view.load_columns(ids)[1]
-        costs = []
-        for i, overlap, usage in zip(ids, overlaps, kv):
-            inst = view.instance(i)
-            bs = inst.block_size_tokens
-            prefill_blocks = (view.prefill_load(i) + prompt) / bs
-            decode_blocks = usage * inst.kv_blocks_total + math.ceil(prompt / bs)
-            costs.append(self.scale * max(prefill_blocks - self.credit * overlap, 0.0) + decode_blocks)
-        return costs, overlaps
+        if ids is not self._shape_src:  # block sizes and capacities change only with membership
+            self._shape_src = ids
+            self._bs = np.array([view.instance(i).block_size_tokens for i in ids], dtype=np.int64)
+            self._blocks = np.array([view.instance(i).kv_blocks_total for i in ids], dtype=np.int64)
+        prefill_blocks = (view.prefill_loads(ids) + prompt) / self._bs
+        decode_blocks = view.kv_usages(ids) * self._blocks + np.ceil(prompt / self._bs)
+        over = prefill_blocks - self.credit * np.asarray(overlaps, dtype=np.float64)
+        return self.scale * np.maximum(over, 0.0) + decode_blocks, overlaps
 
     def choose_prefill(self, view: ClusterView, request: RequestState) -> int | None:
         ids = view.prefill_ids
         costs, overlaps = self.costs(view, request, ids)
         if self.temperature > 0 and len(ids) > 1:
-            norm = np.asarray(costs) / max(max(costs), 1e-12)
+            norm = costs / max(float(costs.max()), 1e-12)
             weights = np.exp(-(norm - norm.min()) / self.temperature)
             k = int(self.context.rng.choice(len(ids), p=weights / weights.sum()))
         else:
-            k = min(range(len(ids)), key=costs.__getitem__)
+            k = int(np.argmin(costs))
         self.hit_blocks += overlaps[k]
         self.predicted.add(view.now_s, ids[k], request.block_keys)
         return ids[k]
