@@ -8,10 +8,12 @@ from the router's own outstanding requests, as in ``prefix_precise``).
 
 from __future__ import annotations
 
+import numpy as np
+
 from baton.core.request import RequestState
 from baton.core.view import ClusterView
 from baton.policies.base import PolicyContext
-from baton.policies.prefix_scoring import (PrefixStage, RouteHistory, best_score, lower_is_better, matched_blocks,
+from baton.policies.prefix_scoring import (PrefixStage, RouteHistory, best_of, lower_is_better_of, matched_blocks,
                                           nonnegative)
 
 
@@ -36,13 +38,12 @@ class PrefixApprox(PrefixStage):
     def pick_prefill(self, view: ClusterView, request: RequestState) -> tuple[int | None, int]:
         ids, keys = view.prefill_ids, request.block_keys
         sent = self.cached_blocks(view, request)
-        reqs, kv = view.load_columns(ids)
+        matched = np.asarray(matched_blocks(ids, sent), dtype=np.float64)
         wp, wq, wk = self.weights
         wp /= max(1, len(keys))
-        scores = [wp * m + wq * q + wk * (1.0 - u)
-                  for m, u, q in zip(matched_blocks(ids, sent), kv, lower_is_better(reqs))]
-        choice = best_score(ids, scores)
-        return choice, (sent.get(choice, 0) if choice is not None else 0)
+        queue = lower_is_better_of(view.own_request_counts(ids))
+        choice = best_of(ids, wp * matched + wq * queue + wk * (1.0 - view.kv_usages(ids)))
+        return choice, sent.get(choice, 0)
 
     def record_placement(self, view: ClusterView, request: RequestState, instance_id: int) -> None:
         self.history.record(instance_id, request.block_keys,

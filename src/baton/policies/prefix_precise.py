@@ -14,10 +14,12 @@ so siblings sent before the engine's first BlockStored follow it.
 
 from __future__ import annotations
 
+import numpy as np
+
 from baton.core.request import RequestState
 from baton.core.view import ClusterView
 from baton.policies.base import PolicyContext
-from baton.policies.prefix_scoring import (PrefixStage, Predictions, best_score, lower_is_better, matched_blocks,
+from baton.policies.prefix_scoring import (PrefixStage, Predictions, best_of, lower_is_better_of, matched_blocks,
                                           nonnegative)
 
 
@@ -41,13 +43,13 @@ class PrefixPrecise(PrefixStage):
 
     def pick_prefill(self, view: ClusterView, request: RequestState) -> tuple[int | None, int]:
         ids, keys = view.prefill_ids, request.block_keys
-        matched = matched_blocks(ids, self.cached_blocks(view, request))
-        reqs, kv = view.load_columns(ids)
+        cached = self.cached_blocks(view, request)
+        matched = np.asarray(matched_blocks(ids, cached), dtype=np.float64)
         wp, wk, wq = self.weights
         wp /= max(1, len(keys))
-        scores = [wp * m + wk * (1.0 - u) + wq * q for m, u, q in zip(matched, kv, lower_is_better(reqs))]
-        choice = best_score(ids, scores)
-        return choice, (matched[ids.index(choice)] if choice is not None else 0)
+        queue = lower_is_better_of(view.own_request_counts(ids))
+        choice = best_of(ids, wp * matched + wk * (1.0 - view.kv_usages(ids)) + wq * queue)
+        return choice, cached.get(choice, 0)
 
     def record_placement(self, view: ClusterView, request: RequestState, instance_id: int) -> None:
         self.predicted.add(view.now_s, instance_id, request.block_keys)

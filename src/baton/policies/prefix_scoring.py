@@ -13,6 +13,8 @@ from collections import OrderedDict, deque
 from collections.abc import Sequence
 from itertools import repeat
 
+import numpy as np
+
 from baton.core.decisions import ArrivalPlan
 from baton.core.instance import Role
 from baton.core.prefix_index import PrefixIndex
@@ -101,6 +103,22 @@ def lower_is_better(values: Sequence[float]) -> list[float]:
     if hi <= lo:
         return [1.0] * len(values)
     return [(hi - v) / (hi - lo) for v in values]
+
+
+def lower_is_better_of(values: np.ndarray) -> np.ndarray:
+    """``lower_is_better`` on an array (the same operations, so the same scores)."""
+    lo, hi = values.min(), values.max()
+    if hi <= lo:
+        return np.ones(values.size)
+    return (hi - values) / (hi - lo)
+
+
+def best_of(ids: Sequence[int], scores: np.ndarray) -> int | None:
+    """``best_score`` on an array of scores aligned with ``ids``."""
+    if not len(ids):
+        return None
+    top = scores.max()
+    return min(ids[j] for j in np.flatnonzero(scores == top).tolist())
 
 
 def best_score(ids: Sequence[int], scores: Sequence[float]) -> int | None:
