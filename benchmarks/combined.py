@@ -13,8 +13,8 @@ suit, as in a fleet configured yesterday.
 Policies: ``combined``; the pool of single policies ``sibyl``, ``ares``, ``arrow``,
 ``kairos``, ``least-loaded``, ``least-outstanding`` and the best cache-aware policy in PD
 (``prefix-precise``); ``cascade`` runs only on colocated instances and these clusters are
-PD, so it is not in the pool. At the smallest scale, the ablations: combined with one
-component off at a time.
+PD, so it is not in the pool. At 8 instances, the ablations: combined with one component
+off at a time.
 
 Runs above 8 instances use ``--large-fraction`` (0.4) of the requests per instance, so a
 64-instance sweep costs about 3x an 8-instance one, not 8x. For each (workload, scale, policy, repeat) the max sustainable rate at 90% SLO attainment
@@ -183,7 +183,7 @@ def run_all(args) -> dict:
                 cell = rates.setdefault((workload, instances), {})
                 cell["least-loaded"] = [c[4] for c in centers]
                 policies = ["combined", *[p for p in POOL if p != "least-loaded"]]
-                if instances == min(args.scales):
+                if instances == 8:
                     policies += list(ABLATIONS)
                 jobs = [(workload, instances, r, p, centers[r][4] or WORKLOADS[workload][2] * instances,
                          args.large_fraction) for p in policies for r in range(args.repeats)]

@@ -1,33 +1,29 @@
 """The combined scheduler's role controller: flip an instance between prefill and decode
 when the demand ratio has shifted for longer than the flip costs (Arrow's elastic pools,
-driven by sustained demand instead of a single arrival or a slow window).
+driven by the balance of pressures instead of a single arrival or a slow window).
 
-Signals, read every time ``decide`` is called:
+Pressures, read at every check, each 1.0 at its SLO:
 
-- prefill *hot*: the prefill work waiting, per prefill instance, would take more than
-  ``prefill_hot`` (0.5) x the TTFT SLO (predicted queueing delay, Arrow's quadratic),
-  counting prompts deflected onto decode instances and still queued there: deflection
-  absorbs a burst, but absorbing a sustained shift it hides the demand from this test (on
-  the Mooncake trace no flip happened while deflection held the prefill queues short, and
-  combined sustained a third of Arrow's rate);
-- prefill *cool*: every prefill instance's delay is within ``prefill_cool`` (0.1) x the TTFT SLO;
-- decode *hot*: the decode instances' mean decode-only iteration time (the perf model on
-  each one's decodes, running and arriving) is above ``decode_hot`` (0.9) x the TPOT SLO,
-  or their mean running tokens above ``decode_hot`` x Max Running Tokens (Arrow's MRT);
-- decode *cool*: with one instance fewer, the mean running tokens would stay within
-  ``decode_cool`` (0.7, Arrow's "decode load is low") x MRT, and so would the mean
-  decode-only iteration time against the TPOT SLO.
+- prefill: the prefill work waiting per prefill instance (predicted queueing delay, Arrow's
+  quadratic), counting prompts deflected onto decode instances and still queued there,
+  over the TTFT SLO. Deflection absorbs a burst; absorbing a sustained shift, it would hide
+  the demand from the controller;
+- decode: the larger of the decoding instances' mean reported token interval over the
+  TPOT SLO (deflected chunks included: the compute deflection uses is not spare) and their
+  mean running tokens over Max Running Tokens (Arrow's MRT: the KV and batch a TPOT-safe
+  instance holds).
 
-The decode side is judged on its decodes alone, not on the token intervals it reports:
-prompts deflected onto it stretch its iterations up to the TBT budget by design, and read
-as "busy" that would forbid the flip exactly when prefill work spills onto decode (with
-Arrow's interval test, no flip happened on the Azure code trace while deflections ran).
-
-A flip towards prefill needs prefill hot and decode cool; towards decode, decode hot and
-prefill cool; either must hold without a break for ``window_s`` plus the flip's own cost:
-for a prefill instance turning to decode, the queue it must drain first (its predicted
-delay); a decode instance turning to prefill keeps its decodes running, so nothing more.
-After a flip both clocks restart. Neither side is left without an instance.
+A flip is wanted towards the hotter side when that side stays the hotter one after it,
+the pressures scaled by the instance counts the flip leaves (prefill x P / (P + 1) and
+decode x D / (D - 1) for a decode instance turned to prefill, and the mirror): a flip that
+would overshoot invites the flip back. The hotter pressure must also be at least
+``min_pressure`` (0.25): below it nothing misses its SLO whichever side has the instance. It must be wanted
+without a break for ``window_s`` plus the flip's own cost (a prefill instance turning to
+decode first drains its queue: its predicted delay); after a flip the clock restarts.
+Neither side is left without an instance. A controller that flipped on "prefill hot,
+decode cool" alone (an earlier version) ratcheted 4P4D to 7P1D under the Mooncake trace's
+long prompts, whose prefill demand never cools, and sustained 1.60 req/s where flips off
+gave 2.81: the decode side's KV then bound, which those tests did not weigh.
 """
 
 from __future__ import annotations
@@ -39,7 +35,7 @@ import numpy as np
 from baton.core.decisions import ChangeRole
 from baton.core.instance import Role
 from baton.core.view import ClusterView
-from baton.perf.model import BatchShape, PerfModel
+from baton.perf.model import PerfModel
 from baton.policies.prefill_time import PrefillPredictor
 
 
@@ -47,46 +43,37 @@ class FlipController:
     """Decides at most one role change per call (see the module docstring)."""
 
     def __init__(self, predictor: PrefillPredictor, perf: PerfModel, ttft_slo_s: float, tpot_slo_s: float,
-                 max_running_tokens: int, window_s: float = 3.0,
-                 thresholds: tuple[float, float, float, float] = (0.5, 0.1, 0.9, 0.7)) -> None:
-        prefill_hot, prefill_cool, decode_hot, decode_cool = thresholds
-        if not (0 < prefill_cool < prefill_hot and 0 < decode_cool < decode_hot) or window_s < 0:
-            raise ValueError("need 0 < prefill_cool < prefill_hot, 0 < decode_cool < decode_hot, flip_window_s >= 0")
+                 max_running_tokens: int, window_s: float = 5.0, min_pressure: float = 0.25) -> None:
+        if min_pressure < 0 or window_s < 0:
+            raise ValueError("need flip_min_pressure >= 0 and flip_window_s >= 0")
         self.predictor, self.perf = predictor, perf
         self.ttft_slo_s, self.tpot_slo_s, self.mrt = ttft_slo_s, tpot_slo_s, max_running_tokens
-        self.window_s, self.thresholds = window_s, thresholds
+        self.window_s, self.min_pressure = window_s, min_pressure
         self.since: dict[Role, float] = {}  # direction -> when its condition began to hold
         self.flips = {Role.PREFILL: 0, Role.DECODE: 0}
 
     # --- signals -------------------------------------------------------------------------
-    def prefill_delays(self, view: ClusterView, ids: list[int]) -> list[float]:
-        return [self.predictor.delay(view, i) for i in ids]
-
-    def decode_signals(self, view: ClusterView, ids: list[int]) -> tuple[float, float]:
-        """(mean running tokens, mean decode-only iteration time s) of the decode side."""
-        if not ids:
-            return 0.0, 0.0
-        tokens = [view.running_tokens(i) for i in ids]
-        iters = [self.perf.iteration_time_s(BatchShape(n_decodes=view.decode_work(i), decode_ctx_tokens=int(t)))
-                 for i, t in zip(ids, tokens) if view.decode_work(i)]
-        return float(np.mean(tokens)), float(np.mean(iters)) if iters else 0.0
+    def pressures(self, view: ClusterView, prefill: list[int], decode: list[int]) -> tuple[float, float]:
+        """(prefill pressure, decode pressure), each 1.0 at its SLO (see the module docstring)."""
+        delays = self.predictor.delays(view, prefill)
+        deflected = float(self.predictor.delays(view, decode).sum())
+        p = (float(delays.sum()) + deflected) / len(prefill) / self.ttft_slo_s
+        tokens = view.running_tokens_of(decode)
+        busy = [i for i, w in zip(decode, view.decode_works(decode).tolist()) if w]
+        interval = float(np.mean(view.token_intervals(busy))) if busy else 0.0
+        return p, max(interval / self.tpot_slo_s, float(np.mean(tokens)) / self.mrt)
 
     def wanted(self, view: ClusterView, prefill: list[int], decode: list[int]) -> Role | None:
         """The role an instance should move to now, if the demand ratio says so."""
         if not prefill or not decode:
             return None
-        p_hot, p_cool, d_hot, d_cool = self.thresholds
-        delays = self.prefill_delays(view, prefill)
-        deflected = sum(self.predictor.delay(view, i) for i in decode if view.instance(i).prefill_queue)
-        demand = (sum(delays) + deflected) / len(prefill)
-        tokens, interval = self.decode_signals(view, decode)
-        decode_hot = interval > d_hot * self.tpot_slo_s or tokens > d_hot * self.mrt
-        spread = tokens * len(decode) / max(1, len(decode) - 1)
-        decode_cool = spread <= d_cool * self.mrt and interval * len(decode) / max(1, len(decode) - 1) \
-            <= d_cool * self.tpot_slo_s
-        if demand > p_hot * self.ttft_slo_s and decode_cool and len(decode) > 1:
+        p, d = self.pressures(view, prefill, decode)
+        if max(p, d) < self.min_pressure:
+            return None
+        P, D = len(prefill), len(decode)
+        if p > d and D > 1 and p * P / (P + 1) >= d * D / (D - 1):
             return Role.PREFILL
-        if decode_hot and max(delays) <= p_cool * self.ttft_slo_s and not deflected and len(prefill) > 1:
+        if d > p and P > 1 and d * D / (D + 1) >= p * P / (P - 1):
             return Role.DECODE
         return None
 
