@@ -220,3 +220,23 @@ def test_proactive_replans_skip_settling_instances():
     stage.flipped_at = {1: 0.0}
     targets = {d.instance for d in stage.tick(view) if isinstance(d, Deflect)}
     assert targets == {2}
+
+
+def test_a_flip_that_would_overshoot_is_not_wanted():
+    """Prefill pressure above decode's, but one more prefill instance would make decode the
+    hotter side: the flip would invite the flip back, so none is wanted."""
+    f = flipper(0.0)
+    # 2 prefill with about 2 s of queue each (p near 1 at a 2 s SLO); 2 decode at 0.5 of MRT
+    balanced = view_of([(P, [190_000], []), (P, [190_000], []), (D, [], [12_500] * 2), (D, [], [12_500] * 2)])[0]
+    p, d = f.pressures(balanced, [0, 1], [2, 3])
+    assert p > d and p * 2 / 3 < d * 2 / 1  # hotter now, colder after the flip
+    assert f.wanted(balanced, [0, 1], [2, 3]) is None
+    idle_decode = view_of([(P, [190_000], []), (P, [190_000], []), (D, [], []), (D, [], [])])[0]
+    assert f.wanted(idle_decode, [0, 1], [2, 3]) is Role.PREFILL
+
+
+def test_below_the_minimum_pressure_nothing_flips():
+    f = flipper(0.0)
+    light = view_of([(P, [500], []), (P, [], []), (D, [], []), (D, [], [])])[0]
+    assert max(f.pressures(light, [0, 1], [2, 3])) < 0.25
+    assert f.wanted(light, [0, 1], [2, 3]) is None
