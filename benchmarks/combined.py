@@ -200,8 +200,8 @@ def run_all(args) -> dict:
 
 def report(workload: str, instances: int, cell: dict) -> dict:
     """Print one (workload, scale) table; return its verdict figures."""
-    print(f"\n{workload}, {instances} instances (4P4D-style half split): max sustainable rate at 90% "
-          f"attainment, req/s, mean [95% interval] over repeats")
+    print(f"\n{workload}, {instances} instances ({instances // 2}P{instances - instances // 2}D): max sustainable "
+          f"rate at 90% attainment, req/s, mean [95% interval] over repeats")
     means = {p: interval(v)[0] for p, v in cell.items()}
     for p, v in cell.items():
         m, lo, hi = interval(v)
