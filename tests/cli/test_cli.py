@@ -89,7 +89,7 @@ def test_demo_runs_every_baseline(tmp_path):
     assert p.returncode == 0, p.stderr
     summary = json.loads(p.stdout)
     assert set(summary) == {"round-robin", "least-loaded", "least-kv", "least-requests", "power-of-two", "colocated",
-                            "ils", "sibyl", "ares", "arrow", "kairos"}
+                            "ils", "sibyl", "ares", "arrow", "kairos", "combined"}
     assert all(v["finished"] == 120 for v in summary.values())
 
 
