@@ -259,11 +259,10 @@ def decision_cost(instances: int, indexed_blocks: int, decisions: int, rng: np.r
 
 
 def plot(plots: dict, out_dir: Path) -> Path | None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    from figures import pyplot
+
+    plt = pyplot()
+    if plt is None:
         return None
     fig, axes = plt.subplots(1, len(plots), figsize=(6 * len(plots), 4.2), squeeze=False)
     for ax, (label, (rates, curves)) in zip(axes[0], plots.items()):

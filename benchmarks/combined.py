@@ -234,11 +234,10 @@ def activity(args, rates: dict) -> dict:
 
 
 def plot(rates: dict, out_dir: Path) -> Path | None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    from figures import pyplot
+
+    plt = pyplot()
+    if plt is None:
         return None
     cells = list(rates.items())
     fig, axes = plt.subplots(1, len(cells), figsize=(3.2 * len(cells), 4.2), squeeze=False, sharey=True)
