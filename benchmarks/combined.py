@@ -177,20 +177,21 @@ def run_all(args) -> dict:
     with ProcessPoolExecutor(max_workers=args.workers) as pool, Progress() as bar:
         for instances in args.scales:
             for workload in args.workloads:
+                repeats = range(args.first_repeat, args.first_repeat + args.repeats)
                 centers = list(pool.map(task, [(workload, instances, r, "least-loaded",
                                                 WORKLOADS[workload][2] * instances, args.large_fraction)
-                                               for r in range(args.repeats)]))
+                                               for r in repeats]))
                 cell = rates.setdefault((workload, instances), {})
                 cell["least-loaded"] = [c[4] for c in centers]
-                policies = ["combined", *[p for p in POOL if p != "least-loaded"]]
-                if instances == 8:
+                policies = ["combined", *[p for p in args.pool if p != "least-loaded"]]
+                if instances == 8 and not args.no_ablations:
                     policies += list(ABLATIONS)
-                jobs = [(workload, instances, r, p, centers[r][4] or WORKLOADS[workload][2] * instances,
-                         args.large_fraction) for p in policies for r in range(args.repeats)]
+                jobs = [(workload, instances, r, p, centers[k][4] or WORKLOADS[workload][2] * instances,
+                         args.large_fraction) for p in policies for k, r in enumerate(repeats)]
                 progress = bar.add_task(f"{workload} @ {instances}", total=len(jobs))
                 for fut in as_completed([pool.submit(task, j) for j in jobs]):
                     w, n, r, p, rate, _ = fut.result()
-                    cell.setdefault(p, [math.nan] * args.repeats)[r] = rate
+                    cell.setdefault(p, [math.nan] * args.repeats)[r - args.first_repeat] = rate
                     bar.advance(progress)
                 report(workload, instances, cell)
                 partial = {f"{w}@{n}": c for (w, n), c in rates.items()}
@@ -206,7 +207,7 @@ def report(workload: str, instances: int, cell: dict) -> dict:
     for p, v in cell.items():
         m, lo, hi = interval(v)
         print(f"  {p:<24} {m:8.3f} [{lo:8.3f}, {hi:8.3f}]   per repeat {[round(x, 3) for x in v]}")
-    singles = [p for p in POOL if p in cell]
+    singles = [p for p in POOL if p in cell]  # least-loaded always, the rest as --pool names
     best = max(singles, key=lambda p: means[p])
     diff = [a - b for a, b in zip(cell["combined"], cell[best])]
     m, lo, hi = interval(diff)
@@ -226,7 +227,7 @@ def activity(args, rates: dict) -> dict:
     out = {}
     for (workload, instances), cell in rates.items():
         rate = cell["least-loaded"][0] or WORKLOADS[workload][2] * instances
-        _, rep = attainment(workload, instances, 0, "combined", rate, report=True)
+        _, rep = attainment(workload, instances, args.first_repeat, "combined", rate, report=True)
         out[f"{workload}@{instances}"] = rep
         print(f"  {workload} @ {instances} at {rate:.2f} req/s: " + ", ".join(
             f"{k.removeprefix('combined_')} {v:.3g}" for k, v in rep.items() if k.startswith("combined_")))
@@ -262,6 +263,11 @@ def main() -> None:
     ap.add_argument("--scales", type=int, nargs="+", default=[8, 64])
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--first-repeat", type=int, default=0,
+                    help="index of the first repeat (trace window / seed): later indices are held out from tuning")
+    ap.add_argument("--pool", nargs="+", default=list(POOL), choices=list(POOL),
+                    help="the single policies to compare against (least-loaded always runs: it sets the bracket)")
+    ap.add_argument("--no-ablations", action="store_true")
     ap.add_argument("--large-fraction", type=float, default=0.4,
                     help="share of the requests per instance in runs above 8 instances (the sweeps' cost)")
     ap.add_argument("--out", type=Path, default=Path("combined-results"))
