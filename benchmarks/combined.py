@@ -72,7 +72,7 @@ WORKLOADS = {
 }
 TRACE_FILES = {"azure-code": "azure_code_2023.csv", "azure-conv": "azure_conv_2023.csv",
                "mooncake": "mooncake_conversation.jsonl"}
-BISECTIONS = 6
+BISECTIONS = [6]  # --bisections
 
 
 def policy_config(name: str):
@@ -141,7 +141,7 @@ def knee(workload: str, instances: int, repeat: int, policy: str, lo: float, hi:
         lo, hi = lo / 2.0, lo
     else:
         return 0.0
-    for _ in range(BISECTIONS):
+    for _ in range(BISECTIONS[0]):
         mid = math.sqrt(lo * hi)
         if attainment(workload, instances, repeat, policy, mid)[0] >= 0.9:
             lo = mid
@@ -151,8 +151,8 @@ def knee(workload: str, instances: int, repeat: int, policy: str, lo: float, hi:
 
 
 def task(args: tuple) -> tuple:
-    workload, instances, repeat, policy, center, fraction = args
-    LARGE_FRACTION[0] = fraction
+    workload, instances, repeat, policy, center, fraction, bisections = args
+    LARGE_FRACTION[0], BISECTIONS[0] = fraction, bisections
     t0 = time.perf_counter()
     rate = knee(workload, instances, repeat, policy, center / 2.0, center * 2.0)
     return workload, instances, repeat, policy, rate, time.perf_counter() - t0
@@ -179,15 +179,15 @@ def run_all(args) -> dict:
             for workload in args.workloads:
                 repeats = range(args.first_repeat, args.first_repeat + args.repeats)
                 centers = list(pool.map(task, [(workload, instances, r, "least-loaded",
-                                                WORKLOADS[workload][2] * instances, args.large_fraction)
-                                               for r in repeats]))
+                                                WORKLOADS[workload][2] * instances, args.large_fraction,
+                                                args.bisections) for r in repeats]))
                 cell = rates.setdefault((workload, instances), {})
                 cell["least-loaded"] = [c[4] for c in centers]
                 policies = ["combined", *[p for p in args.pool if p != "least-loaded"]]
                 if instances == 8 and not args.no_ablations:
                     policies += list(ABLATIONS)
                 jobs = [(workload, instances, r, p, centers[k][4] or WORKLOADS[workload][2] * instances,
-                         args.large_fraction) for p in policies for k, r in enumerate(repeats)]
+                         args.large_fraction, args.bisections) for p in policies for k, r in enumerate(repeats)]
                 progress = bar.add_task(f"{workload} @ {instances}", total=len(jobs))
                 for fut in as_completed([pool.submit(task, j) for j in jobs]):
                     w, n, r, p, rate, _ = fut.result()
@@ -268,6 +268,7 @@ def main() -> None:
     ap.add_argument("--pool", nargs="+", default=list(POOL), choices=list(POOL),
                     help="the single policies to compare against (least-loaded always runs: it sets the bracket)")
     ap.add_argument("--no-ablations", action="store_true")
+    ap.add_argument("--bisections", type=int, default=6, help="halvings of the rate bracket (6: about 2%%)")
     ap.add_argument("--large-fraction", type=float, default=0.4,
                     help="share of the requests per instance in runs above 8 instances (the sweeps' cost)")
     ap.add_argument("--out", type=Path, default=Path("combined-results"))
