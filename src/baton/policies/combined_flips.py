@@ -50,7 +50,6 @@ class FlipController:
         self.ttft_slo_s, self.tpot_slo_s, self.mrt = ttft_slo_s, tpot_slo_s, max_running_tokens
         self.window_s, self.min_pressure = window_s, min_pressure
         self.since: dict[Role, float] = {}  # direction -> when its condition began to hold
-        self.flips = {Role.PREFILL: 0, Role.DECODE: 0}
 
     # --- signals -------------------------------------------------------------------------
     def pressures(self, view: ClusterView, prefill: list[int], decode: list[int]) -> tuple[float, float]:
@@ -95,7 +94,6 @@ class FlipController:
         if candidate is None or now - start < self.window_s + cost_s:
             return None
         self.since.clear()
-        self.flips[want] += 1
         return ChangeRole(candidate, want)
 
     def candidate(self, view: ClusterView, want: Role, prefill: list[int], decode: list[int],

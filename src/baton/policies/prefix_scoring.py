@@ -96,17 +96,9 @@ def matched_blocks(ids: Sequence[int], *sources: dict[int, int]) -> list[int]:
     return columns[0] if len(columns) == 1 else list(map(max, *columns))
 
 
-def lower_is_better(values: Sequence[float]) -> list[float]:
+def lower_is_better_of(values: np.ndarray) -> np.ndarray:
     """Min-max scores in [0, 1], 1 for the lowest value (all 1 when the values are equal),
     as llm-d's queue scorer normalises queue lengths across pods."""
-    lo, hi = min(values), max(values)
-    if hi <= lo:
-        return [1.0] * len(values)
-    return [(hi - v) / (hi - lo) for v in values]
-
-
-def lower_is_better_of(values: np.ndarray) -> np.ndarray:
-    """``lower_is_better`` on an array (the same operations, so the same scores)."""
     lo, hi = values.min(), values.max()
     if hi <= lo:
         return np.ones(values.size)
