@@ -120,8 +120,8 @@ def test_rule1_a_deflected_prompt_is_never_a_migration_candidate():
     assert 100 not in req_ids.tolist() and len(req_ids) == 4
 
 
-def flipper(window_s=3.0):
-    return FlipController(PrefillPredictor(PERF), PERF, 2.0, 0.05, 50_000, window_s)
+def flipper(window_s=3.0, share=0.125):
+    return FlipController(PrefillPredictor(PERF), PERF, 2.0, 0.05, 50_000, window_s, share=share)
 
 
 def prefill_pressure():
@@ -135,36 +135,36 @@ def test_a_flip_waits_for_the_demand_shift_to_hold_its_window():
     for t in (0.0, 1.0, 2.0, 2.9, 3.0):
         view.now_s = t
         decided.append(f.decide(view, frozenset()))
-    assert decided[:4] == [None] * 4
-    assert decided[4] == ChangeRole(2, Role.PREFILL)  # the decode instance with least running tokens
+    assert decided[:4] == [[]] * 4
+    assert decided[4] == [ChangeRole(2, Role.PREFILL)]  # the decode instance with least running tokens
 
 
 def test_a_broken_condition_restarts_the_window():
     f = flipper()
     view = prefill_pressure()
     view.now_s = 0.0
-    assert f.decide(view, frozenset()) is None
+    assert f.decide(view, frozenset()) == []
     calm = view_of([(P, [], []), (P, [], []), (D, [], []), (D, [], [])])[0]
     calm.now_s = 1.0
-    assert f.decide(calm, frozenset()) is None
+    assert f.decide(calm, frozenset()) == []
     view.now_s = 3.5
-    assert f.decide(view, frozenset()) is None  # held only since 3.5
+    assert f.decide(view, frozenset()) == []  # held only since 3.5
     view.now_s = 6.5
-    assert f.decide(view, frozenset()) is not None
+    assert f.decide(view, frozenset()) != []
 
 
 def test_rule3_an_instance_migrating_is_not_flipped_and_rule8_a_side_keeps_one():
     f, view = flipper(0.0), prefill_pressure()
-    assert f.decide(view, frozenset({2})) == ChangeRole(3, Role.PREFILL)
+    assert f.decide(view, frozenset({2})) == [ChangeRole(3, Role.PREFILL)]
     f2 = flipper(0.0)
-    assert f2.decide(view, frozenset({2, 3})) is None
+    assert f2.decide(view, frozenset({2, 3})) == []
     lone = view_of([(P, [60_000] * 2, []), (D, [], [])])[0]
-    assert flipper(0.0).decide(lone, frozenset()) is None  # the last decode instance stays
+    assert flipper(0.0).decide(lone, frozenset()) == []  # the last decode instance stays
 
 
 def test_rule5_a_decode_instance_holding_deflected_prompts_is_not_flipped_to_prefill():
     view = view_of([(P, [60_000] * 2, []), (P, [60_000] * 2, []), (D, [800], []), (D, [], [])])[0]
-    assert flipper(0.0).decide(view, frozenset()) == ChangeRole(3, Role.PREFILL)
+    assert flipper(0.0).decide(view, frozenset()) == [ChangeRole(3, Role.PREFILL)]
 
 
 def test_a_flip_to_decode_waits_out_the_queue_it_must_drain():
@@ -172,9 +172,9 @@ def test_a_flip_to_decode_waits_out_the_queue_it_must_drain():
     view = view_of([(P, [2000], []), (P, [], []), (D, [], [100_000] * 30), (D, [], [100_000] * 30)])[0]
     f = flipper(1.0)
     view.now_s = 0.0
-    assert f.decide(view, frozenset()) is None
+    assert f.decide(view, frozenset()) == []
     view.now_s = 1.0
-    assert f.decide(view, frozenset()) == ChangeRole(1, Role.DECODE)  # the empty one: no drain
+    assert f.decide(view, frozenset()) == [ChangeRole(1, Role.DECODE)]  # the empty one: no drain
 
 
 def test_rule4_and_6_a_flip_in_a_tick_is_kept_out_of_that_ticks_migrations():
@@ -240,3 +240,54 @@ def test_below_the_minimum_pressure_nothing_flips():
     light = view_of([(P, [500], []), (P, [], []), (D, [], []), (D, [], [])])[0]
     assert max(f.pressures(light, [0, 1], [2, 3])) < 0.25
     assert f.wanted(light, [0, 1], [2, 3]) is None
+
+
+def decode_hot(prefill_instances, decode_instances, contexts, queued=()):
+    """Prefill instances each with ``queued`` prompts; decode instances each running ``contexts``."""
+    return view_of([(P, list(queued), [])] * prefill_instances + [(D, [], contexts)] * decode_instances)[0]
+
+
+FLIP_COUNTS = [
+    # (P, D, decode contexts each, prefill queue each, share, flips wanted)
+    ("8 instances: one per decision (the 0.125 default)", 4, 4, [100_000] * 30, (), 0.125, 1),
+    ("64 instances: up to eight", 32, 32, [100_000] * 30, (), 0.125, 8),
+    ("64 instances, share 1/64: one", 32, 32, [100_000] * 30, (), 1 / 64, 1),
+    # decode at 0.5 of MRT, prefill at 0.33 of the TTFT SLO: the seventh would overshoot
+    ("a smaller gap moves fewer than the budget allows", 32, 32, [25_000], [60_000], 0.125, 6),
+    ("the cooler side keeps one instance", 2, 2, [100_000] * 30, (), 1.0, 1),
+]
+
+
+@pytest.mark.parametrize("name,n_p,n_d,contexts,queued,share,want", FLIP_COUNTS, ids=[c[0] for c in FLIP_COUNTS])
+def test_one_decision_flips_as_many_as_the_gap_allows_within_the_budget(name, n_p, n_d, contexts, queued,
+                                                                        share, want):
+    view = decode_hot(n_p, n_d, contexts, queued)
+    f = flipper(0.0, share)
+    prefill, decode = list(range(n_p)), list(range(n_p, n_p + n_d))
+    p, d = f.pressures(view, prefill, decode)
+    f.decide(view, frozenset())
+    view.now_s = 10.0  # past every candidate's drain
+    flips = f.decide(view, frozenset())
+    assert len(flips) == want and all(c.role is Role.DECODE for c in flips)
+    assert len({c.instance_id for c in flips}) == want and all(c.instance_id < n_p for c in flips)
+    k = len(flips)
+    assert d * n_d / (n_d + k) >= p * n_p / (n_p - k)  # the hot side stays the hotter one
+
+
+def test_the_flips_of_one_decision_take_the_cheapest_drains_first():
+    view = view_of([(P, [9_000], []), (P, [], []), (P, [3_000], []), (P, [60_000], [])]
+                   + [(D, [], [100_000] * 30)] * 4)[0]
+    f = flipper(0.0, share=0.25)
+    assert f.decide(view, frozenset({1})) == []  # every free candidate still has a queue to drain
+    drain_2, drain_0 = f.predictor.delay(view, 2), f.predictor.delay(view, 0)
+    view.now_s = (drain_2 + drain_0) / 2  # past 2's drain (3k tokens), not 0's (9k)
+    assert [c.instance_id for c in f.decide(view, frozenset({1}))] == [2]
+    f.since.clear()
+    f.decide(view, frozenset({1}))
+    view.now_s = 10.0
+    assert [c.instance_id for c in f.decide(view, frozenset({1}))] == [2, 0]  # 1 is blocked; 3's queue is the longest
+
+
+def test_flip_share_is_checked():
+    with pytest.raises(ValueError, match="flip_share"):
+        Combined(ctx(), flip_share=0.0)

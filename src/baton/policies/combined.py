@@ -30,7 +30,9 @@ Components (each can be switched off for ablations):
   Mooncake trace flipped instances 61 times in one run at 2 req/s on 4P4D, and the
   sessions workload lost 5% attainment at 12 req/s to flips that dropped prefill caches;
   with 5 s, 7 and 1 flips, while the reasoning workload's sustained decode demand still
-  flips 9 times and lifts attainment from 0.30 to 0.99 at 4 req/s);
+  flips 9 times and lifts attainment from 0.30 to 0.99 at 4 req/s); one decision flips
+  as many instances as the pressure gap allows without overshooting, at most
+  ``flip_share`` (0.125) of the cluster;
 - ``decode_binding``: ``iteration`` (by projected iteration time, ``iteration_binding``) or
   ``token-load``;
 - ``migrate``: ARES's rebalancer, moving work only off instances whose projected KV exceeds
@@ -49,7 +51,7 @@ Conflict rules: who owns a request or an instance when two components want it.
 5. A decode instance with deflected prompts still queued is not flipped to prefill: they
    were admitted against its decode batch's TBT budget.
 6. Order within a tick: deflection re-plans first (they drain the prefill queues the
-   flip controller reads), then at most one flip, then migrations (rule 4 sees the flip).
+   flip controller reads), then one flip decision, then migrations (rule 4 sees its flips).
 7. Decode binding takes the prefill instance itself when it decodes (a deflected or
    colocated prompt: no KV transfer); it never sees an instance flipped to prefill.
 8. A flip never leaves a side without an instance.
@@ -88,7 +90,7 @@ class Combined(Stage):
                  flips: bool = True, decode_binding: str = "iteration", migrate: bool = True,
                  ttft_slo_s: float | None = None, tpot_slo_s: float | None = None, tick_s: float = 0.1,
                  flip_interval_s: float = 0.5, flip_window_s: float = 5.0, settle_s: float = 3.0,
-                 flip_min_pressure: float = 0.25,
+                 flip_min_pressure: float = 0.25, flip_share: float = 0.125,
                  migrate_interval_s: float = 1.0, max_chunk_tokens: int = 2048, fixed_chunk: bool = False,
                  deflect_tbt_share: float = 0.8, chunk_attention: bool = True) -> None:
         super().__init__(context)
@@ -110,7 +112,7 @@ class Combined(Stage):
         mrt = max_running_tokens(context.perf, self.tpot_slo_s, 1024, context.perf.kv_capacity_tokens)
         self.predictor = self.kairos.predictor if self.kairos else PrefillPredictor(context.perf)
         self.flipper = FlipController(self.predictor, context.perf, self.ttft_slo_s, self.tpot_slo_s, mrt,
-                                      flip_window_s, flip_min_pressure) if flips else None
+                                      flip_window_s, flip_min_pressure, flip_share) if flips else None
         self.ares = Ares(context, trigger="overflow", interval_s=migrate_interval_s) if migrate else None
         self.decode_binding, self.chunk_tokens = decode_binding, max_chunk_tokens
         self.settle_s, self.flip_interval_s = settle_s, flip_interval_s
@@ -216,8 +218,7 @@ class Combined(Stage):
             out += replans
         if self.flipper is not None and now >= self._next_flip_s:
             self._next_flip_s = now + self.flip_interval_s
-            flip = self.flipper.decide(view, self.settling(now) | self.migrating())
-            if flip is not None:
+            for flip in self.flipper.decide(view, self.settling(now) | self.migrating()):
                 self.flipped_at[flip.instance_id] = now
                 self.counts["flips"] += 1
                 out.append(flip)

@@ -14,21 +14,26 @@ Pressures, read at every check, each 1.0 at its SLO:
   instance holds).
 
 A flip is wanted towards the hotter side when that side stays the hotter one after it,
-the pressures scaled by the instance counts the flip leaves (prefill x P / (P + 1) and
-decode x D / (D - 1) for a decode instance turned to prefill, and the mirror): a flip that
-would overshoot invites the flip back. The hotter pressure must also be at least
-``min_pressure`` (0.25): below it nothing misses its SLO whichever side has the instance. It must be wanted
-without a break for ``window_s`` plus the flip's own cost (a prefill instance turning to
-decode first drains its queue: its predicted delay); after a flip the clock restarts.
-Neither side is left without an instance. A controller that flipped on "prefill hot,
-decode cool" alone (an earlier version) ratcheted 4P4D to 7P1D under the Mooncake trace's
-long prompts, whose prefill demand never cools, and sustained 1.60 req/s where flips off
-gave 2.81: the decode side's KV then bound, which those tests did not weigh.
+the pressures scaled by the instance counts the flip leaves (prefill x P / (P + k) and
+decode x D / (D - k) for k decode instances turned to prefill, and the mirror): a flip that
+would overshoot invites the flip back. One decision moves the largest such k, at most
+``max(1, share x instances)`` (``share`` 0.125: one at 8 instances, eight at 64), so the
+pressure gap sets how many move and the cluster's size how fast a large shift is absorbed.
+A controller that moved one instance per window whatever the cluster's size (an earlier
+version) lost to Arrow on the reasoning workload at 64 instances (95.9 against 121.7 req/s,
+`benchmarks/combined.py --scales 64 --workloads reasoning`): turning 32P32D into the split
+that workload wants took minutes of simulated time. The hotter pressure must also be at
+least ``min_pressure`` (0.25): below it nothing misses its SLO whichever side has the
+instance. It must be wanted without a break for ``window_s`` plus the flip's own cost (a
+prefill instance turning to decode first drains its queue: its predicted delay); after a
+decision the clock restarts. Neither side is left without an instance. A controller that
+flipped on "prefill hot, decode cool" alone (an earlier version) ratcheted 4P4D to 7P1D
+under the Mooncake trace's long prompts, whose prefill demand never cools, and sustained
+1.60 req/s where flips off gave 2.81: the decode side's KV then bound, which those tests
+did not weigh.
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
@@ -40,15 +45,18 @@ from baton.policies.prefill_time import PrefillPredictor
 
 
 class FlipController:
-    """Decides at most one role change per call (see the module docstring)."""
+    """Decides the role changes of one decision (see the module docstring)."""
 
     def __init__(self, predictor: PrefillPredictor, perf: PerfModel, ttft_slo_s: float, tpot_slo_s: float,
-                 max_running_tokens: int, window_s: float = 5.0, min_pressure: float = 0.25) -> None:
+                 max_running_tokens: int, window_s: float = 5.0, min_pressure: float = 0.25,
+                 share: float = 0.125) -> None:
         if min_pressure < 0 or window_s < 0:
             raise ValueError("need flip_min_pressure >= 0 and flip_window_s >= 0")
+        if not 0 < share <= 1:
+            raise ValueError(f"flip_share: expected a share of the instances in (0, 1], got {share!r}")
         self.predictor, self.perf = predictor, perf
         self.ttft_slo_s, self.tpot_slo_s, self.mrt = ttft_slo_s, tpot_slo_s, max_running_tokens
-        self.window_s, self.min_pressure = window_s, min_pressure
+        self.window_s, self.min_pressure, self.share = window_s, min_pressure, share
         self.since: dict[Role, float] = {}  # direction -> when its condition began to hold
 
     # --- signals -------------------------------------------------------------------------
@@ -62,52 +70,61 @@ class FlipController:
         interval = float(np.mean(view.token_intervals(busy))) if busy else 0.0
         return p, max(interval / self.tpot_slo_s, float(np.mean(tokens)) / self.mrt)
 
-    def wanted(self, view: ClusterView, prefill: list[int], decode: list[int]) -> Role | None:
-        """The role an instance should move to now, if the demand ratio says so."""
+    def wanted_flips(self, view: ClusterView, prefill: list[int], decode: list[int]) -> tuple[Role | None, int]:
+        """(the role instances should move to now, how many), or (None, 0)."""
         if not prefill or not decode:
-            return None
+            return None, 0
         p, d = self.pressures(view, prefill, decode)
         if max(p, d) < self.min_pressure:
-            return None
+            return None, 0
         P, D = len(prefill), len(decode)
-        if p > d and D > 1 and p * P / (P + 1) >= d * D / (D - 1):
-            return Role.PREFILL
-        if d > p and P > 1 and d * D / (D + 1) >= p * P / (P - 1):
-            return Role.DECODE
-        return None
+        budget = max(1, int(self.share * (P + D)))
+        if p > d:
+            return _flips(Role.PREFILL, p, P, d, D, budget)
+        if d > p:
+            return _flips(Role.DECODE, d, D, p, P, budget)
+        return None, 0
+
+    def wanted(self, view: ClusterView, prefill: list[int], decode: list[int]) -> Role | None:
+        """The role an instance should move to now, if the demand ratio says so."""
+        return self.wanted_flips(view, prefill, decode)[0]
 
     # --- the decision ----------------------------------------------------------------------
-    def decide(self, view: ClusterView, blocked: frozenset[int]) -> ChangeRole | None:
-        """A role change whose condition has held long enough, or None. ``blocked``:
+    def decide(self, view: ClusterView, blocked: frozenset[int]) -> list[ChangeRole]:
+        """The role changes whose condition has held long enough (maybe none). ``blocked``:
         instances the conflict rules keep where they are."""
         prefill = [i for i in view.prefill_ids if not view.instance(i).role.decodes]
         decode = [i for i in view.decode_ids if not view.instance(i).role.prefills]
-        want = self.wanted(view, prefill, decode)
+        want, count = self.wanted_flips(view, prefill, decode)
         now = view.now_s
         for role in list(self.since):
             if role is not want:
                 del self.since[role]
         if want is None:
-            return None
-        start = self.since.setdefault(want, now)
-        candidate, cost_s = self.candidate(view, want, prefill, decode, blocked)
-        if candidate is None or now - start < self.window_s + cost_s:
-            return None
-        self.since.clear()
-        return ChangeRole(candidate, want)
+            return []
+        held_s = now - self.since.setdefault(want, now)
+        ready = [i for i, cost_s in self.candidates(view, want, prefill, decode, blocked)
+                 if held_s >= self.window_s + cost_s][:count]
+        if ready:
+            self.since.clear()
+        return [ChangeRole(i, want) for i in ready]
 
-    def candidate(self, view: ClusterView, want: Role, prefill: list[int], decode: list[int],
-                  blocked: frozenset[int]) -> tuple[int | None, float]:
-        """(the instance to flip, its flip cost s): towards prefill the decode instance with
-        the fewest running tokens and no deflected prefills; towards decode the prefill
-        instance with the shortest queue."""
+    def candidates(self, view: ClusterView, want: Role, prefill: list[int], decode: list[int],
+                   blocked: frozenset[int]) -> list[tuple[int, float]]:
+        """(instance, its flip cost s), best first: towards prefill the decode instances
+        with the fewest running tokens and no deflected prefills (no cost); towards decode
+        the prefill instances with the shortest queues (the cost: draining it)."""
         if want is Role.PREFILL:
             free = [i for i in decode if i not in blocked and not view.instance(i).prefill_queue]
-            if not free:
-                return None, math.inf
-            return min(free, key=lambda i: (view.running_tokens(i), i)), 0.0
-        free = [i for i in prefill if i not in blocked]
-        if not free:
-            return None, math.inf
-        delay, pick = min((self.predictor.delay(view, i), i) for i in free)
-        return pick, delay
+            return [(i, 0.0) for i in sorted(free, key=lambda i: (view.running_tokens(i), i))]
+        return sorted(((i, self.predictor.delay(view, i)) for i in prefill if i not in blocked),
+                      key=lambda pair: (pair[1], pair[0]))
+
+
+def _flips(towards: Role, hot: float, n_hot: int, cold: float, n_cold: int, budget: int) -> tuple[Role | None, int]:
+    """(towards, the most instances, up to ``budget``, that can move from the cold side to
+    the hot one with the hot side still the hotter and the cold side keeping one)."""
+    k = 0
+    while k < budget and n_cold - k > 1 and hot * n_hot / (n_hot + k + 1) >= cold * n_cold / (n_cold - k - 1):
+        k += 1
+    return (towards, k) if k else (None, 0)
