@@ -116,6 +116,8 @@ def test_without_prefix_ids_caching_changes_nothing():
                                                                                        enable_prefix_caching=on)))[1]
             for on in (True, False)]
     assert [(r.ttft_s, r.e2e_s) for r in runs[0].records] == [(r.ttft_s, r.e2e_s) for r in runs[1].records]
+    stats = runs[0].prefix_cache.values()  # still counted as vLLM counts them: queried, never hit
+    assert sum(s.queries for s in stats) >= sum(r.prompt_tokens for r in with_ids) and sum(s.hits for s in stats) == 0
 
 
 def test_reuse_offered_counts_leading_blocks_seen_before():

@@ -330,7 +330,7 @@ class Engine(KvBlocks):
         for item, chunk in self.chunks:
             item.done_tokens += chunk
             st.progress_prefill(item.req_id, chunk)
-            if self.cache is not None:
+            if self.tracks_blocks:
                 self.cache.register(item.req_id, self.keys_of(item.req_id)[:item.done_tokens // self.cfg.block_size])
             if item.done_tokens >= item.total_tokens:
                 del self.prefills[item.req_id]

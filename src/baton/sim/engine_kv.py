@@ -24,6 +24,9 @@ class KvBlocks:
         self.state, self.cfg = state, config
         self.cache = PrefixCache(state.kv_blocks_total) if config.enable_prefix_caching else None
         self._key_source = keys
+        # Without any request's identity (``keys`` None) nothing can ever hit: the cache
+        # only counts queries, and its free queue (anonymous runs alone) is not kept.
+        self.tracks_blocks = self.cache is not None and keys is not None
         self.held_blocks: dict[int, int] = {}        # KV kept for outgoing transfers
         self.held_ctx: dict[int, int] = {}           # context tokens of held_blocks' requests
 
@@ -40,13 +43,13 @@ class KvBlocks:
     def release(self, blocks: int) -> None:
         """Give back blocks that hold no request's KV (a reservation's margin)."""
         self.state.kv_blocks_used -= blocks
-        if self.cache is not None and blocks > 0:
+        if self.tracks_blocks and blocks > 0:
             self.cache.release(-1, blocks, (), 0)
 
     def free_request(self, req_id: int, blocks: int, ctx_tokens: int) -> None:
         """Free a request's ``blocks`` KV blocks holding ``ctx_tokens`` tokens; with prefix
         caching its full blocks stay cached in the free queue."""
-        if self.cache is None:
+        if not self.tracks_blocks:
             self.state.kv_blocks_used -= blocks
             return
         keys = self.keys_of(req_id)
@@ -68,7 +71,7 @@ class KvBlocks:
 
     def _allocate(self, blocks: int) -> None:
         self.state.kv_blocks_used += blocks
-        if self.cache is not None and blocks > 0:
+        if self.tracks_blocks and blocks > 0:
             self.cache.allocate(blocks)
 
     def _grow_item(self, item: PrefillItem, chunk: int) -> None:

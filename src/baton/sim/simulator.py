@@ -60,8 +60,8 @@ class Simulator:
         self.block_size = bs
         self.instances = {i: InstanceState(i, role, blocks[i], bs) for i, role in enumerate(roles)}
         self._keys: dict[tuple[int, int], tuple[int, ...]] = {}  # (request, block size) -> block keys
-        self.engines = {i: Engine(s, configs[i], perf, closed_form, self._block_keys)
-                        for i, s in self.instances.items()}
+        keys = self._block_keys if any(r.prefix_ids for r in self.requests) else None
+        self.engines = {i: Engine(s, configs[i], perf, closed_form, keys) for i, s in self.instances.items()}
         self.states: dict[int, RequestState] = {}
         self.view = ClusterView(self.instances, self.states, info, EngineCaches(self.engines))
         self.net = Network(cluster.nic_bytes_per_s, cluster.nic_latency_s)
