@@ -51,6 +51,22 @@ def checked_reads(monkeypatch):
         reads["n"] += 1
         return got
     monkeypatch.setattr(ClusterView, "decode_snapshots", snapshots)
+    original_least, original_at_least = ClusterView.least_token_load, ClusterView.token_loads_at_least
+
+    def least(self, ids):  # the pruned argmin: the first id of the least scalar load
+        got = original_least(self, ids)
+        loads = [self.token_load(i) for i in ids]
+        assert got == (ids[loads.index(min(loads))] if loads else None), (self.now_s, got, loads)
+        reads["n"] += 1
+        return got
+
+    def at_least(self, ids, tokens):
+        got = original_at_least(self, ids, tokens)
+        assert got == all(self.token_load(i) >= tokens for i in ids)
+        reads["n"] += 1
+        return got
+    monkeypatch.setattr(ClusterView, "least_token_load", least)
+    monkeypatch.setattr(ClusterView, "token_loads_at_least", at_least)
     return reads
 
 

@@ -167,13 +167,53 @@ class LoadColumns:
 
     def token_loads(self, slots: np.ndarray, now_s: float) -> np.ndarray:
         """``InstanceState.token_load`` of each slot at ``now_s`` (tokens)."""
-        k = self.iterations_done(slots, now_s)
-        return self._cols["base"][slots] + self._cols["n"][slots] * k
+        n, k = self._decode_iterations(slots, now_s)
+        return self._cols["base"][slots] + n * k
 
     def decode_ctx_tokens(self, slots: np.ndarray, now_s: float) -> np.ndarray:
         """``InstanceState.decode_ctx_tokens`` of each slot at ``now_s`` (tokens)."""
-        k = self.iterations_done(slots, now_s)
-        return self._cols["ctx"][slots] + self._cols["n"][slots] * k
+        n, k = self._decode_iterations(slots, now_s)
+        return self._cols["ctx"][slots] + n * k
+
+    def least_token_load(self, slots: np.ndarray, now_s: float) -> int:
+        """The position in ``slots`` of the least token load at ``now_s`` (the first of
+        equals, as ``argmin`` of ``token_loads``). A slot's load only grows while its
+        segment runs, so the count last computed for it bounds its load from below; the
+        closed form runs only for slots whose bound does not already rule them out."""
+        floor = self.token_load_floors(slots, now_s)
+        j = int(np.argmin(floor))
+        best = int(self.token_loads(slots[j:j + 1], now_s)[0])
+        near = np.flatnonzero(floor <= best)
+        return int(near[int(np.argmin(self.token_loads(slots[near], now_s)))])
+
+    def token_loads_at_least(self, slots: np.ndarray, now_s: float, tokens: int) -> bool:
+        """Whether every slot's token load at ``now_s`` is at least ``tokens``; exact
+        loads only where the lower bounds leave it open."""
+        floor = self.token_load_floors(slots, now_s)
+        low = slots[floor < tokens]
+        return not low.size or bool(self.token_loads(low, now_s).min() >= tokens)
+
+    def token_load_floors(self, slots: np.ndarray, now_s: float) -> np.ndarray:
+        """Lower bounds of the slots' token loads at ``now_s`` (exact where the count is
+        current): the iterations known done, 0 where none is known."""
+        self._refresh()
+        c = self._cols
+        k = self._k_all[slots] * self._k_valid[slots] if now_s >= self._k_now_s else 0
+        return c["base"][slots] + c["n"][slots] * k
+
+    def _decode_iterations(self, slots: np.ndarray, now_s: float) -> tuple[np.ndarray, np.ndarray]:
+        """(running decodes, ``iterations_done``) of each slot, the count left 0 where a
+        slot runs no decodes: the loads multiply it by n, so instances without decodes
+        (prefill instances in PD) cost no closed form."""
+        self._refresh()
+        n = self._cols["n"][slots]
+        busy = n > 0
+        if busy.all():
+            return n, self.iterations_done(slots, now_s)
+        k = np.zeros(slots.size, dtype=np.int64)
+        if busy.any():
+            k[busy] = self.iterations_done(slots[busy], now_s)
+        return n, k
 
     def column(self, name: str, slots: np.ndarray) -> np.ndarray:
         """A time-independent column (``prefill``, ``reqs``, ``n``, ``queued``, ...) at the slots."""

@@ -171,6 +171,23 @@ class ClusterView:
             return cols.token_loads(cols.slots(ids), self.now_s)
         return np.array([self.token_load(i) for i in ids], dtype=np.float64)
 
+    def least_token_load(self, ids: Sequence[int]) -> int | None:
+        """The id of ``ids`` with the least ``token_load`` (the first of equals), or None:
+        ``argmin`` of ``token_loads`` without computing every instance's load."""
+        if not len(ids):
+            return None
+        if self.info.mode.bookings:
+            cols = self._columns
+            return int(ids[cols.least_token_load(cols.slots(ids), self.now_s)])
+        return int(ids[int(np.argmin(self.token_loads(ids)))])
+
+    def token_loads_at_least(self, ids: Sequence[int], tokens: float) -> bool:
+        """Whether every instance of ``ids`` has a ``token_load`` of at least ``tokens``."""
+        if self.info.mode.bookings and len(ids):
+            cols = self._columns
+            return cols.token_loads_at_least(cols.slots(ids), self.now_s, tokens)
+        return not len(ids) or bool(self.token_loads(ids).min() >= tokens)
+
     def prefill_loads(self, ids: Sequence[int]) -> np.ndarray:
         """``prefill_load`` of every instance of ``ids``, read as columns."""
         if self.info.mode.bookings:

@@ -52,6 +52,8 @@ class LeastLoaded(Stage):
 
     def choose_decode(self, view: ClusterView, request: RequestState) -> int | None:
         ids = view.decode_ids
+        if type(self).decode_key is LeastLoaded.decode_key:
+            return view.least_token_load(ids)
         return argmin_of(ids, self.decode_keys(view, ids)) if ids else None
 
 

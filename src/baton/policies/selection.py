@@ -26,4 +26,4 @@ def argmin_of(ids: Sequence[int], keys: np.ndarray) -> int | None:
 def least_token_load(view, ids: Sequence[int]) -> int | None:
     """The instance of ``ids`` with the least token load (``ClusterView.token_loads``);
     ties go to the first."""
-    return argmin_of(ids, view.token_loads(ids)) if len(ids) else None
+    return view.least_token_load(ids)

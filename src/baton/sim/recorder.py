@@ -115,7 +115,7 @@ class Recorder:
         view = self.view
         count, tokens = view.own_requests(dst) - 1, view.token_load(dst) - ctx
         self.counters.least_by_count += count <= int(view.own_request_counts(ids).min())
-        self.counters.least_by_tokens += tokens <= view.token_loads(ids).min()
+        self.counters.least_by_tokens += view.token_loads_at_least(ids, tokens)
 
     def sample(self, now_s: float) -> None:
         """Every instance's token load now."""
