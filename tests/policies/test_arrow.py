@@ -66,7 +66,8 @@ def _decode_shape(n):
 
 def test_pools_come_from_role_and_remaining_work():
     view = view_of([(P, [], [], 0), (P, [], LIGHT, FAST), (D, [], LIGHT, FAST), (D, [500], LIGHT, FAST)])
-    assert arrow().pools(view) == {"P": [0], "DP": [1], "D": [2], "PD": [3]}
+    pools = arrow().pools(view)
+    assert {k: pools[k].tolist() for k in ("P", "DP", "D", "PD")} == {"P": [0], "DP": [1], "D": [2], "PD": [3]}
 
 
 # Algorithm 1: (instances, expected prefill instance, expected role changes)

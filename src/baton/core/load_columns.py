@@ -87,7 +87,9 @@ class LoadColumns:
             for i in arr[slots < 0].tolist():
                 self._slot_of[i] = self._register(self._instances[i])
             slots = self._slot_of[arr]
-        if isinstance(ids, list):  # the view's candidate lists live until roles change
+        # the view's candidate lists live until roles change, as do id arrays a policy
+        # owns and made read-only (a view of another array's data might change under it)
+        if isinstance(ids, list) or (isinstance(ids, np.ndarray) and not ids.flags.writeable and ids.base is None):
             if len(self._slots_cache) >= 8:
                 self._slots_cache.clear()
             self._slots_cache[id(ids)] = (ids, slots)

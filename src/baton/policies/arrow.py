@@ -58,7 +58,7 @@ Choices the paper leaves open (named deviations):
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -116,71 +116,70 @@ class Arrow(Stage):
         self._mixed = (np.zeros(0, dtype=bool), np.zeros(0, dtype=bool))  # role takes both kinds
 
     # --- pools ---------------------------------------------------------------------------
-    def pools(self, view: ClusterView) -> dict[str, list[int]]:
+    def pools(self, view: ClusterView) -> Pools:
         """Healthy instances by pool: P, DP (D->P), D, PD (P->D), read as columns."""
         pids, dids = view.prefill_ids, view.decode_ids
         if pids is not self._roles_src[0] or dids is not self._roles_src[1]:  # roles changed
             self._roles_src = (pids, dids)
             self._ids = (np.array(pids, dtype=np.int64), np.array(dids, dtype=np.int64))
+            for ids in self._ids:  # read-only: the columns may keep their slots until roles change
+                ids.flags.writeable = False
             self._mixed = (np.array([view.instance(i).role.decodes for i in pids], dtype=bool),
                            np.array([view.instance(i).role.prefills for i in dids], dtype=bool))
-        out: dict[str, list[int]] = {"P": [], "DP": [], "D": [], "PD": []}
-        if pids:
-            moving = (view.decode_works(pids) > 0) & ~self._mixed[0]
-            out["DP"], out["P"] = self._ids[0][moving].tolist(), self._ids[0][~moving].tolist()
-        if dids:
-            moving = (view.prefill_moments(dids)[0] > 0) & ~self._mixed[1]
-            out["PD"], out["D"] = self._ids[1][moving].tolist(), self._ids[1][~moving].tolist()
-        return out
+        pside, dside = self._ids
+        dp = (view.decode_works(pside) > 0) & ~self._mixed[0] if pside.size else self._mixed[0]
+        pd = (view.prefill_moments(dside)[0] > 0) & ~self._mixed[1] if dside.size else self._mixed[1]
+        return Pools(pside, dside, {"P": (pside, ~dp), "DP": (pside, dp), "D": (dside, ~pd), "PD": (dside, pd)})
 
-    def decode_load_low(self, view: ClusterView, pools: dict[str, list[int]], lend: int = 0) -> bool:
+    def decode_load_low(self, view: ClusterView, pools: Pools, lend: int = 0) -> bool:
         """Whether the decode side (D and P->D) is lightly loaded: its running tokens,
         spread over its instances less ``lend`` (those about to leave it), at most
         ``decode_low_load`` x Max Running Tokens, and its mean token interval at most
         ``decode_low_load`` x the TPOT SLO."""
-        side = pools["D"] + pools["PD"]
+        side = np.concatenate([pools["D"], pools["PD"]])
         if len(side) <= lend:
             return False
-        if not side:
+        if not side.size:
             return True
         tokens = float(view.running_tokens_of(side).sum()) / (len(side) - lend)
         interval = float(np.mean(view.token_intervals(side)))
         return tokens <= self.decode_low_load * self.mrt and interval <= self.decode_low_load * self.tpot_slo_s
 
     # --- Algorithms 3 and 4 --------------------------------------------------------------
-    def move_decode_to_prefill(self, view: ClusterView, pools: dict[str, list[int]]) -> int | None:
+    def move_decode_to_prefill(self, view: ClusterView, pools: Pools) -> int | None:
         """Algorithm 3: the least-loaded decode-side instance (P->D first), if another stays."""
         if not self.flips or len(pools["D"]) + len(pools["PD"]) <= 1:
             return None
-        side = pools["PD"] or pools["D"]
+        side = pools["PD"] if pools["PD"].size else pools["D"]
         moved = self._lowest(side, view.running_tokens_of(side))
         self.lent.add(moved)
         return moved
 
-    def move_prefill_to_decode(self, view: ClusterView, pools: dict[str, list[int]],
-                               candidates: list[int] | None = None) -> int | None:
+    def move_prefill_to_decode(self, view: ClusterView, pools: Pools,
+                               candidates: np.ndarray | None = None) -> int | None:
         """Algorithm 4: the prefill-side instance with the least queued work (D->P first;
         on a tie, one that was lent to prefill goes back first), among ``candidates`` if
         given."""
         if not self.flips or len(pools["P"]) + len(pools["DP"]) <= 1:
             return None
-        pick = candidates or pools["DP"] or pools["P"]
+        pick = next(c for c in (candidates, pools["DP"], pools["P"]) if c is not None and c.size)
         moved = self._lowest(pick, self.predictor.delays(view, pick))
         self.lent.discard(moved)
         return moved
 
-    def _lowest(self, ids: list[int], keys) -> int:
+    def _lowest(self, ids: np.ndarray, keys) -> int:
         """The id with the smallest key; on a tie one that was lent first, then the lowest id."""
-        m = keys.min()
-        return min((ids[j] for j in np.flatnonzero(keys == m).tolist()), key=lambda i: (i not in self.lent, i))
+        tied = ids[keys == keys.min()].tolist()
+        return min(tied, key=lambda i: (i not in self.lent, i))
 
     # --- Algorithm 1 ---------------------------------------------------------------------
     def plan_arrival(self, view: ClusterView, request: RequestState, plan: ArrivalPlan) -> ArrivalPlan:
         pools = self.pools(view)
         pt = self.predictor.pt(request.request.prompt_tokens)
         best: dict[str, int | None] = {}
+        delays = self.predictor.delays(view, pools.prefill_side)  # the whole side: its slots are kept
         for k in ("P", "DP"):
-            delay, best[k] = _least(pools[k], self.predictor.delays(view, pools[k]) if pools[k] else None)
+            delay, best[k] = _least(pools[k], pools.of(k, delays))
             if delay is not None and delay + pt <= self.ttft_slo_s:
                 return _prefill_on(plan, best[k])
         if self.decode_load_low(view, pools, lend=1):
@@ -199,9 +198,10 @@ class Arrow(Stage):
             return src  # the prompt's KV is already here: no transfer
         pools = self.pools(view)
         best: list[tuple[float, int]] = []
+        running = view.running_tokens_of(pools.decode_side)
         for k in ("D", "PD"):
-            if pools[k]:
-                tokens, i = _least(pools[k], view.running_tokens_of(pools[k]))
+            if pools[k].size:
+                tokens, i = _least(pools[k], pools.of(k, running))
                 if tokens <= self.mrt and view.token_interval_s(i) <= self.tpot_slo_s:
                     return i
                 best.append((tokens, i))
@@ -216,9 +216,8 @@ class Arrow(Stage):
         if self._decode_slow(view, pools):
             moved = self.move_prefill_to_decode(view, pools)
         elif not self.decode_load_low(view, pools):  # decode busy: lend it an idle prefill instance
-            queued = view.prefill_moments(pools["P"])[0].tolist() if pools["P"] else []
-            idle = [i for i, q in zip(pools["P"], queued) if not q]
-            moved = self.move_prefill_to_decode(view, pools, idle) if idle else None
+            idle = pools["P"][view.prefill_moments(pools["P"])[0] == 0] if pools["P"].size else pools["P"]
+            moved = self.move_prefill_to_decode(view, pools, idle) if idle.size else None
         else:
             moved = None
         if moved is None:
@@ -226,13 +225,13 @@ class Arrow(Stage):
         self.intervals.clear()
         return [ChangeRole(moved, Role.DECODE)]
 
-    def _decode_slow(self, view: ClusterView, pools: dict[str, list[int]]) -> bool:
+    def _decode_slow(self, view: ClusterView, pools: Pools) -> bool:
         """Whether the decode side's mean token interval stayed above the TPOT SLO for a
         whole window (samples from instances that are decoding)."""
-        both = pools["D"] + pools["PD"]
-        side = [i for i, w in zip(both, view.decode_works(both).tolist()) if w] if both else []
+        both = np.concatenate([pools["D"], pools["PD"]])
+        side = both[view.decode_works(both) > 0] if both.size else both
         now = view.now_s
-        if side:
+        if side.size:
             self.intervals.append((now, float(np.mean(view.token_intervals(side)))))
         while self.intervals and self.intervals[0][0] < now - self.window_s - 1e-9:
             self.intervals.popleft()
@@ -240,13 +239,31 @@ class Arrow(Stage):
         return full and all(v > self.tpot_slo_s for _, v in self.intervals)
 
 
-def _least(ids: list[int], keys) -> tuple[float | None, int | None]:
+@dataclass(slots=True)
+class Pools:
+    """Arrow's four pools as masks over the two sides' id arrays (read-only, in id
+    order): reads of a whole side keep their slots, and a pool is a mask of them."""
+
+    prefill_side: np.ndarray
+    decode_side: np.ndarray
+    masks: dict[str, tuple[np.ndarray, np.ndarray]]  # pool -> (its side, mask over it)
+
+    def __getitem__(self, pool: str) -> np.ndarray:
+        side, mask = self.masks[pool]
+        return side[mask]
+
+    def of(self, pool: str, side_values: np.ndarray) -> np.ndarray:
+        """The values of a pool's members, from values read over its whole side."""
+        return side_values[self.masks[pool][1]]
+
+
+def _least(ids: np.ndarray, keys) -> tuple[float | None, int | None]:
     """(the smallest key, the lowest id having it): ``min`` over (key, id) pairs, read
-    from a column of keys aligned with ``ids``."""
-    if not ids:
+    from a column of keys aligned with ``ids`` (in id order: the first has the lowest)."""
+    if not ids.size:
         return None, None
-    m = keys.min()
-    return m.item(), min(ids[j] for j in np.flatnonzero(keys == m).tolist())
+    j = int(np.argmin(keys))
+    return keys[j].item(), int(ids[j])
 
 
 def _prefill_on(plan: ArrivalPlan, instance: int, *changes: ChangeRole) -> ArrivalPlan:
