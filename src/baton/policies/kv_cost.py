@@ -19,7 +19,7 @@ import numpy as np
 from baton.core.request import RequestState
 from baton.core.view import ClusterView
 from baton.policies.base import PolicyContext
-from baton.policies.prefix_scoring import PrefixStage, Predictions, matched_blocks, nonnegative
+from baton.policies.prefix_scoring import PrefixStage, Predictions, nonnegative
 
 
 class KvCost(PrefixStage):
@@ -37,10 +37,10 @@ class KvCost(PrefixStage):
         self._shape_src: list[int] | None = None
         self._bs = self._blocks = np.zeros(0, dtype=np.int64)
 
-    def costs(self, view: ClusterView, request: RequestState, ids: list[int]) -> tuple[np.ndarray, list[int]]:
+    def costs(self, view: ClusterView, request: RequestState, ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """(cost, overlap blocks) per instance of ``ids``, read as columns."""
         keys = request.block_keys
-        overlaps = matched_blocks(ids, view.prefix_matches(keys), self.predicted.matches(view.now_s, keys))
+        overlaps = self.matched(ids, view.prefix_matches(keys), self.predicted.matches(view.now_s, keys))
         prompt = request.request.prompt_tokens
         if ids is not self._shape_src:  # block sizes and capacities change only with membership
             self._shape_src = ids
@@ -48,7 +48,7 @@ class KvCost(PrefixStage):
             self._blocks = np.array([view.instance(i).kv_blocks_total for i in ids], dtype=np.int64)
         prefill_blocks = (view.prefill_loads(ids) + prompt) / self._bs
         decode_blocks = view.kv_usages(ids) * self._blocks + np.ceil(prompt / self._bs)
-        over = prefill_blocks - self.credit * np.asarray(overlaps, dtype=np.float64)
+        over = prefill_blocks - self.credit * overlaps
         return self.scale * np.maximum(over, 0.0) + decode_blocks, overlaps
 
     def choose_prefill(self, view: ClusterView, request: RequestState) -> int | None:
@@ -60,7 +60,7 @@ class KvCost(PrefixStage):
             k = int(self.context.rng.choice(len(ids), p=weights / weights.sum()))
         else:
             k = int(np.argmin(costs))
-        self.hit_blocks += overlaps[k]
+        self.hit_blocks += int(overlaps[k])
         self.predicted.add(view.now_s, ids[k], request.block_keys)
         return ids[k]
 

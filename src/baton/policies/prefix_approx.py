@@ -8,12 +8,10 @@ from the router's own outstanding requests, as in ``prefix_precise``).
 
 from __future__ import annotations
 
-import numpy as np
-
 from baton.core.request import RequestState
 from baton.core.view import ClusterView
 from baton.policies.base import PolicyContext
-from baton.policies.prefix_scoring import (PrefixStage, RouteHistory, best_of, lower_is_better_of, matched_blocks,
+from baton.policies.prefix_scoring import (PrefixStage, RouteHistory, best_of, lower_is_better_of,
                                           nonnegative)
 
 
@@ -38,7 +36,7 @@ class PrefixApprox(PrefixStage):
     def pick_prefill(self, view: ClusterView, request: RequestState) -> tuple[int | None, int]:
         ids, keys = view.prefill_ids, request.block_keys
         sent = self.cached_blocks(view, request)
-        matched = np.asarray(matched_blocks(ids, sent), dtype=np.float64)
+        matched = self.matched(ids, sent)
         wp, wq, wk = self.weights
         wp /= max(1, len(keys))
         queue = lower_is_better_of(view.own_request_counts(ids))

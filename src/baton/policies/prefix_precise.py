@@ -14,12 +14,10 @@ so siblings sent before the engine's first BlockStored follow it.
 
 from __future__ import annotations
 
-import numpy as np
-
 from baton.core.request import RequestState
 from baton.core.view import ClusterView
 from baton.policies.base import PolicyContext
-from baton.policies.prefix_scoring import (PrefixStage, Predictions, best_of, lower_is_better_of, matched_blocks,
+from baton.policies.prefix_scoring import (PrefixStage, Predictions, best_of, lower_is_better_of,
                                           nonnegative)
 
 
@@ -44,7 +42,7 @@ class PrefixPrecise(PrefixStage):
     def pick_prefill(self, view: ClusterView, request: RequestState) -> tuple[int | None, int]:
         ids, keys = view.prefill_ids, request.block_keys
         cached = self.cached_blocks(view, request)
-        matched = np.asarray(matched_blocks(ids, cached), dtype=np.float64)
+        matched = self.matched(ids, cached)
         wp, wk, wq = self.weights
         wp /= max(1, len(keys))
         queue = lower_is_better_of(view.own_request_counts(ids))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Sequence
-from itertools import repeat
 
 import numpy as np
 
@@ -59,23 +58,24 @@ class Predictions:
     def __init__(self, ttl_s: float) -> None:
         self.ttl_s = ttl_s
         self.index = PrefixIndex()
-        self._expiry: dict[tuple[int, int], float] = {}
+        self._expiry: dict[int, dict[int, float]] = {}  # instance -> key -> until
         self._queue: deque[tuple[float, int, tuple[int, ...]]] = deque()
 
     def add(self, now_s: float, instance_id: int, keys: Sequence[int]) -> None:
         if self.ttl_s <= 0 or not keys:
             return
         until = now_s + self.ttl_s
-        self._expiry.update(dict.fromkeys(zip(repeat(instance_id), keys), until))
+        self._expiry.setdefault(instance_id, {}).update(dict.fromkeys(keys, until))
         self.index.add(instance_id, keys)
         self._queue.append((until, instance_id, tuple(keys)))
 
     def matches(self, now_s: float, keys: Sequence[int]) -> dict[int, int]:
         while self._queue and self._queue[0][0] <= now_s:
             _, iid, old = self._queue.popleft()
-            expired = [k for k in old if self._expiry.get((iid, k), now_s + 1) <= now_s]
+            mine = self._expiry[iid]
+            expired = [k for k in old if mine.get(k, now_s + 1) <= now_s]
             for k in expired:
-                del self._expiry[(iid, k)]
+                del mine[k]
             self.index.remove(iid, expired)
         return self.index.matches(keys)
 
@@ -85,15 +85,6 @@ def nonnegative(**params: float) -> None:
     bad = [f"{k} ({v!r})" for k, v in params.items() if v < 0]
     if bad:
         raise ValueError(f"must be >= 0: {', '.join(bad)}")
-
-
-def matched_blocks(ids: Sequence[int], *sources: dict[int, int]) -> list[int]:
-    """Per instance of ``ids``, the longest match any of ``sources`` reports (0: none)."""
-    found = [s for s in sources if s]
-    if not found:
-        return [0] * len(ids)
-    columns = [list(map(s.get, ids, repeat(0))) for s in found]
-    return columns[0] if len(columns) == 1 else list(map(max, *columns))
 
 
 def lower_is_better_of(values: np.ndarray) -> np.ndarray:
@@ -132,6 +123,22 @@ class PrefixStage(Stage):
         super().__init__(context)
         self.bind_decode = bind_decode
         self.placed = self.hit_blocks = 0  # placements and the blocks they were matched on
+        self._positions: tuple[Sequence[int] | None, dict[int, int]] = (None, {})
+
+    def matched(self, ids: Sequence[int], *sources: dict[int, int]) -> np.ndarray:
+        """Per instance of ``ids``, the longest match any of ``sources`` reports (0:
+        none), as floats: written only where a source matched, so the cost grows with
+        the matches, not with the instances."""
+        out = np.zeros(len(ids))
+        if ids is not self._positions[0]:  # the view's id lists live until roles change
+            self._positions = (ids, {i: j for j, i in enumerate(ids)})
+        where = self._positions[1]
+        for source in sources:
+            for i, m in source.items():
+                j = where.get(i)
+                if j is not None and m > out[j]:
+                    out[j] = m
+        return out
 
     def cached_blocks(self, view: ClusterView, request: RequestState) -> dict[int, int]:
         """Instance -> leading blocks of the prompt this stage believes it holds cached."""
