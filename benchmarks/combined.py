@@ -19,7 +19,9 @@ off at a time.
 Runs above 8 instances use ``--large-fraction`` (0.4) of the requests per instance, so a
 64-instance sweep costs about 3x an 8-instance one, not 8x. For each (workload, scale, policy, repeat) the max sustainable rate at 90% SLO attainment
 is found by bisection on the rate (log scale) within a bracket around least-loaded's knee
-of that repeat, to about 2%. Per workload and scale: every policy's mean and 95% interval
+of that repeat, to about 2% (a policy still attaining at the bracket's top after
+``--widenings`` doublings is reported at the last rate verified and flagged as capped: a lower
+bound, not a knee). Per workload and scale: every policy's mean and 95% interval
 over repeats; the best single policy (highest mean); combined minus best as a paired
 difference per repeat with its 95% interval (Student's t): "not below" when the interval
 includes or exceeds 0, "above" when it excludes 0 above. The ablation table gives full
@@ -73,6 +75,7 @@ WORKLOADS = {
 TRACE_FILES = {"azure-code": "azure_code_2023.csv", "azure-conv": "azure_conv_2023.csv",
                "mooncake": "mooncake_conversation.jsonl"}
 BISECTIONS = [6]  # --bisections
+CAPPED: dict = {}  # "workload@scale" -> policy -> repeats whose knee lay above the widened bracket
 
 
 def policy_config(name: str):
@@ -126,36 +129,41 @@ def attainment(workload: str, instances: int, repeat: int, policy: str, rate: fl
     return att, (dict(result.policy_report) if report else {})
 
 
-def knee(workload: str, instances: int, repeat: int, policy: str, lo: float, hi: float) -> float:
-    """The highest rate with attainment >= 0.9, by bisection in log space within [lo, hi]
-    (widened while an end is on the wrong side); 0 when even lo/8 misses."""
-    for _ in range(3):
+WIDENINGS = [3]  # --widenings: doublings of the bracket's top before a knee counts as capped
+
+
+def knee(workload: str, instances: int, repeat: int, policy: str, lo: float, hi: float) -> tuple[float, bool]:
+    """(the highest rate with attainment >= 0.9, capped), by bisection in log space within
+    [lo, hi], widened while an end is on the wrong side: 0 when even lo/8 misses; when hi
+    still attains after ``WIDENINGS`` doublings, the last rate verified and capped True
+    (a lower bound, not a knee)."""
+    for _ in range(WIDENINGS[0]):
         if attainment(workload, instances, repeat, policy, hi)[0] < 0.9:
             break
         lo, hi = hi, hi * 2.0
     else:
-        return hi
+        return lo, True
     for _ in range(3):
         if attainment(workload, instances, repeat, policy, lo)[0] >= 0.9:
             break
         lo, hi = lo / 2.0, lo
     else:
-        return 0.0
+        return 0.0, False
     for _ in range(BISECTIONS[0]):
         mid = math.sqrt(lo * hi)
         if attainment(workload, instances, repeat, policy, mid)[0] >= 0.9:
             lo = mid
         else:
             hi = mid
-    return lo
+    return lo, False
 
 
 def task(args: tuple) -> tuple:
-    workload, instances, repeat, policy, center, fraction, bisections = args
-    LARGE_FRACTION[0], BISECTIONS[0] = fraction, bisections
+    workload, instances, repeat, policy, center, fraction, bisections, widenings = args
+    LARGE_FRACTION[0], BISECTIONS[0], WIDENINGS[0] = fraction, bisections, widenings
     t0 = time.perf_counter()
-    rate = knee(workload, instances, repeat, policy, center / 2.0, center * 2.0)
-    return workload, instances, repeat, policy, rate, time.perf_counter() - t0
+    rate, capped = knee(workload, instances, repeat, policy, center / 2.0, center * 2.0)
+    return workload, instances, repeat, policy, rate, capped, time.perf_counter() - t0
 
 
 def interval(values: list[float]) -> tuple[float, float, float]:
@@ -180,18 +188,23 @@ def run_all(args) -> dict:
                 repeats = range(args.first_repeat, args.first_repeat + args.repeats)
                 centers = list(pool.map(task, [(workload, instances, r, "least-loaded",
                                                 WORKLOADS[workload][2] * instances, args.large_fraction,
-                                                args.bisections) for r in repeats]))
+                                                args.bisections, args.widenings) for r in repeats]))
                 cell = rates.setdefault((workload, instances), {})
                 cell["least-loaded"] = [c[4] for c in centers]
                 policies = ["combined", *[p for p in args.pool if p != "least-loaded"]]
                 if instances == 8 and not args.no_ablations:
                     policies += list(ABLATIONS)
                 jobs = [(workload, instances, r, p, centers[k][4] or WORKLOADS[workload][2] * instances,
-                         args.large_fraction, args.bisections) for p in policies for k, r in enumerate(repeats)]
+                         args.large_fraction, args.bisections, args.widenings)
+                        for p in policies for k, r in enumerate(repeats)]
+                capped = CAPPED.setdefault(f"{workload}@{instances}", {})
+                capped["least-loaded"] = [c[2] for c in centers if c[5]]
                 progress = bar.add_task(f"{workload} @ {instances}", total=len(jobs))
                 for fut in as_completed([pool.submit(task, j) for j in jobs]):
-                    w, n, r, p, rate, _ = fut.result()
+                    w, n, r, p, rate, was_capped, _ = fut.result()
                     cell.setdefault(p, [math.nan] * args.repeats)[r - args.first_repeat] = rate
+                    if was_capped:
+                        capped.setdefault(p, []).append(r)
                     bar.advance(progress)
                 report(workload, instances, cell)
                 partial = {f"{w}@{n}": c for (w, n), c in rates.items()}
@@ -207,11 +220,17 @@ def report(workload: str, instances: int, cell: dict) -> dict:
     for p, v in cell.items():
         m, lo, hi = interval(v)
         print(f"  {p:<24} {m:8.3f} [{lo:8.3f}, {hi:8.3f}]   per repeat {[round(x, 3) for x in v]}")
+    capped = {p: r for p, r in CAPPED.get(f"{workload}@{instances}", {}).items() if r}
+    for p, r in capped.items():
+        print(f"  {p}: repeats {sorted(r)} still attained at the bracket's top: their figure is the last "
+              "rate verified, a lower bound")
     singles = [p for p in POOL if p in cell]  # least-loaded always, the rest as --pool names
     best = max(singles, key=lambda p: means[p])
     diff = [a - b for a, b in zip(cell["combined"], cell[best])]
     m, lo, hi = interval(diff)
     verdict = "above" if lo > 0 else ("not below" if hi >= 0 else "BELOW")
+    if best in capped or ("combined" in capped and verdict != "above"):
+        verdict += " (capped: see above)"
     print(f"  combined - best single ({best}): {m:+.3f} [{lo:+.3f}, {hi:+.3f}] req/s -> {verdict}")
     out = {"best_single": best, "combined_minus_best": m, "ci95": [lo, hi], "verdict": verdict}
     for name in ABLATIONS:
@@ -269,6 +288,8 @@ def main() -> None:
                     help="the single policies to compare against (least-loaded always runs: it sets the bracket)")
     ap.add_argument("--no-ablations", action="store_true")
     ap.add_argument("--bisections", type=int, default=6, help="halvings of the rate bracket (6: about 2%%)")
+    ap.add_argument("--widenings", type=int, default=3,
+                    help="doublings of the bracket's top (least-loaded's knee x 2) before a knee counts as capped")
     ap.add_argument("--large-fraction", type=float, default=0.4,
                     help="share of the requests per instance in runs above 8 instances (the sweeps' cost)")
     ap.add_argument("--out", type=Path, default=Path("combined-results"))
@@ -283,11 +304,11 @@ def main() -> None:
     acts = activity(args, rates)
     verdicts = {f"{w}@{n}": report(w, n, cell) for (w, n), cell in rates.items()}
     above = sum(v["verdict"] == "above" for v in verdicts.values())
-    below = [k for k, v in verdicts.items() if v["verdict"] == "BELOW"]
+    below = [k for k, v in verdicts.items() if v["verdict"].startswith("BELOW")]
     print(f"\ncombined significantly above the best single policy on {above} of {len(verdicts)} "
           f"(workload, scale) cells; significantly below on {below or 'none'} ({time.perf_counter() - t0:.0f} s)")
     png = plot(rates, args.out)
-    figures = {"cells": verdicts, "above": above, "below": below,
+    figures = {"cells": verdicts, "above": above, "below": below, "capped": CAPPED,
                "rates": {f"{w}@{n}": cell for (w, n), cell in rates.items()}, "activity": acts,
                "plot": str(png) if png else None}
     (args.out / "results.json").write_text(json.dumps(figures, indent=1))

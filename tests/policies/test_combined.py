@@ -291,3 +291,17 @@ def test_the_flips_of_one_decision_take_the_cheapest_drains_first():
 def test_flip_share_is_checked():
     with pytest.raises(ValueError, match="flip_share"):
         Combined(ctx(), flip_share=0.0)
+
+
+def test_rule5_an_instance_a_replan_deflects_to_in_this_tick_is_not_flipped():
+    view, states = view_of([(P, [60_000] * 3, []), (P, [60_000] * 3, []), (D, [], []), (D, [], []), (D, [], [])])
+    for st in states.values():
+        st.phase = Phase.WAITING
+    stage = Combined(ctx(), flip_window_s=0.0, migrate=False, flip_share=1.0)
+    out = stage.tick(view)
+    targets = {d.instance for d in out if isinstance(d, Deflect)}
+    flipped = {d.instance_id for d in out if isinstance(d, ChangeRole)}
+    assert targets and not targets & flipped
+    stage.flipper.since.clear()  # without the rule the same decision takes re-plan targets
+    unruled = {c.instance_id for c in stage.flipper.decide(view, frozenset())}
+    assert unruled & targets

@@ -2,7 +2,9 @@
 
 Buckets grow by a factor of 1.01, so any reported percentile is within 1% (relative)
 of the exact one. Gaps arrive in bulk: an affine series of iteration times weighted by
-the number of requests in the batch, so recording costs one vectorised call per segment.
+the number of requests in the batch, so recording costs one vectorised call per segment,
+or none when the whole series falls inside one bucket (its counts are then the same; its
+sum differs from the vectorised one by rounding only).
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ class GapHistogram:
         """The bucket holding every value between ``a_s`` and ``b_s`` when both lie inside
         one bucket clear of its edges (so ``_index``'s vectorised log rounds them the same
         way), else None."""
-        if a_s <= self.low_s or b_s <= self.low_s:
+        if not (self.low_s < a_s < math.inf and self.low_s < b_s < math.inf):  # NaN fails too
             return None
         xa = math.log(a_s / self.low_s) / self.log_growth
         xb = math.log(b_s / self.low_s) / self.log_growth

@@ -45,15 +45,17 @@ class BatchShape:
 
 def length_cv2(ctx_tokens: np.ndarray | Sequence[int]) -> float:
     """Squared coefficient of variation of a set of lengths (0 for fewer than two).
-    Integer lengths (token counts, below 2**31) are summed exactly: (n * sum x^2 - (sum x)^2)
-    / (sum x)^2 with one rounding, in two numpy calls (the engine model asks on every
-    batch change)."""
+    Integer lengths are summed exactly in int64 while n x max^2 stays below 2**63: (n *
+    sum x^2 - (sum x)^2) / (sum x)^2 with one rounding, in a few numpy calls (the engine
+    model asks on every batch change); floats otherwise."""
     arr = np.asarray(ctx_tokens)
     if arr.size < 2:
         return 0.0
     if arr.dtype.kind in "iu":
-        s1 = int(arr.sum())
-        return (arr.size * int(np.dot(arr, arr)) - s1 * s1) / (s1 * s1) if s1 > 0 else 0.0
+        ints = arr.astype(np.int64, copy=False)
+        s1, top = int(ints.sum()), int(ints.max())
+        if s1 > 0 and ints.min() >= 0 and top * top * ints.size < 2**63:
+            return (ints.size * int(np.dot(ints, ints)) - s1 * s1) / (s1 * s1)
     arr = arr.astype(np.float64)
     mean = float(arr.mean())
     return float(arr.var() / (mean * mean)) if mean > 0 else 0.0

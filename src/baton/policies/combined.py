@@ -48,8 +48,9 @@ Conflict rules: who owns a request or an instance when two components want it.
 3. An instance that is the source or target of a migration in flight is not flipped.
 4. An instance flipped less than ``settle_s`` ago is neither a migration's source nor its
    target.
-5. A decode instance with deflected prompts still queued is not flipped to prefill: they
-   were admitted against its decode batch's TBT budget.
+5. A decode instance with deflected prompts still queued, or targeted by one of this
+   tick's deflection re-plans, is not flipped to prefill: they were admitted against its
+   decode batch's TBT budget.
 6. Order within a tick: deflection re-plans first (they drain the prefill queues the
    flip controller reads), then one flip decision, then migrations (rule 4 sees its flips).
 7. Decode binding takes the prefill instance itself when it decodes (a deflected or
@@ -100,6 +101,8 @@ class Combined(Stage):
             raise ValueError(f"decode_binding: expected one of {', '.join(BINDINGS)}, got {decode_binding!r}")
         if tick_s <= 0 or flip_interval_s <= 0 or migrate_interval_s <= 0 or settle_s < 0:
             raise ValueError("need tick_s, flip_interval_s, migrate_interval_s > 0 and settle_s >= 0")
+        if not 0 < flip_share <= 1:
+            raise ValueError(f"flip_share: expected a share of the instances in (0, 1], got {flip_share!r}")
         if not 0 < deflect_tbt_share <= 1:
             raise ValueError(f"deflect_tbt_share: expected a share in (0, 1], got {deflect_tbt_share!r}")
         self.ttft_slo_s = ttft_slo_s or context.ttft_slo_s or PAPER_TTFT_SLO_S
@@ -210,6 +213,7 @@ class Combined(Stage):
     def tick(self, view: ClusterView) -> list[Decision]:
         now = view.now_s
         out: list[Decision] = []
+        replans: list[Deflect] = []
         if self.kairos is not None and self.kairos.tick_interval_s and _has_decode_only(view):
             self.kairos.exclude = self.settling(now)
             replans = [d for d in self.kairos.tick(view) if isinstance(d, Deflect)]
@@ -218,7 +222,8 @@ class Combined(Stage):
             out += replans
         if self.flipper is not None and now >= self._next_flip_s:
             self._next_flip_s = now + self.flip_interval_s
-            for flip in self.flipper.decide(view, self.settling(now) | self.migrating()):
+            replanned = frozenset(d.instance for d in replans)  # rule 5 for this tick's deflections
+            for flip in self.flipper.decide(view, self.settling(now) | self.migrating() | replanned):
                 self.flipped_at[flip.instance_id] = now
                 self.counts["flips"] += 1
                 out.append(flip)

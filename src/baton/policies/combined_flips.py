@@ -17,7 +17,8 @@ A flip is wanted towards the hotter side when that side stays the hotter one aft
 the pressures scaled by the instance counts the flip leaves (prefill x P / (P + k) and
 decode x D / (D - k) for k decode instances turned to prefill, and the mirror): a flip that
 would overshoot invites the flip back. One decision moves the largest such k, at most
-``max(1, share x instances)`` (``share`` 0.125: one at 8 instances, eight at 64), so the
+``max(1, share x (P + D))`` (P and D count the instances with one role each; ``share``
+0.125: one at 4P4D, eight at 32P32D), so the
 pressure gap sets how many move and the cluster's size how fast a large shift is absorbed.
 A controller that moved one instance per window whatever the cluster's size (an earlier
 version) lost to Arrow on the reasoning workload at 64 instances (95.9 against 121.7 req/s,
@@ -26,7 +27,8 @@ that workload wants took minutes of simulated time. The hotter pressure must als
 least ``min_pressure`` (0.25): below it nothing misses its SLO whichever side has the
 instance. It must be wanted without a break for ``window_s`` plus the flip's own cost (a
 prefill instance turning to decode first drains its queue: its predicted delay); after a
-decision the clock restarts. Neither side is left without an instance. A controller that
+decision the clock restarts, also when only some of the k candidates had drained (the
+rest wait for the next window, judged on the pressures the first flips leave). Neither side is left without an instance. A controller that
 flipped on "prefill hot, decode cool" alone (an earlier version) ratcheted 4P4D to 7P1D
 under the Mooncake trace's long prompts, whose prefill demand never cools, and sustained
 1.60 req/s where flips off gave 2.81: the decode side's KV then bound, which those tests
@@ -34,6 +36,8 @@ did not weigh.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -78,7 +82,7 @@ class FlipController:
         if max(p, d) < self.min_pressure:
             return None, 0
         P, D = len(prefill), len(decode)
-        budget = max(1, int(self.share * (P + D)))
+        budget = max(1, math.floor(self.share * (P + D) + 1e-9))  # 0.29 x 100 is 28.999...
         if p > d:
             return _flips(Role.PREFILL, p, P, d, D, budget)
         if d > p:
