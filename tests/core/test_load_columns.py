@@ -79,6 +79,8 @@ def checked_reads(monkeypatch):
     ("kairos", ClusterSpec(prefill=1, decode=3, engine=EngineConfig(512, 32, 16), nic_gbps=10)),
     # more candidates than the scalar cut-off: the vectorised closed form
     ("least-loaded", ClusterSpec(prefill=26, decode=30, engine=EngineConfig(512, 32, 16), nic_gbps=10)),
+    # more decode candidates than the pruning cut-off: least load by lower bounds
+    ("least-loaded", ClusterSpec(prefill=2, decode=140, engine=EngineConfig(512, 32, 16), nic_gbps=10)),
 ])
 @pytest.mark.parametrize("closed_form", [True, False])
 def test_columnar_reads_equal_scalar_reads_in_whole_runs(checked_reads, policy, cluster, closed_form):
@@ -135,3 +137,27 @@ def test_an_unmarked_mutation_is_visible_as_a_stale_column():
     insts[0].incoming_tokens += 50  # not through add_incoming: no touch
     assert view.token_loads([0]).tolist() == [100] != [view.token_load(0)]
     assert np.array_equal(view.prefill_loads([0]), [view.prefill_load(0)])
+
+
+def test_least_load_by_lower_bounds_equals_the_argmin_as_time_moves_and_tables_change():
+    """Above the pruning cut-off, counts computed earlier serve as floors: the pick must
+    still be the first least load at every later instant, after mutations and ties."""
+    rng = np.random.default_rng(5)
+    insts = {}
+    for i in range(200):
+        ctxs = tuple(int(c) for c in rng.integers(50, 400, size=int(rng.integers(0, 4))))
+        seg = Segment(float(rng.uniform(0, 0.05)), float(rng.uniform(0.004, 0.03)), 1e-5, 500) if ctxs else None
+        insts[i] = _instance(i, ctxs, seg)
+    cols = LoadColumns(insts)
+    ids = list(insts)
+    slots = cols.slots(ids)
+    for step, now_s in enumerate(np.linspace(0.0, 2.0, 41)):
+        if step % 7 == 3:  # a table write mid-run: its floor must not survive it
+            inst = insts[int(rng.integers(0, 200))]
+            inst.decodes.add(10_000 + step, 5, 1, 50, 99, 1)
+        if step % 5 == 0:
+            cols.token_loads(slots, float(now_s))  # counts computed: floors for later reads
+        loads = [insts[i].token_load(float(now_s)) for i in ids]
+        assert cols.least_token_load(slots, float(now_s)) == loads.index(min(loads)), now_s
+        assert cols.token_loads_at_least(slots, float(now_s), min(loads))
+        assert not cols.token_loads_at_least(slots, float(now_s), min(loads) + 1)

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from baton.core.instance import InstanceState
 
 _SCALAR_BELOW = 24  # rows to compute at most, where per-instance reads beat vectorised ones
+_PRUNE_ABOVE = 128  # candidates above which a least-load read prunes by lower bounds first
 _INT_COLUMNS = ("base", "ctx", "n", "prefill", "reqs", "seg_max", "queued", "sq", "incoming_n", "incoming")
 _FLOAT_COLUMNS = ("seg_start", "iter0", "slope", "s_interval", "s_kv")
 
@@ -181,7 +182,10 @@ class LoadColumns:
         """The position in ``slots`` of the least token load at ``now_s`` (the first of
         equals, as ``argmin`` of ``token_loads``). A slot's load only grows while its
         segment runs, so the count last computed for it bounds its load from below; the
-        closed form runs only for slots whose bound does not already rule them out."""
+        closed form runs only for slots whose bound does not already rule them out (above
+        ``_PRUNE_ABOVE`` slots: below, one vectorised pass costs fewer numpy calls)."""
+        if slots.size <= _PRUNE_ABOVE:
+            return int(np.argmin(self.token_loads(slots, now_s)))
         floor = self.token_load_floors(slots, now_s)
         j = int(np.argmin(floor))
         best = int(self.token_loads(slots[j:j + 1], now_s)[0])
