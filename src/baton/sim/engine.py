@@ -144,7 +144,7 @@ class Engine(KvBlocks):
             residues = (table.col("ctx") + self.cfg.block_size - 1) % self.cfg.block_size
             counts = np.bincount(residues, minlength=self.cfg.block_size)
             ge = np.concatenate([np.cumsum(counts[::-1])[::-1], [0]])
-            seg.rows, seg.residue_ge = table.n, tuple(int(x) for x in ge)
+            seg.rows, seg.residue_ge = table.n, tuple(ge.tolist())
         st.set_segment(seg)
         self.busy = True
         self.version += 1
