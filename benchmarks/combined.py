@@ -186,19 +186,22 @@ def run_all(args) -> dict:
         for instances in args.scales:
             for workload in args.workloads:
                 repeats = range(args.first_repeat, args.first_repeat + args.repeats)
-                centers = list(pool.map(task, [(workload, instances, r, "least-loaded",
-                                                WORKLOADS[workload][2] * instances, args.large_fraction,
-                                                args.bisections, args.widenings) for r in repeats]))
                 cell = rates.setdefault((workload, instances), {})
-                cell["least-loaded"] = [c[4] for c in centers]
+                capped = CAPPED.setdefault(f"{workload}@{instances}", {})
+                if args.center:  # a given bracket centre: least-loaded's knee is not run
+                    centers = [(workload, instances, r, "least-loaded", args.center, False) for r in repeats]
+                else:
+                    centers = list(pool.map(task, [(workload, instances, r, "least-loaded",
+                                                    WORKLOADS[workload][2] * instances, args.large_fraction,
+                                                    args.bisections, args.widenings) for r in repeats]))
+                    cell["least-loaded"] = [c[4] for c in centers]
+                    capped["least-loaded"] = [c[2] for c in centers if c[5]]
                 policies = ["combined", *[p for p in args.pool if p != "least-loaded"]]
                 if instances == 8 and not args.no_ablations:
                     policies += list(ABLATIONS)
                 jobs = [(workload, instances, r, p, centers[k][4] or WORKLOADS[workload][2] * instances,
                          args.large_fraction, args.bisections, args.widenings)
                         for p in policies for k, r in enumerate(repeats)]
-                capped = CAPPED.setdefault(f"{workload}@{instances}", {})
-                capped["least-loaded"] = [c[2] for c in centers if c[5]]
                 progress = bar.add_task(f"{workload} @ {instances}", total=len(jobs))
                 for fut in as_completed([pool.submit(task, j) for j in jobs]):
                     w, n, r, p, rate, was_capped, _ = fut.result()
@@ -224,11 +227,13 @@ def report(workload: str, instances: int, cell: dict) -> dict:
     for p, r in capped.items():
         print(f"  {p}: repeats {sorted(r)} still attained at the bracket's top: their figure is the last "
               "rate verified, a lower bound")
-    singles = [p for p in POOL if p in cell]  # least-loaded always, the rest as --pool names
+    singles = [p for p in POOL if p in cell]  # least-loaded (unless --center), the rest as --pool names
     best = max(singles, key=lambda p: means[p])
     diff = [a - b for a, b in zip(cell["combined"], cell[best])]
     m, lo, hi = interval(diff)
     verdict = "above" if lo > 0 else ("not below" if hi >= 0 else "BELOW")
+    if math.isnan(lo):
+        verdict = "no interval (one repeat)"
     if best in capped or ("combined" in capped and verdict != "above"):
         verdict += " (capped: see above)"
     print(f"  combined - best single ({best}): {m:+.3f} [{lo:+.3f}, {hi:+.3f}] req/s -> {verdict}")
@@ -245,7 +250,7 @@ def activity(args, rates: dict) -> dict:
     """What each component did in combined's run at least-loaded's knee (repeat 0)."""
     out = {}
     for (workload, instances), cell in rates.items():
-        rate = cell["least-loaded"][0] or WORKLOADS[workload][2] * instances
+        rate = (cell["least-loaded"][0] if "least-loaded" in cell else args.center) or WORKLOADS[workload][2] * instances
         _, rep = attainment(workload, instances, args.first_repeat, "combined", rate, report=True)
         out[f"{workload}@{instances}"] = rep
         print(f"  {workload} @ {instances} at {rate:.2f} req/s: " + ", ".join(
@@ -288,6 +293,8 @@ def main() -> None:
                     help="the single policies to compare against (least-loaded always runs: it sets the bracket)")
     ap.add_argument("--no-ablations", action="store_true")
     ap.add_argument("--bisections", type=int, default=6, help="halvings of the rate bracket (6: about 2%%)")
+    ap.add_argument("--center", type=float, default=None,
+                    help="the rate bracket's centre, req/s (default: least-loaded's knee, measured first)")
     ap.add_argument("--widenings", type=int, default=3,
                     help="doublings of the bracket's top (least-loaded's knee x 2) before a knee counts as capped")
     ap.add_argument("--large-fraction", type=float, default=0.4,
