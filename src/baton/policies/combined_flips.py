@@ -13,26 +13,26 @@ Pressures, read at every check, each 1.0 at its SLO:
   mean running tokens over Max Running Tokens (Arrow's MRT: the KV and batch a TPOT-safe
   instance holds).
 
-A flip is wanted towards the hotter side when that side stays the hotter one after it,
-the pressures scaled by the instance counts the flip leaves (prefill x P / (P + k) and
-decode x D / (D - k) for k decode instances turned to prefill, and the mirror): a flip that
-would overshoot invites the flip back. One decision moves the largest such k, at most
-``max(1, share x (P + D))`` (P and D count the instances with one role each; ``share``
-0.125: one at 4P4D, eight at 32P32D), so the
-pressure gap sets how many move and the cluster's size how fast a large shift is absorbed.
-A controller that moved one instance per window whatever the cluster's size (an earlier
-version) lost to Arrow on the reasoning workload at 64 instances (95.9 against 121.7 req/s,
-`benchmarks/combined.py --scales 64 --workloads reasoning`): turning 32P32D into the split
-that workload wants took minutes of simulated time. The hotter pressure must also be at
-least ``min_pressure`` (0.25): below it nothing misses its SLO whichever side has the
-instance. It must be wanted without a break for ``window_s`` plus the flip's own cost (a
-prefill instance turning to decode first drains its queue: its predicted delay); after a
-decision the clock restarts, also when only some of the k candidates had drained (the
-rest wait for the next window, judged on the pressures the first flips leave). Neither side is left without an instance. A controller that
-flipped on "prefill hot, decode cool" alone (an earlier version) ratcheted 4P4D to 7P1D
-under the Mooncake trace's long prompts, whose prefill demand never cools, and sustained
-1.60 req/s where flips off gave 2.81: the decode side's KV then bound, which those tests
-did not weigh.
+A flip is wanted towards the hotter side when that side stays the hotter one after it, the
+pressures scaled by the instance counts the flip leaves (prefill x P / (P + k) and decode
+x D / (D - k) for k decode instances turned to prefill, and the mirror): a flip that would
+overshoot invites the flip back. One decision moves the largest such k, at most ``max(1,
+share x (P + D))`` (P and D count the instances with one role each; ``share`` 0.125: one
+at 4P4D, eight at 32P32D), so the pressure gap sets how many move and the cluster's size
+how fast a large shift is absorbed. A controller that moved one instance per window
+whatever the cluster's size (an earlier version) lost to Arrow on the reasoning workload
+at 64 instances (95.9 against 121.7 req/s, `benchmarks/combined.py --scales 64 --workloads
+reasoning`): turning 32P32D into the split that workload wants took minutes of simulated
+time. The hotter pressure must also be at least ``min_pressure`` (0.25): below it nothing
+misses its SLO whichever side has the instance. It must be wanted without a break for
+``window_s`` plus the flip's own cost (a prefill instance turning to decode first drains
+its queue: its predicted delay); after a decision the clock restarts, also when only some
+of the k candidates had drained (the rest wait for the next window, judged on the
+pressures the first flips leave). Neither side is left without an instance. A controller
+that flipped on "prefill hot, decode cool" alone (an earlier version) ratcheted 4P4D to
+7P1D under the Mooncake trace's long prompts, whose prefill demand never cools, and
+sustained 1.60 req/s where flips off gave 2.81: the decode side's KV then bound, which
+those tests did not weigh.
 """
 
 from __future__ import annotations
