@@ -24,6 +24,6 @@ def argmin_of(ids: Sequence[int], keys: np.ndarray) -> int | None:
 
 
 def least_token_load(view, ids: Sequence[int]) -> int | None:
-    """The instance of ``ids`` with the least token load (``ClusterView.token_loads``);
+    """The instance of ``ids`` with the least token load (``ClusterView.least_token_load``);
     ties go to the first."""
     return view.least_token_load(ids)
