@@ -98,16 +98,18 @@ async def run_live(case: Case) -> Live:
     return live
 
 
-def run_sim(case: Case, jitter: list[float] | None = None, speed: float = 1.0, delay_s: float = 0.0) -> SimResult:
+def run_sim(case: Case, jitter: list[float] | None = None, speed: float = 1.0, delay_s: float = 0.0,
+            seed: int = 0) -> SimResult:
     """The same trace, cluster, preset, SLOs and scrape interval in the simulator;
     ``jitter`` (s per request), ``speed`` (engine time factor) and ``delay_s`` (scrapes
-    seen that much later, as a gateway whose scrape loop drifts sees them) perturb it."""
+    seen that much later, as a gateway whose scrape loop drifts sees them) perturb it, and
+    ``seed`` (the policy's random stream; the gateway's is seeded 0 like the default)."""
     p, d, m = case.cluster
     preset = slowed_preset(PRESET, case.time_scale * speed)
     slo = case.slo()
     requests = [replace(r, arrival_s=max(0.0, r.arrival_s + dt)) for r, dt in
                 zip(case.requests(), jitter or [0.0] * len(case.trace))]
-    return simulate(requests, ClusterSpec(prefill=p, decode=d, mixed=m, preset=preset), case.policy, seed=0,
+    return simulate(requests, ClusterSpec(prefill=p, decode=d, mixed=m, preset=preset), case.policy, seed=seed,
                     slo=SLO(*slo) if slo else None, info=InfoModel(ViewMode.SCRAPED, SCRAPE_INTERVAL_S, delay_s),
                     extras=extras_for(case.policy, case.preset))
 
