@@ -37,7 +37,8 @@ def req(i, t, prompt, out):
 
 
 class KVGuard:
-    """Wraps the simulator's segment handler to check KV bounds at every boundary."""
+    """Wraps the simulator's segment handler to check KV bounds (and the engines' count of
+    admitted prefills) at every boundary."""
 
     def __init__(self, sim):
         self.sim, self.violations = sim, []
@@ -49,6 +50,9 @@ class KVGuard:
                 used = inst.kv_blocks_used_at(sim.now)
                 if used < 0 or used > inst.kv_blocks_total:
                     self.violations.append((sim.now, inst.instance_id, used))
+            for i, eng in sim.engines.items():  # the engine's running count of admitted prefills
+                if eng.admitted != sum(it.admitted for it in eng.prefills.values()):
+                    self.violations.append((sim.now, i, "admitted", eng.admitted))
         sim._on_segment_end = checked
 
 

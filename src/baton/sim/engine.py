@@ -70,6 +70,7 @@ class Engine(KvBlocks):
         self.preemptions = 0
         self._cv2: float | None = None
         self.started: list[int] = []                 # prefills admitted by the last plan
+        self.admitted = 0                            # prefills admitted and not done
         self.preempted: list[int] = []               # requests preempted since last read
 
     # --- work in ---------------------------------------------------------------------
@@ -138,10 +139,10 @@ class Engine(KvBlocks):
             grown = BatchShape(n_decodes=table.n, decode_ctx_tokens=table.ctx_sum + table.n,
                                decode_ctx_cv2=self._cv2)
             slope = self.perf.iteration_time_s(grown) - iter0
-            max_iters = self._decode_horizon()
+            residues = (table.col("ctx") + self.cfg.block_size - 1) % self.cfg.block_size
+            max_iters = self._decode_horizon(residues)
         seg = Segment(now_s, iter0, slope, max_iters, self.cfg.block_size)
         if max_iters > 1:
-            residues = (table.col("ctx") + self.cfg.block_size - 1) % self.cfg.block_size
             counts = np.bincount(residues, minlength=self.cfg.block_size)
             ge = np.concatenate([np.cumsum(counts[::-1])[::-1], [0]])
             seg.rows, seg.residue_ge = table.n, tuple(ge.tolist())
@@ -162,30 +163,31 @@ class Engine(KvBlocks):
             self._cv2 = None
 
     def _admitted_prefills(self) -> int:
-        return sum(1 for it in self.prefills.values() if it.admitted)
+        return self.admitted
 
     def _schedule_running(self) -> list[tuple[PrefillItem, int]]:
         """Blocks for every decode's next token and every admitted prefill's next chunk;
         preempt the latest-admitted running request until they fit."""
         while True:
-            chunks, need = self._running_needs()
+            chunks, need, grow = self._running_needs()
             if need <= self.state.kv_blocks_total - self.state.kv_blocks_used:
                 break
             self._preempt_latest()
-        table, bs = self.state.decodes, self.cfg.block_size
-        if table.n:
-            grow = np.maximum(_ceil_div(table.col("ctx"), bs) - table.col("blocks"), 0)
-            table.add_blocks(grow)
+        if grow is not None:
+            self.state.decodes.add_blocks(grow)
             self._allocate(int(grow.sum()))
         for item, chunk in chunks:
             self._grow_item(item, chunk)
         return chunks
 
-    def _running_needs(self) -> tuple[list[tuple[PrefillItem, int]], int]:
+    def _running_needs(self) -> tuple[list[tuple[PrefillItem, int]], int, np.ndarray | None]:
+        """This iteration's prefill chunks, the KV blocks running work needs, and each
+        decode's new blocks (None without decodes)."""
         table, bs = self.state.decodes, self.cfg.block_size
-        need = 0
+        need, grow = 0, None
         if table.n:
-            need = int(np.maximum(_ceil_div(table.col("ctx"), bs) - table.col("blocks"), 0).sum())
+            grow = np.maximum(_ceil_div(table.col("ctx"), bs) - table.col("blocks"), 0)
+            need = int(grow.sum())
         budget = self.cfg.max_num_batched_tokens - table.n
         chunks: list[tuple[PrefillItem, int]] = []
         for item in self.prefills.values():
@@ -196,7 +198,7 @@ class Engine(KvBlocks):
                 chunks.append((item, chunk))
                 budget -= chunk
                 need += max(0, _ceil_div(item.done_tokens + chunk, bs) - item.blocks)
-        return chunks, need
+        return chunks, need, grow
 
     @staticmethod
     def _chunk(item: PrefillItem, budget: int, scheduled: list[tuple[PrefillItem, int]],
@@ -229,6 +231,7 @@ class Engine(KvBlocks):
         self.free_request(item.req_id, item.blocks, item.done_tokens)
         self.state.progress_prefill(item.req_id, -item.done_tokens)
         item.blocks, item.done_tokens, item.admitted = 0, 0, False
+        self.admitted -= 1
         self.prefills.move_to_end(item.req_id, last=False)
         self.preemptions += 1
         self.preempted.append(item.req_id)
@@ -268,6 +271,7 @@ class Engine(KvBlocks):
                 break
             self.admit_seq += 1
             item.admitted, item.admit_seq = True, self.admit_seq
+            self.admitted += 1
             if self.cache is not None and item.blocks == 0:
                 self._take_prefix(item, keys, done)
             self._trim_reservation(item)
@@ -278,16 +282,15 @@ class Engine(KvBlocks):
             budget -= chunk
         return chunks
 
-    def _decode_horizon(self) -> int:
+    def _decode_horizon(self, residues: np.ndarray) -> int:
         """Iterations until the decode batch must change: a finish, a watched length, or
-        the KV blocks running out."""
+        the KV blocks running out (``residues``: each row's (ctx + bs - 1) % bs)."""
         st, table, bs = self.state, self.state.decodes, self.cfg.block_size
         left = table.col("stop_at") - table.col("generated")
         horizon = int(left.min())
         horizon = min(horizon, max(1, int((table.col("watch_ctx") - table.col("ctx")).min())))
         free = st.kv_blocks_total - st.kv_blocks_used
         n = table.n
-        residues = (table.col("ctx") + bs - 1) % bs
         # Blocks needed while iteration k runs: n*(k//bs) + #{residue >= bs - k%bs}
         def growth(k: int) -> int:
             whole, part = divmod(k, bs)
@@ -334,6 +337,7 @@ class Engine(KvBlocks):
                 self.cache.register(item.req_id, self.keys_of(item.req_id)[:item.done_tokens // self.cfg.block_size])
             if item.done_tokens >= item.total_tokens:
                 del self.prefills[item.req_id]
+                self.admitted -= 1
                 st.drop_prefill(item.req_id)
                 result.prefilled.append(item)
         self.chunks = []
