@@ -188,16 +188,27 @@ class LoadColumns:
             return int(np.argmin(self.token_loads(slots, now_s)))
         floor = self.token_load_floors(slots, now_s)
         j = int(np.argmin(floor))
-        best = int(self.token_loads(slots[j:j + 1], now_s)[0])
+        best = self._at_slot[int(slots[j])].token_load(now_s)
         near = np.flatnonzero(floor <= best)
-        return int(near[int(np.argmin(self.token_loads(slots[near], now_s)))])
+        if near.size > _SCALAR_BELOW:
+            return int(near[int(np.argmin(self.token_loads(slots[near], now_s)))])
+        loads = self._scalar_loads(slots[near], now_s)
+        return int(near[loads.index(min(loads))])
 
     def token_loads_at_least(self, slots: np.ndarray, now_s: float, tokens: int) -> bool:
         """Whether every slot's token load at ``now_s`` is at least ``tokens``; exact
         loads only where the lower bounds leave it open."""
         floor = self.token_load_floors(slots, now_s)
         low = slots[floor < tokens]
-        return not low.size or bool(self.token_loads(low, now_s).min() >= tokens)
+        if low.size > _SCALAR_BELOW:
+            return bool(self.token_loads(low, now_s).min() >= tokens)
+        return min(self._scalar_loads(low, now_s), default=tokens) >= tokens
+
+    def _scalar_loads(self, slots: np.ndarray, now_s: float) -> list[int]:
+        """The instances' own ``token_load`` reads (a few slots: cheaper than the vectorised
+        closed form's fixed numpy calls; the same values)."""
+        at = self._at_slot
+        return [at[s].token_load(now_s) for s in slots.tolist()]
 
     def token_load_floors(self, slots: np.ndarray, now_s: float) -> np.ndarray:
         """Lower bounds of the slots' token loads at ``now_s`` (exact where the count is
