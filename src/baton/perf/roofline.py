@@ -31,6 +31,9 @@ class IterationBreakdown:
         return (self.linear_s + self.attention_s + self.allreduce_s + self.overhead_s)
 
 
+_TOKEN_TERMS_KEPT = 1 << 16  # token counts whose terms are kept (a batch has at most max_num_batched_tokens)
+
+
 def _combine(compute_s: float, memory_s: float, p: float) -> float:
     """max(compute, memory) when ``p`` is infinite (perfect overlap), else their p-norm,
     which rounds the roofline's corner the way measured GEMMs do."""
@@ -57,6 +60,7 @@ class RooflineModel(PerfModel):
         self.kv_bytes_per_token = model.kv_bytes_per_token
         self.max_model_len = model.max_model_len
         self._allreduce_call_s = hardware.allreduce_call_s(tp) if tp > 1 else 0.0
+        self._by_tokens: dict[int, tuple[float, float]] = {}  # see _token_terms
         if model.weight_bytes >= hardware.hbm_bytes * tp:
             raise ConfigError(f"model {model.name} does not fit on {tp} x {hardware.name}")
         self.kv_capacity_tokens = self.kv_tokens_for(MemoryFlags())
@@ -70,24 +74,40 @@ class RooflineModel(PerfModel):
 
     def breakdown(self, shape: BatchShape) -> IterationBreakdown:
         """Per-part times of one iteration (seconds)."""
-        m, hw, eff, tp = self.model, self.hardware, self.eff, self.tp
         tokens = shape.prefill_tokens + shape.n_decodes
         if tokens == 0:
             return IterationBreakdown(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        linear_s, allreduce_s = self._token_terms(tokens)
+        return IterationBreakdown(linear_s, self._prefill_attn_s(shape), self._decode_attn_s(shape),
+                                  self.model.n_layers * self.eff.attn_launch_s, allreduce_s,
+                                  self.eff.iteration_overhead_s)
+
+    def _token_terms(self, tokens: int) -> tuple[float, float]:
+        """(weight matmuls, all-reduces) of an iteration of ``tokens`` tokens (s): they
+        depend on the token count alone, so they are kept per count (the engine model asks
+        for the same few counts again and again)."""
+        terms = self._by_tokens.get(tokens)
+        if terms is not None:
+            return terms
+        m, hw, eff, tp = self.model, self.hardware, self.eff, self.tp
         flops = 2.0 * m.matmul_params * eff.compute_tokens(tokens) / tp
         linear_s = _combine(flops / (self._matmul_flops * eff.compute),
                             m.weight_bytes_read(tokens) / tp / (hw.hbm_bytes_per_s * eff.memory), eff.roofline_p)
-        het = 1.0 + eff.heterogeneity * min(shape.decode_ctx_cv2, eff.heterogeneity_cap)
-        kv_read = self.kv_bytes_per_token * shape.decode_ctx_tokens * het / tp
-        decode_attn_s = (kv_read / (hw.hbm_bytes_per_s * eff.attn_memory)
-                         + m.n_layers * eff.attn_per_seq_s * shape.n_decodes)
         allreduce_s = 0.0
         if tp > 1:
             act_bytes = tokens * m.hidden * 2.0
             ring = 2.0 * (tp - 1) / tp * act_bytes / hw.interconnect_bytes_per_s
             allreduce_s = 2.0 * m.n_layers * (self._allreduce_call_s + ring)
-        return IterationBreakdown(linear_s, self._prefill_attn_s(shape), decode_attn_s,
-                                  m.n_layers * eff.attn_launch_s, allreduce_s, eff.iteration_overhead_s)
+        if len(self._by_tokens) < _TOKEN_TERMS_KEPT:
+            self._by_tokens[tokens] = (linear_s, allreduce_s)
+        return linear_s, allreduce_s
+
+    def _decode_attn_s(self, shape: BatchShape) -> float:
+        eff = self.eff
+        het = 1.0 + eff.heterogeneity * min(shape.decode_ctx_cv2, eff.heterogeneity_cap)
+        kv_read = self.kv_bytes_per_token * shape.decode_ctx_tokens * het / self.tp
+        return (kv_read / (self.hardware.hbm_bytes_per_s * eff.attn_memory)
+                + self.model.n_layers * eff.attn_per_seq_s * shape.n_decodes)
 
     def _prefill_attn_s(self, shape: BatchShape) -> float:
         """Prefill attention: the pairs to earlier context, the chunks' causal triangles
@@ -103,7 +123,14 @@ class RooflineModel(PerfModel):
                 / self._attn_flops + m.n_layers * eff.prefill_chunk_s * chunks)
 
     def iteration_time_s(self, shape: BatchShape) -> float:
-        return self.breakdown(shape).total_s
+        """``breakdown(shape).total_s``, summed in the same order without building it."""
+        tokens = shape.prefill_tokens + shape.n_decodes
+        if tokens == 0:
+            return 0.0
+        linear_s, allreduce_s = self._token_terms(tokens)
+        attention_s = (self._prefill_attn_s(shape) + self._decode_attn_s(shape)
+                       + self.model.n_layers * self.eff.attn_launch_s)
+        return linear_s + attention_s + allreduce_s + self.eff.iteration_overhead_s
 
     # --- per-layer operator times, for checks against measured operator profiles -------
     def mlp_layer_s(self, tokens: int) -> float:
