@@ -45,9 +45,10 @@ def token_block_keys(token_ids: Sequence[int], block_size: int, parent: int = 0)
     function maps onto one key space, as llm-d maps engine hashes). Python's hash of a
     tuple of ints is the same in every process."""
     out = []
-    for i in range(0, len(token_ids) - block_size + 1, block_size):
-        parent = hash((parent, tuple(token_ids[i:i + block_size])))
-        out.append(parent)
+    append = out.append
+    for block in zip(*[iter(token_ids)] * block_size):  # the full blocks' tuples (a partial one is dropped)
+        parent = hash((parent, block))
+        append(parent)
     return out
 
 
