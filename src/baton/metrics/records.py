@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
+from operator import attrgetter
 from pathlib import Path
 
 from baton.core.errors import ConfigError
@@ -89,9 +90,10 @@ def write_records(records: list[RequestRecord], path: str | Path) -> Path:
         table = pa.table({n: [getattr(r, n) for r in records] for n in names})
         pq.write_table(table, path)
         return path
+    get = attrgetter(*names)
     with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=names)
-        writer.writeheader()
-        for r in records:  # booleans as true/false, as every other tool reads them
-            writer.writerow({k: str(v).lower() if isinstance(v, bool) else v for k, v in asdict(r).items()})
+        writer = csv.writer(handle)
+        writer.writerow(names)
+        writer.writerows([("true" if v else "false") if v is True or v is False else v for v in get(r)]
+                         for r in records)  # booleans as true/false, as every other tool reads them
     return path
