@@ -15,7 +15,7 @@ from __future__ import annotations
 from baton.core.request import RequestState
 from baton.core.view import ClusterView
 from baton.policies.base import PolicyContext
-from baton.policies.prefix_scoring import PrefixStage, RouteHistory, best_score
+from baton.policies.prefix_scoring import PrefixStage, RouteHistory
 from baton.policies.selection import argmin
 
 FALLBACKS = ("smallest-tree", "least-loaded")
@@ -51,7 +51,7 @@ class CacheAware(PrefixStage):
             choice = ids[loads.index(lo)]
             self.balanced += 1
         else:
-            best = best_score(ids, [sent.get(i, 0) for i in ids])
+            best = argmin(ids, lambda i: -sent.get(i, 0))
             if best is not None and keys and sent.get(best, 0) / len(keys) > self.threshold:
                 choice = best
                 self.followed += 1

@@ -9,7 +9,6 @@ from baton.core.request import RequestState
 from baton.core.view import ClusterView
 from baton.policies.base import Stage
 from baton.policies.round_robin import RoundRobin
-from baton.policies.selection import least_token_load
 
 
 class Colocated(Stage):
@@ -37,7 +36,7 @@ class Colocated(Stage):
             choice = ids[self._turn % len(ids)]
             self._turn += 1
         else:
-            choice = least_token_load(view, ids)
+            choice = view.least_token_load(ids)
         return ArrivalPlan(choice, choice, plan.prefill_chunk_limit_tokens)
 
 

@@ -73,7 +73,7 @@ from baton.policies.kairos import Kairos
 from baton.policies.prefill_time import PrefillPredictor
 from baton.policies.prefix_approx import PrefixApprox
 from baton.policies.prefix_precise import PrefixPrecise
-from baton.policies.selection import argmin_of, least_token_load
+from baton.policies.selection import argmin_of
 
 PREFILL_CHOICES = ("prefix-approx", "prefix-precise", "least-loaded")
 BINDINGS = ("iteration", "token-load")
@@ -201,7 +201,7 @@ class Combined(Stage):
             if inst.role.decodes and inst.healthy:
                 return src
         ids = view.decode_ids
-        by_load = least_token_load(view, ids)
+        by_load = view.least_token_load(ids)
         if self.decode_binding == "token-load":
             return by_load
         choice = bind_by_iteration(view, self.context.perf, request, ids, self.chunk_tokens)

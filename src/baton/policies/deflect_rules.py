@@ -20,7 +20,6 @@ from baton.core.decisions import ArrivalPlan
 from baton.core.request import RequestState
 from baton.core.view import ClusterView
 from baton.policies.base import PolicyContext, Stage
-from baton.policies.selection import least_token_load
 
 
 class _Rule(Stage):
@@ -44,7 +43,7 @@ class _Rule(Stage):
         return ArrivalPlan(p, None, None, plan.reject_reason, plan.role_changes)
 
     def choose_decode(self, view: ClusterView, request: RequestState) -> int | None:
-        return least_token_load(view, view.decode_ids)
+        return view.least_token_load(view.decode_ids)
 
 
 class DeflectShort(_Rule):

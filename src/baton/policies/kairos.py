@@ -55,7 +55,6 @@ from baton.core.request import Phase, RequestState
 from baton.core.view import ClusterView
 from baton.perf.model import prefill_shape
 from baton.policies.base import PolicyContext, Stage
-from baton.policies.selection import least_token_load
 from baton.policies.prefill_time import PrefillPredictor
 
 DEFAULT_TTFT_SLO_S, DEFAULT_TBT_SLO_S = 2.0, 0.1
@@ -165,7 +164,7 @@ class Kairos(Stage):
         return ArrivalPlan(p, None, None, plan.reject_reason, plan.role_changes)
 
     def choose_decode(self, view: ClusterView, request: RequestState) -> int | None:
-        return least_token_load(view, view.decode_ids)
+        return view.least_token_load(view.decode_ids)
 
     def tick(self, view: ClusterView) -> list[Decision]:
         """Re-fit the chunk of work already deflected to the batch it now shares, then

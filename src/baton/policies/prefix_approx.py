@@ -11,8 +11,8 @@ from __future__ import annotations
 from baton.core.request import RequestState
 from baton.core.view import ClusterView
 from baton.policies.base import PolicyContext
-from baton.policies.prefix_scoring import (PrefixStage, RouteHistory, best_of, lower_is_better_of,
-                                          nonnegative)
+from baton.policies.prefix_scoring import PrefixStage, RouteHistory, lower_is_better_of, nonnegative
+from baton.policies.selection import argmax_of
 
 
 class PrefixApprox(PrefixStage):
@@ -40,7 +40,7 @@ class PrefixApprox(PrefixStage):
         wp, wq, wk = self.weights
         wp /= max(1, len(keys))
         queue = lower_is_better_of(view.own_request_counts(ids))
-        choice = best_of(ids, wp * matched + wq * queue + wk * (1.0 - view.kv_usages(ids)))
+        choice = argmax_of(ids, wp * matched + wq * queue + wk * (1.0 - view.kv_usages(ids)))
         return choice, sent.get(choice, 0)
 
     def record_placement(self, view: ClusterView, request: RequestState, instance_id: int) -> None:

@@ -17,8 +17,8 @@ from __future__ import annotations
 from baton.core.request import RequestState
 from baton.core.view import ClusterView
 from baton.policies.base import PolicyContext
-from baton.policies.prefix_scoring import (PrefixStage, Predictions, best_of, lower_is_better_of,
-                                          nonnegative)
+from baton.policies.prefix_scoring import PrefixStage, Predictions, lower_is_better_of, nonnegative
+from baton.policies.selection import argmax_of
 
 
 class PrefixPrecise(PrefixStage):
@@ -46,7 +46,7 @@ class PrefixPrecise(PrefixStage):
         wp, wk, wq = self.weights
         wp /= max(1, len(keys))
         queue = lower_is_better_of(view.own_request_counts(ids))
-        choice = best_of(ids, wp * matched + wk * (1.0 - view.kv_usages(ids)) + wq * queue)
+        choice = argmax_of(ids, wp * matched + wk * (1.0 - view.kv_usages(ids)) + wq * queue)
         return choice, cached.get(choice, 0)
 
     def record_placement(self, view: ClusterView, request: RequestState, instance_id: int) -> None:

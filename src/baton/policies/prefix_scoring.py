@@ -20,7 +20,6 @@ from baton.core.prefix_index import PrefixIndex
 from baton.core.request import RequestState
 from baton.core.view import ClusterView
 from baton.policies.base import PolicyContext, Stage
-from baton.policies.selection import least_token_load
 
 
 class RouteHistory:
@@ -96,23 +95,6 @@ def lower_is_better_of(values: np.ndarray) -> np.ndarray:
     return (hi - values) / (hi - lo)
 
 
-def best_of(ids: Sequence[int], scores: np.ndarray) -> int | None:
-    """``best_score`` on an array of scores aligned with ``ids``."""
-    if not len(ids):
-        return None
-    top = scores.max()
-    return min(ids[j] for j in np.flatnonzero(scores == top).tolist())
-
-
-def best_score(ids: Sequence[int], scores: Sequence[float]) -> int | None:
-    """The id with the highest score; ties go to the lowest id (deterministic)."""
-    best, top = None, None
-    for i, s in zip(ids, scores):
-        if top is None or s > top:
-            best, top = i, s
-    return best
-
-
 class PrefixStage(Stage):
     """Base of the prefix-aware stages: subclasses choose the prefill instance
     (``choose_prefill``); this class places it and binds the decode side."""
@@ -174,7 +156,7 @@ class PrefixStage(Stage):
     def choose_decode(self, view: ClusterView, request: RequestState) -> int | None:
         if not self.bind_decode:
             return None
-        return least_token_load(view, view.decode_ids)
+        return view.least_token_load(view.decode_ids)
 
     def report(self) -> dict[str, float]:
         """Mean leading blocks the chosen instance was matched on, per placement."""

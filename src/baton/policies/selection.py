@@ -1,4 +1,4 @@
-"""Helpers shared by baseline stages: pick the instance with the smallest key."""
+"""Helpers shared by the stages: pick the instance with the smallest key or the highest score."""
 
 from __future__ import annotations
 
@@ -23,7 +23,10 @@ def argmin_of(ids: Sequence[int], keys: np.ndarray) -> int | None:
     return int(ids[int(np.argmin(keys))]) if len(ids) else None
 
 
-def least_token_load(view, ids: Sequence[int]) -> int | None:
-    """The instance of ``ids`` with the least token load (``ClusterView.least_token_load``);
-    ties go to the first."""
-    return view.least_token_load(ids)
+def argmax_of(ids: Sequence[int], scores: np.ndarray) -> int | None:
+    """The id whose score (``scores``, aligned with ``ids``) is highest; ties go to the
+    lowest id whatever the order of ``ids`` (deterministic)."""
+    if not len(ids):
+        return None
+    top = scores.max()
+    return min(ids[j] for j in np.flatnonzero(scores == top).tolist())
