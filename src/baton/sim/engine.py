@@ -182,12 +182,13 @@ class Engine(KvBlocks):
 
     def _running_needs(self) -> tuple[list[tuple[PrefillItem, int]], int, np.ndarray | None]:
         """This iteration's prefill chunks, the KV blocks running work needs, and each
-        decode's new blocks (None without decodes)."""
+        decode's new blocks (None when no decode needs one)."""
         table, bs = self.state.decodes, self.cfg.block_size
         need, grow = 0, None
         if table.n:
             grow = np.maximum(_ceil_div(table.col("ctx"), bs) - table.col("blocks"), 0)
             need = int(grow.sum())
+            grow = grow if need else None  # most iterations cross no block boundary
         budget = self.cfg.max_num_batched_tokens - table.n
         chunks: list[tuple[PrefillItem, int]] = []
         for item in self.prefills.values():
