@@ -8,7 +8,8 @@ import numpy as np
 
 
 def argmin(ids: Sequence[int], key: Callable[[int], float]) -> int | None:
-    """The id with the smallest key; ties go to the lowest id (deterministic)."""
+    """The id with the smallest key; ties go to the first in ``ids`` (the lowest id when
+    ``ids`` are in id order, as the view's lists are)."""
     best, best_key = None, None
     for i in ids:
         k = key(i)
