@@ -13,8 +13,8 @@ suit, as in a fleet configured yesterday.
 Policies: ``combined``; the pool of single policies ``sibyl``, ``ares``, ``arrow``,
 ``kairos``, ``least-loaded``, ``least-outstanding`` and the best cache-aware policy in PD
 (``prefix-precise``); ``cascade`` runs only on colocated instances and these clusters are
-PD, so it is not in the pool. At 8 instances, the ablations: combined with one component
-off at a time.
+PD, so it is not in the pool. At 8 instances (``--ablation-scales``), the ablations:
+combined with one component off at a time.
 
 Runs above 8 instances use ``--large-fraction`` (0.4) of the requests per instance, so a
 64-instance sweep costs about 3x an 8-instance one, not 8x. For each (workload, scale, policy, repeat) the max sustainable rate at 90% SLO attainment
@@ -197,7 +197,7 @@ def run_all(args) -> dict:
                     cell["least-loaded"] = [c[4] for c in centers]
                     capped["least-loaded"] = [c[2] for c in centers if c[5]]
                 policies = ["combined", *[p for p in args.pool if p != "least-loaded"]]
-                if instances == 8 and not args.no_ablations:
+                if instances in args.ablation_scales and not args.no_ablations:
                     policies += list(ABLATIONS)
                 jobs = [(workload, instances, r, p, centers[k][4] or WORKLOADS[workload][2] * instances,
                          args.large_fraction, args.bisections, args.widenings)
@@ -292,6 +292,8 @@ def main() -> None:
     ap.add_argument("--pool", nargs="+", default=list(POOL), choices=list(POOL),
                     help="the single policies to compare against (least-loaded always runs: it sets the bracket)")
     ap.add_argument("--no-ablations", action="store_true")
+    ap.add_argument("--ablation-scales", type=int, nargs="+", default=[8],
+                    help="instance counts at which the ablations run (default: 8)")
     ap.add_argument("--bisections", type=int, default=6, help="halvings of the rate bracket (6: about 2%%)")
     ap.add_argument("--center", type=float, default=None,
                     help="the rate bracket's centre, req/s (default: least-loaded's knee, measured first)")
