@@ -32,6 +32,7 @@ ROBUST_RUNS = [(0.9, 1, 0.0, 0.0), (1.0, 2, 0.15, 0.0), (1.2, 3, 0.3, 0.0), (1.0
 STABLE_TVD = TVD_TOLERANCE / 2
 JITTER_S = 0.05
 POLICY_SEEDS = 24
+PERTURBED_SEEDS = 8  # policy seeds also run under every timing perturbation
 
 
 def composed_policies(node: Any) -> list[dict]:
@@ -67,9 +68,9 @@ def test_every_case_is_classified_with_a_reason() -> None:
         assert gaps.min() >= 0.1 - 1e-9, f"{c.name}: arrivals closer than 100 ms may reach the gateway out of order"
 
 
-def _perturbed(case, speed: float, seed: int, delay_s: float, shift_s: float):
+def _perturbed(case, speed: float, seed: int, delay_s: float, shift_s: float, policy_seed: int = 0):
     jitter = np.random.default_rng(seed).uniform(-JITTER_S, JITTER_S, len(case.trace)) + shift_s
-    return run_sim(case, jitter.tolist(), speed, delay_s)
+    return run_sim(case, jitter.tolist(), speed, delay_s, seed=policy_seed)
 
 
 @pytest.mark.parametrize("name", [c.name for c in CASES if c.compare == EXACT])
@@ -108,3 +109,8 @@ def test_traces_make_their_policy_act_whatever_its_random_draws(name: str) -> No
     for seed in range(1, POLICY_SEEDS + 1):
         acted = sim_actions(run_sim(case, seed=seed))
         assert all(acted[a] > 0 for a in case.acts), f"policy seed {seed}: {acted}"
+    for seed in range(1, PERTURBED_SEEDS + 1):  # and with timing perturbed as well
+        for speed, jitter_seed, delay, shift in ROBUST_RUNS:
+            acted = sim_actions(_perturbed(case, speed, jitter_seed, delay, shift, seed))
+            assert all(acted[a] > 0 for a in case.acts), \
+                f"policy seed {seed}, x{speed}, jitter seed {jitter_seed}, delay {delay}, shift {shift}: {acted}"
