@@ -199,7 +199,13 @@ class LoadColumns:
         """Whether every slot's token load at ``now_s`` is at least ``tokens``; exact
         loads only where the lower bounds leave it open."""
         floor = self.token_load_floors(slots, now_s)
-        low = slots[floor < tokens]
+        below = floor < tokens
+        if not below.any():
+            return True
+        lowest = int(slots[int(np.argmin(floor))])  # the likeliest to be below: one scalar read may settle it
+        if self._at_slot[lowest].token_load(now_s) < tokens:
+            return False
+        low = slots[below]
         if low.size > _SCALAR_BELOW:
             return bool(self.token_loads(low, now_s).min() >= tokens)
         return min(self._scalar_loads(low, now_s), default=tokens) >= tokens
