@@ -16,7 +16,7 @@ from baton.core.request import RequestState
 from baton.core.view import ClusterView
 from baton.policies.base import PolicyContext
 from baton.policies.prefix_scoring import PrefixStage, RouteHistory
-from baton.policies.selection import argmin
+from baton.policies.selection import argmin_of
 
 FALLBACKS = ("smallest-tree", "least-loaded")
 
@@ -51,13 +51,13 @@ class CacheAware(PrefixStage):
             choice = ids[loads.index(lo)]
             self.balanced += 1
         else:
-            best = argmin(ids, lambda i: -sent.get(i, 0))
-            if best is not None and keys and sent.get(best, 0) / len(keys) > self.threshold:
+            best = self.longest(ids, sent)
+            if best is not None and keys and sent[best] / len(keys) > self.threshold:
                 choice = best
                 self.followed += 1
             else:
-                key = self.history.size if self.fallback == "smallest-tree" else view.own_requests
-                choice = argmin(ids, key)
+                fill = self.history.sizes(ids) if self.fallback == "smallest-tree" else view.own_request_counts(ids)
+                choice = argmin_of(ids, fill)
                 self.filled += 1
         if choice is not None:
             self.hit_blocks += sent.get(choice, 0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Sequence
+from itertools import repeat
 
 import numpy as np
 
@@ -47,6 +48,10 @@ class RouteHistory:
     def size(self, instance_id: int) -> int:
         """Blocks the router remembers sending to the instance."""
         return self.index.size(instance_id)
+
+    def sizes(self, ids: Sequence[int]) -> np.ndarray:
+        """``size`` of every instance of ``ids`` (one C-level pass over the counts)."""
+        return np.fromiter(map(self.index.counts.get, ids, repeat(0)), dtype=np.int64, count=len(ids))
 
 
 class Predictions:
@@ -112,15 +117,28 @@ class PrefixStage(Stage):
         none), as floats: written only where a source matched, so the cost grows with
         the matches, not with the instances."""
         out = np.zeros(len(ids))
-        if ids is not self._positions[0]:  # the view's id lists live until roles change
-            self._positions = (ids, {i: j for j, i in enumerate(ids)})
-        where = self._positions[1]
+        where = self._where(ids)
         for source in sources:
             for i, m in source.items():
                 j = where.get(i)
                 if j is not None and m > out[j]:
                     out[j] = m
         return out
+
+    def longest(self, ids: Sequence[int], source: dict[int, int]) -> int | None:
+        """The instance of ``ids`` with the longest match in ``source`` (the first in
+        ``ids`` among equals), or None where none of them matched: the cost grows with the
+        matches, not with the instances."""
+        where = self._where(ids)
+        best = min(((-m, where[i], i) for i, m in source.items() if m > 0 and i in where), default=None)
+        return None if best is None else best[2]
+
+    def _where(self, ids: Sequence[int]) -> dict[int, int]:
+        """Instance id -> its position in ``ids`` (kept while the view hands out the same
+        list: its id lists live until roles change)."""
+        if ids is not self._positions[0]:
+            self._positions = (ids, {i: j for j, i in enumerate(ids)})
+        return self._positions[1]
 
     def cached_blocks(self, view: ClusterView, request: RequestState) -> dict[int, int]:
         """Instance -> leading blocks of the prompt this stage believes it holds cached."""
