@@ -19,7 +19,8 @@ tokens: 2 s is out of reach for many whatever the load).
 (4) Decision cost at 64 and 1,024 prefill instances with 1M blocks indexed (as the gateway's
 KV-event index holds them): per decision, hashing the prompt's token ids into block keys
 (2,000 tokens, half of them a cached prefix) and the policy's choice; median and p99 (us).
-Targets: median <= 50 us, p99 <= 500 us.
+Targets: median <= 50 us, p99 <= 500 us. ``--steps`` also times each step of a
+``prefix-precise`` decision at 64 instances.
 
 Writes ``attainment.png`` (attainment against rate per policy) and ``results.json`` into
 ``--out``; the last line printed is one JSON object with the figures.
@@ -49,6 +50,8 @@ from baton.experiments.sweep import max_sustainable_rate, run_sweep  # noqa: E40
 from baton.metrics import SLO  # noqa: E402
 from baton.perf import build  # noqa: E402
 from baton.policies import PolicyContext, build_scheduler  # noqa: E402
+from baton.policies.prefix_scoring import lower_is_better_of  # noqa: E402
+from baton.policies.selection import argmax_of  # noqa: E402
 from baton.sim import ClusterSpec  # noqa: E402
 from baton.workload import load_trace  # noqa: E402
 from baton.workload.sessions import SessionsSpec, generate_sessions  # noqa: E402
@@ -222,8 +225,9 @@ def _summary(arg) -> dict:
     return simulate(reqs, cluster, policy).summary(MOONCAKE_SLO)
 
 
-def decision_cost(instances: int, indexed_blocks: int, decisions: int, rng: np.random.Generator) -> dict:
-    """Median and p99 (us) of hashing a prompt and choosing its instance, per policy."""
+def decision_view(instances: int, indexed_blocks: int, rng: np.random.Generator) -> tuple[ClusterView, list]:
+    """A gateway's view with ``indexed_blocks`` engine blocks indexed, queues and KV usage
+    drawn, and 16 cached 1,000-token prefixes (each on three instances)."""
     index = PrefixIndex()
     per = indexed_blocks // instances
     for i in range(instances):  # every instance holds its share of distinct blocks
@@ -242,6 +246,12 @@ def decision_cost(instances: int, indexed_blocks: int, decisions: int, rng: np.r
         keys = token_block_keys(prefix, 16)
         for i in rng.choice(instances, size=3, replace=False):
             index.add(int(i), keys)
+    return view, prefixes
+
+
+def decision_cost(instances: int, indexed_blocks: int, decisions: int, rng: np.random.Generator) -> dict:
+    """Median and p99 (us) of hashing a prompt and choosing its instance, per policy."""
+    view, prefixes = decision_view(instances, indexed_blocks, rng)
     out = {}
     perf = build(PRESET)
     for policy in CACHE_AWARE:
@@ -256,6 +266,33 @@ def decision_cost(instances: int, indexed_blocks: int, decisions: int, rng: np.r
             times[k] = time.perf_counter() - t0
         out[policy] = (float(np.median(times) * 1e6), float(np.percentile(times, 99) * 1e6))
     return out
+
+
+def decision_steps(instances: int, decisions: int, rng: np.random.Generator) -> dict[str, float]:
+    """Median us of each step of a ``prefix-precise`` decision (its ``pick_prefill`` and
+    ``record_placement``, spelled out), on the view ``decision_cost`` times."""
+    view, prefixes = decision_view(instances, 1_000_000, rng)
+    stage = build_scheduler("prefix-precise", PolicyContext(np.random.default_rng(0), build(PRESET))).stages[0]
+    wp, wk, wq = stage.weights
+    times: dict[str, list[float]] = {}
+
+    def timed(step, f):
+        t0 = time.perf_counter()
+        value = f()
+        times.setdefault(step, []).append(time.perf_counter() - t0)
+        return value
+    for k in range(decisions):
+        tokens = prefixes[k % len(prefixes)] + rng.integers(0, 50_000, 1000).tolist()
+        keys = timed("hash the token ids", lambda: tuple(token_block_keys(tokens, 16)))
+        ids = view.prefill_ids
+        engines = timed("match the engine index", lambda: view.prefix_matches(keys))
+        predicted = timed("match the predicted entries", lambda: stage.predicted.matches(view.now_s, keys))
+        matched = timed("matches as a column", lambda: stage.matched(ids, engines, predicted))
+        score = timed("queue and KV scores, blend, argmax", lambda: argmax_of(
+            ids, wp / len(keys) * matched + wk * (1.0 - view.kv_usages(ids))
+            + wq * lower_is_better_of(view.own_request_counts(ids))))
+        timed("record the predicted entries", lambda: stage.predicted.add(view.now_s, score, keys))
+    return {step: float(np.median(v) * 1e6) for step, v in times.items()}
 
 
 def plot(plots: dict, out_dir: Path) -> Path | None:
@@ -287,6 +324,8 @@ def main() -> None:
     ap.add_argument("--skip-mooncake", action="store_true")
     ap.add_argument("--skip-sessions", action="store_true")
     ap.add_argument("--decisions", type=int, default=2000)
+    ap.add_argument("--steps", action="store_true",
+                    help="also time each step of a prefix-precise decision at 64 instances")
     ap.add_argument("--out", type=Path, default=Path("cache-aware-results"))
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -304,6 +343,11 @@ def main() -> None:
             print(f"  {n:5d} instances {policy:<16} median {med:7.1f}  p99 {p99:8.1f}")
             key = policy.replace("-", "_")
             out[f"decision_{key}_{n}_median_us"], out[f"decision_{key}_{n}_p99_us"] = med, p99
+    if args.steps:
+        print("prefix-precise at 64 instances, median us per step:")
+        for step, us in decision_steps(64, args.decisions, np.random.default_rng(0)).items():
+            print(f"  {step:<40} {us:6.1f}")
+            out[f"step_{step.replace(' ', '_').replace(',', '')}_us"] = us
     png = plot(plots, args.out) if plots else None
     if png:
         print(f"plot: {png}")

@@ -3,24 +3,35 @@
 import numpy as np
 import pytest
 
-from baton.perf import BatchShape
+from baton.perf import BatchShape, roofline
 from baton.perf.presets import build
 
 
-@pytest.mark.parametrize("preset", ["llama-3.1-8b@a100-80g", "llama-2-70b-tp2@a100-80g"])
-def test_iteration_time_is_the_breakdowns_total_before_and_after_the_token_terms_are_kept(preset):
-    """The fast total (token-count terms kept per count) equals the breakdown's sum to the
-    last bit, on first use and when the same counts come back with other shapes."""
-    perf = build(preset)
+def shapes(n: int) -> list[BatchShape]:
     rng = np.random.default_rng(0)
-    shapes = []
-    for _ in range(300):
-        n, prefill = int(rng.integers(0, 64)), int(rng.choice([0, 0, int(rng.integers(1, 2048))]))
-        shapes.append(BatchShape(prefill_tokens=prefill, prefill_attn_pairs=prefill * (prefill + 1) / 2.0,
-                                 n_decodes=n, decode_ctx_tokens=n * int(rng.integers(1, 8000)),
-                                 decode_ctx_cv2=float(rng.uniform(0, 2)), prefill_chunks=int(prefill > 0),
-                                 prefill_diag_pairs=prefill * (prefill + 1) / 2.0))
+    out = []
+    for _ in range(n):
+        decodes, prefill = int(rng.integers(0, 64)), int(rng.choice([0, 0, int(rng.integers(1, 2048))]))
+        out.append(BatchShape(prefill_tokens=prefill, prefill_attn_pairs=prefill * (prefill + 1) / 2.0,
+                              n_decodes=decodes, decode_ctx_tokens=decodes * int(rng.integers(1, 8000)),
+                              decode_ctx_cv2=float(rng.uniform(0, 2)), prefill_chunks=int(prefill > 0),
+                              prefill_diag_pairs=prefill * (prefill + 1) / 2.0))
+    return out
+
+
+@pytest.mark.parametrize("preset", ["llama-3.1-8b@a100-80g", "llama-2-70b-tp2@a100-80g"])
+def test_iteration_time_with_kept_token_terms_is_the_uncached_breakdowns_total(preset, monkeypatch):
+    """The fast total (token-count terms kept per count) equals, to the last bit, the
+    breakdown's total of a model that keeps nothing, on first use and when the same counts
+    come back with other shapes."""
+    batch = shapes(300)
+    with monkeypatch.context() as m:
+        m.setattr(roofline, "_TOKEN_TERMS_KEPT", 0)
+        reference = build(preset)
+        want = [reference.breakdown(s).total_s for s in batch]
+        assert not reference._by_tokens
+    perf = build(preset)
     for _ in range(2):
-        for shape in shapes:
-            assert perf.iteration_time_s(shape) == perf.breakdown(shape).total_s
-    assert perf.iteration_time_s(BatchShape()) == 0.0
+        assert [perf.iteration_time_s(s) for s in batch] == want
+        assert [perf.breakdown(s).total_s for s in batch] == want
+    assert perf._by_tokens and perf.iteration_time_s(BatchShape()) == 0.0

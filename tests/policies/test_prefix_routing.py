@@ -154,3 +154,16 @@ def test_the_index_handles_a_thousand_instances_and_their_removals():
     assert 1020 not in index.matches(KEYS) and index.size(1020) == 0
     index.remove(999, KEYS[5:])  # 999 held 10 keys: now 5
     assert index.matches(KEYS)[999] == 5 and index.size(999) == 5
+
+
+@pytest.mark.parametrize("fallback,want", [("smallest-tree", 1), ("least-loaded", 2)])
+def test_cache_aware_fills_by_its_fallback_when_nothing_matches(fallback, want):
+    """Trees of 20, 0 and 5 blocks, 1, 3 and 0 queued requests (not imbalanced), a prompt
+    matching nothing: the smallest tree is 1, the fewest requests 2."""
+    sched = scheduler({"name": "ca", "stages": [{"stage": "cache-aware", "fallback": fallback}]})
+    stage = sched.stages[0]
+    stage.history.record(0, tuple(range(200, 220)), 1000)
+    stage.history.record(2, tuple(range(300, 305)), 1000)
+    view = view_of([(1, 0), (3, 0), (0, 0)])
+    assert sched.plan_arrival(view, request(4, tuple(range(600, 610)))).prefill_instance == want
+    assert stage.filled == 1

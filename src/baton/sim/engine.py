@@ -87,7 +87,7 @@ class Engine(KvBlocks):
 
     def count_requests(self) -> None:
         """Publish the engine's running / waiting counts (vLLM's metrics) on the state."""
-        admitted = self._admitted_prefills()
+        admitted = self.admitted
         self.state.running_requests = self.state.decodes.n + admitted
         self.state.waiting_requests = len(self.prefills) - admitted + len(self.joins)
 
@@ -153,7 +153,7 @@ class Engine(KvBlocks):
 
     def _admit_joins(self, now_s: float) -> None:
         table = self.state.decodes
-        while self.joins and table.n + self._admitted_prefills() < self.cfg.max_num_seqs:
+        while self.joins and table.n + self.admitted < self.cfg.max_num_seqs:
             j = self.joins.popleft()
             self.admit_seq += 1
             table.add(j.req_id, j.ctx, j.generated, j.stop_at, self.admit_seq, j.blocks, j.watch_ctx,
@@ -161,9 +161,6 @@ class Engine(KvBlocks):
             self.state.drop_incoming(j.req_id)
             self.new_rows[j.req_id] = j.last_token_s
             self._cv2 = None
-
-    def _admitted_prefills(self) -> int:
-        return self.admitted
 
     def _schedule_running(self) -> list[tuple[PrefillItem, int]]:
         """Blocks for every decode's next token and every admitted prefill's next chunk;
@@ -254,7 +251,7 @@ class Engine(KvBlocks):
         stop at the first that does not fit."""
         st = self.state
         budget = self.cfg.max_num_batched_tokens - n_decodes - sum(c for _, c in running)
-        seqs = n_decodes + self._admitted_prefills()
+        seqs = n_decodes + self.admitted
         chunks: list[tuple[PrefillItem, int]] = []
         for item in self.prefills.values():
             if item.admitted:
