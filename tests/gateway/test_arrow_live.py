@@ -1,7 +1,7 @@
 """Arrow through the gateway, unchanged, on a 1P2D emulator cluster (real processes on
 127.0.0.1): a burst of long prompts borrows a decode instance for prefill, long outputs then
-keep decode busy and the borrowed instance goes back to decode. Nothing is lost and the
-gateway's accounting returns to zero."""
+keep decode busy and a prefill-side instance goes back to decode (1P2D again). Nothing is
+lost and the gateway's accounting returns to zero."""
 
 from __future__ import annotations
 
@@ -49,9 +49,14 @@ def test_arrow_lends_a_decode_instance_for_a_burst_and_takes_it_back(tmp_path):
         threads = fire(gw, long_outputs, results)
         for t in threads:
             t.join(120)
-        # decode got busy: the borrowed instance is back on the decode side (1P2D again)
+        # decode got busy: one of the two prefill-side instances is back on the decode side
+        # (1P2D again). Which one is not promised: the monitor lends an *idle* prefill
+        # instance, and while the short prompts of the long outputs are prefilling, the one
+        # that is idle at the tick may be p0 (a CI run flipped p0 while d0 held a prefill);
+        # the lent-first tie-break applies only when both are idle.
         assert metric(gw.url, 'baton_role_flips_total{role="decode"}') >= 1
-        assert roles(gw) == {"p0": "prefill", "d0": "decode", "d1": "decode"}, (borrowed, roles(gw))
+        now = roles(gw)
+        assert now["d1"] == "decode" and sorted(now.values()) == ["decode", "decode", "prefill"], (borrowed, now)
         assert len(results) == 36 and all(status == 200 for status, _ in results), results
         assert all(body["usage"]["completion_tokens"] == (2 if i < 12 else 300) for i, (_, body) in
                    enumerate(sorted(results, key=lambda r: r[1]["usage"]["completion_tokens"])))
