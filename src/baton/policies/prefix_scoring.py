@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Sequence
-from itertools import repeat
+from itertools import filterfalse, repeat
 
 import numpy as np
 
 from baton.core.decisions import ArrivalPlan
 from baton.core.instance import Role
 from baton.core.prefix_index import PrefixIndex
+from baton.core.prefix_tree import StampedPrefixTree
 from baton.core.request import RequestState
 from baton.core.view import ClusterView
 from baton.policies.base import PolicyContext, Stage
@@ -34,11 +35,13 @@ class RouteHistory:
 
     def record(self, instance_id: int, keys: Sequence[int], capacity_blocks: int) -> None:
         lru = self._lru.setdefault(instance_id, OrderedDict())
-        new = [k for k in keys if k not in lru]
-        if len(new) < len(keys):  # the keys it had become the most recent (before the new ones)
-            deque(map(lru.move_to_end, [k for k in keys if k in lru]), maxlen=0)
-        lru.update(dict.fromkeys(new))
-        self.index.add(instance_id, new)
+        held = list(filter(lru.__contains__, keys))
+        if held:  # the keys it had become the most recent (before the new ones)
+            deque(map(lru.move_to_end, held), maxlen=0)
+        if len(held) < len(keys):
+            new = list(filterfalse(lru.__contains__, keys)) if held else keys
+            lru.update(zip(new, repeat(None)))
+            self.index.add_new(instance_id, new)
         gone = [lru.popitem(last=False)[0] for _ in range(max(0, len(lru) - capacity_blocks))]
         self.index.remove(instance_id, gone)
 
@@ -57,31 +60,20 @@ class RouteHistory:
 class Predictions:
     """Blocks an engine is predicted to hold because the router just sent it their prompt,
     kept ``ttl_s`` seconds (Dynamo's predict-on-route entries): a sibling request that
-    arrives before the engine's first BlockStored event still finds them."""
+    arrives before the engine's first BlockStored event still finds them. Kept per prompt
+    (a tree of chained keys), not per block: recording a prompt walks its branch points."""
 
     def __init__(self, ttl_s: float) -> None:
         self.ttl_s = ttl_s
-        self.index = PrefixIndex()
-        self._expiry: dict[int, dict[int, float]] = {}  # instance -> key -> until
-        self._queue: deque[tuple[float, int, tuple[int, ...]]] = deque()
+        self.tree = StampedPrefixTree()
 
     def add(self, now_s: float, instance_id: int, keys: Sequence[int]) -> None:
-        if self.ttl_s <= 0 or not keys:
-            return
-        until = now_s + self.ttl_s
-        self._expiry.setdefault(instance_id, {}).update(dict.fromkeys(keys, until))
-        self.index.add(instance_id, keys)
-        self._queue.append((until, instance_id, tuple(keys)))
+        if self.ttl_s > 0:
+            self.tree.record(instance_id, keys, now_s + self.ttl_s)
 
     def matches(self, now_s: float, keys: Sequence[int]) -> dict[int, int]:
-        while self._queue and self._queue[0][0] <= now_s:
-            _, iid, old = self._queue.popleft()
-            mine = self._expiry[iid]
-            expired = [k for k in old if mine.get(k, now_s + 1) <= now_s]
-            for k in expired:
-                del mine[k]
-            self.index.remove(iid, expired)
-        return self.index.matches(keys)
+        self.tree.expire(now_s)
+        return self.tree.matches(keys, now_s)
 
 
 def nonnegative(**params: float) -> None:
