@@ -22,14 +22,18 @@ from collections import deque
 from collections.abc import Sequence
 
 
-class _Node:
-    __slots__ = ("run", "stamps", "children")
+class RunNode:
+    """A run of chained keys, the stamp of each instance holding all of it, its children
+    by their first key, and its parent (None once detached from the tree)."""
 
-    def __init__(self, run: list[int], stamps: dict[int, float], children: dict[int, _Node]) -> None:
-        self.run, self.stamps, self.children = run, stamps, children
+    __slots__ = ("run", "stamps", "children", "parent")
+
+    def __init__(self, run: list[int], stamps: dict[int, float], children: dict[int, RunNode],
+                 parent: RunNode | None = None) -> None:
+        self.run, self.stamps, self.children, self.parent = run, stamps, children, parent
 
 
-def _shared(run: list[int], keys: Sequence[int], pos: int) -> int:
+def shared_length(run: list[int], keys: Sequence[int], pos: int) -> int:
     """How many leading keys of ``run`` equal ``keys[pos:]`` (the first is known equal):
     chained keys make equality at an offset imply equality before it, so bisect."""
     n = min(len(run), len(keys) - pos)
@@ -52,7 +56,7 @@ class StampedPrefixTree:
     recorded with such stamps)."""
 
     def __init__(self) -> None:
-        self._root = _Node([], {}, {})
+        self._root = RunNode([], {}, {})
         self._recorded: deque[tuple[float, int, tuple[int, ...]]] = deque()  # (stamp, instance, keys)
 
     def __len__(self) -> int:
@@ -70,11 +74,11 @@ class StampedPrefixTree:
         while pos < n:
             child = node.children.get(keys[pos])
             if child is None:
-                node.children[keys[pos]] = _Node(list(keys[pos:]), {instance_id: stamp}, {})
+                node.children[keys[pos]] = RunNode(list(keys[pos:]), {instance_id: stamp}, {})
                 return
-            t = _shared(child.run, keys, pos)
+            t = shared_length(child.run, keys, pos)
             if t < len(child.run):  # the prompt leaves (or ends inside) the run: split it
-                lower = _Node(child.run[t:], dict(child.stamps), child.children)
+                lower = RunNode(child.run[t:], dict(child.stamps), child.children)
                 child.run, child.children = child.run[:t], {lower.run[0]: lower}
             child.stamps[instance_id] = stamp
             node, pos = child, pos + t
@@ -88,7 +92,7 @@ class StampedPrefixTree:
             child = node.children.get(keys[pos])
             if child is None:
                 break
-            t = _shared(child.run, keys, pos)
+            t = shared_length(child.run, keys, pos)
             for iid, stamp in child.stamps.items():
                 if stamp > above:
                     out[iid] = pos + t

@@ -90,11 +90,6 @@ class ClusterView:
             return {}
         return self.prefix_source.matches(keys)
 
-    def load_columns(self, ids: Sequence[int]) -> tuple[list[int], list[float]]:
-        """``own_requests`` and ``kv_usage`` of every instance of ``ids``, read in one pass
-        (the prefix-aware scorers read both for every candidate on every decision)."""
-        return self.own_request_counts(ids).tolist(), self.kv_usages(ids).tolist()
-
     def kv_usages(self, ids: Sequence[int]) -> np.ndarray:
         """``kv_usage`` of every instance of ``ids`` (scraped: read as a column)."""
         if self.info.mode.scraped:

@@ -1,7 +1,8 @@
 """SGLang's (and vllm-router's) cache-aware routing, at block granularity.
 
-The router keeps its own approximate tree of the prompts it sent each instance (here: an LRU
-of block keys per instance, ``max_tree_blocks`` each, by default the instance's KV capacity).
+The router keeps its own approximate tree of the prompts it sent each instance
+(``core/prefix_lru_tree.py``: SGLang's radix tree over block keys; each instance's least
+recently used leaves are dropped beyond ``max_tree_blocks``, by default its KV capacity).
 When the load is imbalanced (the router's own outstanding requests: max - min >
 ``balance_abs`` and max > ``balance_rel`` x min, defaults 64 and 1.5) the least-loaded
 instance wins. Otherwise the instance holding the longest leading run of the prompt's blocks
@@ -12,10 +13,11 @@ the fewest outstanding requests, as some versions do).
 
 from __future__ import annotations
 
+from baton.core.prefix_lru_tree import LruPrefixTree
 from baton.core.request import RequestState
 from baton.core.view import ClusterView
 from baton.policies.base import PolicyContext
-from baton.policies.prefix_scoring import PrefixStage, RouteHistory
+from baton.policies.prefix_scoring import PrefixStage
 from baton.policies.selection import argmin_of
 
 FALLBACKS = ("smallest-tree", "least-loaded")
@@ -39,16 +41,16 @@ class CacheAware(PrefixStage):
             raise ValueError("max_tree_blocks must be >= 1")
         self.balance_abs, self.balance_rel = balance_abs, balance_rel
         self.threshold, self.fallback, self.capacity = cache_threshold, fallback, max_tree_blocks
-        self.history = RouteHistory()
+        self.history = LruPrefixTree()
         self.balanced = self.followed = self.filled = 0  # which rule placed each request
 
     def choose_prefill(self, view: ClusterView, request: RequestState) -> int | None:
         ids, keys = view.prefill_ids, request.block_keys
-        loads = view.load_columns(ids)[0]
-        hi, lo = max(loads), min(loads)
+        loads = view.own_request_counts(ids)
+        hi, lo = int(loads.max()), int(loads.min())
         sent = self.history.matches(keys)
         if hi - lo > self.balance_abs and hi > self.balance_rel * lo:
-            choice = ids[loads.index(lo)]
+            choice = argmin_of(ids, loads)
             self.balanced += 1
         else:
             best = self.longest(ids, sent)
