@@ -13,6 +13,7 @@ id); with ``temperature`` > 0 the choice is a softmax over the costs normalised 
 
 from __future__ import annotations
 
+import math
 
 import numpy as np
 
@@ -35,7 +36,8 @@ class KvCost(PrefixStage):
         self.scale, self.credit, self.temperature = prefill_load_scale, overlap_credit, temperature
         self.predicted = Predictions(predict_ttl_s)
         self._shape_src: list[int] | None = None
-        self._bs = self._blocks = np.zeros(0, dtype=np.int64)
+        self._bs: int | np.ndarray = 1
+        self._blocks = np.zeros(0, dtype=np.int64)
 
     def costs(self, view: ClusterView, request: RequestState, ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """(cost, overlap blocks) per instance of ``ids``, read as columns."""
@@ -44,10 +46,15 @@ class KvCost(PrefixStage):
         prompt = request.request.prompt_tokens
         if ids is not self._shape_src:  # block sizes and capacities change only with membership
             self._shape_src = ids
-            self._bs = np.array([view.instance(i).block_size_tokens for i in ids], dtype=np.int64)
+            sizes = {view.instance(i).block_size_tokens for i in ids}
+            # one block size (the common case): a scalar, the same quotients without a pass
+            self._bs = sizes.pop() if len(sizes) == 1 else np.array(
+                [view.instance(i).block_size_tokens for i in ids], dtype=np.int64)
             self._blocks = np.array([view.instance(i).kv_blocks_total for i in ids], dtype=np.int64)
-        prefill_blocks = (view.prefill_loads(ids) + prompt) / self._bs
-        decode_blocks = view.kv_usages(ids) * self._blocks + np.ceil(prompt / self._bs)
+        bs = self._bs
+        prefill_blocks = (view.prefill_loads(ids) + prompt) / bs
+        decode_blocks = view.kv_usages(ids) * self._blocks + (math.ceil(prompt / bs) if isinstance(bs, int)
+                                                              else np.ceil(prompt / bs))
         over = prefill_blocks - self.credit * overlaps
         return self.scale * np.maximum(over, 0.0) + decode_blocks, overlaps
 

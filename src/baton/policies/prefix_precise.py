@@ -37,6 +37,8 @@ class PrefixPrecise(PrefixStage):
     def cached_blocks(self, view: ClusterView, request: RequestState) -> dict[int, int]:
         keys = request.block_keys
         engines, predicted = view.prefix_matches(keys), self.predicted.matches(view.now_s, keys)
+        if not predicted or not engines:
+            return predicted or engines
         return {i: max(engines.get(i, 0), predicted.get(i, 0)) for i in engines.keys() | predicted.keys()}
 
     def pick_prefill(self, view: ClusterView, request: RequestState) -> tuple[int | None, int]:

@@ -27,7 +27,7 @@ from baton.policies.base import PolicyContext, Stage
 class RouteHistory:
     """Where the router sent which prefix blocks: one LRU of block keys per instance, at
     most ``capacity_blocks(instance)`` each (the Gateway API Inference Extension's
-    approximate prefix indexer; SGLang's approximate radix tree, at block granularity)."""
+    approximate prefix indexer: its LRU evicts block by block, a prompt's first blocks first)."""
 
     def __init__(self) -> None:
         self.index = PrefixIndex()
@@ -47,14 +47,6 @@ class RouteHistory:
 
     def matches(self, keys: Sequence[int]) -> dict[int, int]:
         return self.index.matches(keys)
-
-    def size(self, instance_id: int) -> int:
-        """Blocks the router remembers sending to the instance."""
-        return self.index.size(instance_id)
-
-    def sizes(self, ids: Sequence[int]) -> np.ndarray:
-        """``size`` of every instance of ``ids`` (one C-level pass over the counts)."""
-        return np.fromiter(map(self.index.counts.get, ids, repeat(0)), dtype=np.int64, count=len(ids))
 
 
 class Predictions:

@@ -29,5 +29,8 @@ def argmax_of(ids: Sequence[int], scores: np.ndarray) -> int | None:
     lowest id whatever the order of ``ids`` (deterministic)."""
     if not len(ids):
         return None
-    top = scores.max()
-    return min(ids[j] for j in np.flatnonzero(scores == top).tolist())
+    j = int(np.argmax(scores))
+    tied = scores == scores[j]
+    if np.count_nonzero(tied) == 1:  # the common case: no tie to break
+        return int(ids[j])
+    return min(ids[j] for j in np.flatnonzero(tied).tolist())
