@@ -171,12 +171,14 @@ class LoadColumns:
     def token_loads(self, slots: np.ndarray, now_s: float) -> np.ndarray:
         """``InstanceState.token_load`` of each slot at ``now_s`` (tokens)."""
         n, k = self._decode_iterations(slots, now_s)
-        return self._cols["base"][slots] + n * k
+        base = self._cols["base"][slots]
+        return base + n * k if k is not None else base
 
     def decode_ctx_tokens(self, slots: np.ndarray, now_s: float) -> np.ndarray:
         """``InstanceState.decode_ctx_tokens`` of each slot at ``now_s`` (tokens)."""
         n, k = self._decode_iterations(slots, now_s)
-        return self._cols["ctx"][slots] + n * k
+        ctx = self._cols["ctx"][slots]
+        return ctx + n * k if k is not None else ctx
 
     def least_token_load(self, slots: np.ndarray, now_s: float) -> int:
         """The position in ``slots`` of the least token load at ``now_s`` (the first of
@@ -224,18 +226,20 @@ class LoadColumns:
         k = self._k_all[slots] * self._k_valid[slots] if now_s >= self._k_now_s else 0
         return c["base"][slots] + c["n"][slots] * k
 
-    def _decode_iterations(self, slots: np.ndarray, now_s: float) -> tuple[np.ndarray, np.ndarray]:
+    def _decode_iterations(self, slots: np.ndarray, now_s: float) -> tuple[np.ndarray, np.ndarray | None]:
         """(running decodes, ``iterations_done``) of each slot, the count left 0 where a
         slot runs no decodes: the loads multiply it by n, so instances without decodes
-        (prefill instances in PD) cost no closed form."""
+        (prefill instances in PD) cost no closed form. None for the counts when no slot
+        decodes (n x k would add 0 everywhere)."""
         self._refresh()
         n = self._cols["n"][slots]
         busy = n > 0
         if busy.all():
             return n, self.iterations_done(slots, now_s)
+        if not busy.any():
+            return n, None
         k = np.zeros(slots.size, dtype=np.int64)
-        if busy.any():
-            k[busy] = self.iterations_done(slots[busy], now_s)
+        k[busy] = self.iterations_done(slots[busy], now_s)
         return n, k
 
     def column(self, name: str, slots: np.ndarray) -> np.ndarray:

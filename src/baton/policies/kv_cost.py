@@ -55,8 +55,10 @@ class KvCost(PrefixStage):
         prefill_blocks = (view.prefill_loads(ids) + prompt) / bs
         decode_blocks = view.kv_usages(ids) * self._blocks + (math.ceil(prompt / bs) if isinstance(bs, int)
                                                               else np.ceil(prompt / bs))
-        over = prefill_blocks - self.credit * overlaps
-        return self.scale * np.maximum(over, 0.0) + decode_blocks, overlaps
+        # x * 1.0 is x exactly: the defaults skip two passes and change no bit
+        over = prefill_blocks - (overlaps if self.credit == 1.0 else self.credit * overlaps)
+        prefill_cost = np.maximum(over, 0.0)
+        return (prefill_cost if self.scale == 1.0 else self.scale * prefill_cost) + decode_blocks, overlaps
 
     def choose_prefill(self, view: ClusterView, request: RequestState) -> int | None:
         ids = view.prefill_ids
