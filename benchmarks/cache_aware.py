@@ -287,9 +287,9 @@ def decision_steps(instances: int, decisions: int, rng: np.random.Generator) -> 
         ids = view.prefill_ids
         engines = timed("match the engine index", lambda: view.prefix_matches(keys))
         predicted = timed("match the predicted entries", lambda: stage.predicted.matches(view.now_s, keys))
-        matched = timed("matches as a column", lambda: stage.matched(ids, engines, predicted))
-        score = timed("queue and KV scores, blend, argmax", lambda: argmax_of(
-            ids, wp / len(keys) * matched + wk * (1.0 - view.kv_usages(ids))
+        cached = timed("merge the two", lambda: stage.merged(engines, predicted))
+        score = timed("KV and queue scores, prefix term, argmax", lambda: argmax_of(
+            ids, stage.add_matched(ids, wk * (1.0 - view.kv_usages(ids)), cached, wp / len(keys))
             + wq * lower_is_better_of(view.own_request_counts(ids))))
         timed("record the predicted entries", lambda: stage.predicted.add(view.now_s, score, keys))
     return {step: float(np.median(v) * 1e6) for step, v in times.items()}

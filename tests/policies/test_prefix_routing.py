@@ -167,3 +167,32 @@ def test_cache_aware_fills_by_its_fallback_when_nothing_matches(fallback, want):
     view = view_of([(1, 0), (3, 0), (0, 0)])
     assert sched.plan_arrival(view, request(4, tuple(range(600, 610)))).prefill_instance == want
     assert stage.filled == 1
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_scores_written_where_matched_equal_the_dense_formulas_bit_for_bit(seed):
+    """prefix-precise's blend and kv-cost's cost add the prefix term only where an instance
+    matched; the dense formulas (the peers' own) must give the same floats everywhere, at
+    the default weights and at others."""
+    rng = np.random.default_rng(seed)
+    specs = [(int(rng.integers(0, 4)), int(rng.integers(0, 1000))) for _ in range(12)]
+    cached = {int(i): int(rng.integers(1, 11)) for i in rng.choice(12, size=4, replace=False)}
+    view, st = view_of(specs, cached), request()
+    ids = view.prefill_ids
+    dense_match = np.array([float(cached.get(i, 0)) for i in ids])
+    for wp, wk, wq in ((2.0, 1.0, 1.0), (1.5, 0.3, 2.5)):
+        stage = scheduler({"name": "p", "stages": [{"stage": "prefix-precise", "prefix_weight": wp,
+                                                    "kv_weight": wk, "queue_weight": wq}]}).stages[0]
+        queue = np.array([view.own_requests(i) for i in ids], dtype=float)
+        qscore = (queue.max() - queue) / (queue.max() - queue.min()) if queue.max() > queue.min() else 1.0
+        dense = wp / len(KEYS) * dense_match + wk * (1.0 - view.kv_usages(ids)) + wq * qscore
+        want = min(i for i, v in zip(ids, dense) if v == dense.max())
+        assert stage.pick_prefill(view, st) == (want, cached.get(want, 0))
+    for credit, scale in ((1.0, 1.0), (0.7, 2.0)):
+        stage = scheduler({"name": "k", "stages": [{"stage": "kv-cost", "overlap_credit": credit,
+                                                    "prefill_load_scale": scale}]}).stages[0]
+        prefill = (view.prefill_loads(ids) + st.request.prompt_tokens) / 16
+        decode = view.kv_usages(ids) * 1000 + np.ceil(st.request.prompt_tokens / 16)
+        dense = scale * np.maximum(prefill - credit * dense_match, 0.0) + decode
+        costs, overlaps = stage.costs(view, st, ids)
+        assert costs.tobytes() == dense.tobytes() and overlaps == cached

@@ -39,10 +39,10 @@ class KvCost(PrefixStage):
         self._bs: int | np.ndarray = 1
         self._blocks = np.zeros(0, dtype=np.int64)
 
-    def costs(self, view: ClusterView, request: RequestState, ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """(cost, overlap blocks) per instance of ``ids``, read as columns."""
+    def costs(self, view: ClusterView, request: RequestState, ids: list[int]) -> tuple[np.ndarray, dict[int, int]]:
+        """(cost per instance of ``ids``, read as columns; instance -> overlap blocks)."""
         keys = request.block_keys
-        overlaps = self.matched(ids, view.prefix_matches(keys), self.predicted.matches(view.now_s, keys))
+        overlaps = self.merged(view.prefix_matches(keys), self.predicted.matches(view.now_s, keys))
         prompt = request.request.prompt_tokens
         if ids is not self._shape_src:  # block sizes and capacities change only with membership
             self._shape_src = ids
@@ -55,8 +55,7 @@ class KvCost(PrefixStage):
         prefill_blocks = (view.prefill_loads(ids) + prompt) / bs
         decode_blocks = view.kv_usages(ids) * self._blocks + (math.ceil(prompt / bs) if isinstance(bs, int)
                                                               else np.ceil(prompt / bs))
-        # x * 1.0 is x exactly: the defaults skip two passes and change no bit
-        over = prefill_blocks - (overlaps if self.credit == 1.0 else self.credit * overlaps)
+        over = self.add_matched(ids, prefill_blocks, overlaps, -self.credit)  # x * 1.0 is x: no pass at 1
         prefill_cost = np.maximum(over, 0.0)
         return (prefill_cost if self.scale == 1.0 else self.scale * prefill_cost) + decode_blocks, overlaps
 
@@ -69,7 +68,7 @@ class KvCost(PrefixStage):
             k = int(self.context.rng.choice(len(ids), p=weights / weights.sum()))
         else:
             k = int(np.argmin(costs))
-        self.hit_blocks += int(overlaps[k])
+        self.hit_blocks += overlaps.get(ids[k], 0)
         self.predicted.add(view.now_s, ids[k], request.block_keys)
         return ids[k]
 

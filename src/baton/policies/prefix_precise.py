@@ -36,19 +36,19 @@ class PrefixPrecise(PrefixStage):
 
     def cached_blocks(self, view: ClusterView, request: RequestState) -> dict[int, int]:
         keys = request.block_keys
-        engines, predicted = view.prefix_matches(keys), self.predicted.matches(view.now_s, keys)
-        if not predicted or not engines:
-            return predicted or engines
-        return {i: max(engines.get(i, 0), predicted.get(i, 0)) for i in engines.keys() | predicted.keys()}
+        return self.merged(view.prefix_matches(keys), self.predicted.matches(view.now_s, keys))
 
     def pick_prefill(self, view: ClusterView, request: RequestState) -> tuple[int | None, int]:
         ids, keys = view.prefill_ids, request.block_keys
         cached = self.cached_blocks(view, request)
-        matched = self.matched(ids, cached)
         wp, wk, wq = self.weights
         wp /= max(1, len(keys))
+        free = 1.0 - view.kv_usages(ids)
+        # wp x match + wk x free + wq x queue, in that order (x * 1.0 is x: weights of 1 skip a pass)
+        score = self.add_matched(ids, free if wk == 1.0 else wk * free, cached, wp)
         queue = lower_is_better_of(view.own_request_counts(ids))
-        choice = argmax_of(ids, wp * matched + wk * (1.0 - view.kv_usages(ids)) + wq * queue)
+        score += queue if wq == 1.0 else wq * queue
+        choice = argmax_of(ids, score)
         return choice, cached.get(choice, 0)
 
     def record_placement(self, view: ClusterView, request: RequestState, instance_id: int) -> None:

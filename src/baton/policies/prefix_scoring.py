@@ -109,6 +109,26 @@ class PrefixStage(Stage):
                     out[j] = m
         return out
 
+    @staticmethod
+    def merged(first: dict[int, int], second: dict[int, int]) -> dict[int, int]:
+        """Instance -> the longer of its two matches (one source as it is when the other
+        is empty)."""
+        if not first or not second:
+            return first or second
+        return {i: max(first.get(i, 0), second.get(i, 0)) for i in first.keys() | second.keys()}
+
+    def add_matched(self, ids: Sequence[int], column: np.ndarray, matches: dict[int, int],
+                    weight: float) -> np.ndarray:
+        """``column + weight x match`` per instance of ``ids``, written in place only where
+        an instance matched: elsewhere the term is ``weight x 0`` and ``x + 0.0`` is ``x``
+        exactly, so the sum is the dense one, bit for bit, at a cost set by the matches."""
+        where = self._where(ids)
+        for i, m in matches.items():
+            j = where.get(i)
+            if j is not None:
+                column[j] = weight * m + column[j]
+        return column
+
     def longest(self, ids: Sequence[int], source: dict[int, int]) -> int | None:
         """The instance of ``ids`` with the longest match in ``source`` (the first in
         ``ids`` among equals), or None where none of them matched: the cost grows with the
