@@ -1,0 +1,90 @@
+"""Whether the code in this checkout simulates exactly as a git revision does.
+
+    python scripts/same_simulations.py REV [--policies a,b,...] [--requests N]
+
+Runs the same simulations under ``REV`` (exported with ``git archive`` to a temporary
+directory) and under the working tree, each in its own process, and compares every figure
+of every run summary (wall time left out). The runs: the first ``--requests`` requests of
+the Mooncake conversation trace (``../shared/traces/``, skipped when absent) at 2 req/s and
+of the sessions workload at 14 req/s, on 8 mixed instances and on 2P6D, under each policy.
+A speed-up that claims to change no simulation is checked with it; it exits 1 and names
+the runs that differ, 0 when all agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = ROOT.parent / "shared" / "traces" / "mooncake_conversation.jsonl"
+DEFAULT_POLICIES = "least-loaded,sibyl,prefix-precise,prefix-approx,kv-cost,cache-aware,combined"
+
+RUNS = r'''
+import json, sys
+from dataclasses import replace
+from pathlib import Path
+import numpy as np
+from baton.metrics import SLO
+from baton.sim import ClusterSpec, simulate
+from baton.workload import load_trace
+from baton.workload.sessions import SessionsSpec, generate_sessions
+from baton.workload.transform import scale_to_rate
+
+policies, n, trace = sys.argv[1].split(","), int(sys.argv[2]), Path(sys.argv[3])
+workloads = [("sessions", generate_sessions(SessionsSpec(), np.random.default_rng(0))[:n], 14.0)]
+if trace.is_file():
+    window = load_trace(trace)[:n]
+    t0 = window[0].arrival_s
+    workloads.append(("mooncake", [replace(r, req_id=i, arrival_s=r.arrival_s - t0)
+                                   for i, r in enumerate(window)], 2.0))
+clusters = {"8 mixed": ClusterSpec(prefill=0, decode=0, mixed=8, preset="llama-3.1-8b@a100-80g"),
+            "2P6D": ClusterSpec(prefill=2, decode=6, preset="llama-3.1-8b@a100-80g")}
+out = {}
+for name, requests, rate in workloads:
+    requests = scale_to_rate(requests, rate)
+    for layout, cluster in clusters.items():
+        for policy in policies:
+            summary = simulate(requests, cluster, policy).summary(SLO(ttft_s=2.0, tpot_s=0.1))
+            summary.pop("wall_s", None)
+            out[f"{name}, {layout}, {policy}"] = summary
+print(json.dumps(out, default=repr))
+'''
+
+
+def summaries(src: Path, policies: str, requests: int) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(src))
+    done = subprocess.run([sys.executable, "-c", RUNS, policies, str(requests), str(TRACE)],
+                          capture_output=True, text=True, env=env)
+    if done.returncode:
+        sys.exit(f"the simulations under {src} failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("rev", help="the git revision to compare against (e.g. HEAD~1)")
+    ap.add_argument("--policies", default=DEFAULT_POLICIES)
+    ap.add_argument("--requests", type=int, default=600)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(["git", "archive", args.rev], cwd=ROOT, capture_output=True)
+        if archive.returncode:
+            sys.exit(f"git archive {args.rev}: {archive.stderr.decode().strip()}")
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+        before = summaries(Path(tmp) / "src", args.policies, args.requests)
+    after = summaries(ROOT / "src", args.policies, args.requests)
+    differ = [run for run in before if json.dumps(before[run], sort_keys=True) != json.dumps(after.get(run), sort_keys=True)]
+    for run in before:
+        print(f"{'DIFFERS' if run in differ else 'same   '}  {run}")
+    print(f"{len(before) - len(differ)} of {len(before)} runs identical to {args.rev}")
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
