@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
+from itertools import accumulate, count
+from operator import add
 
 from baton.core.request import Request
 
@@ -19,17 +21,19 @@ def block_keys(request: Request, block_size: int) -> tuple[int, ...]:
         return ()
     known = len(ids) * g
     out, parent = [], 0
-    if g == block_size:  # one id per block: the common case, without slicing
-        for i in ids:
-            parent = hash((parent, i))
-            out.append(parent)
-        return tuple(out)
+    if g == block_size:  # one id per block: the common case, at C level
+        # a prefix's key is the sum of its blocks' position-salted hashes, folded to 61
+        # bits: equal for equal prefixes, and two prefixes collide only by chance
+        return tuple(map(hash, accumulate(map(hash, zip(count(), ids)), add)))
     if g % block_size == 0:  # each engine block inside one id (Mooncake's 512 onto 16)
-        offsets = range(0, g, block_size)
+        # the id's first block is keyed by the chain, the others by consecutive integers
+        # after it: one hash per id, not per block (a key still names its whole prefix:
+        # two chains meet only if two 64-bit hashes land within g / block_size of each other)
+        per = g // block_size
         for i in ids:
-            for offset in offsets:
-                parent = hash((parent, i, offset))
-                out.append(parent)
+            first = hash((parent, i, 0))
+            out.extend(range(first, first + per))
+            parent = first + per - 1
         return tuple(out)
     for j in range(known // block_size):
         lo, hi = j * block_size, (j + 1) * block_size

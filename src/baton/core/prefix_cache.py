@@ -26,7 +26,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import repeat, takewhile
+from itertools import compress, filterfalse, repeat, takewhile
+from operator import not_
 from typing import Any, Protocol
 
 
@@ -123,8 +124,10 @@ class PrefixCache:
         """The request holds the cached ``keys`` (a prefix of its blocks); returns how many
         left the free queue (new physical blocks in use)."""
         counts = list(map(self.refs.__getitem__, keys))
-        self.refs.update(zip(keys, [c + 1 if c > 0 else 1 for c in counts]))
-        leaving = [-c - self._base for c in counts if c < 0]  # their log entries go stale
+        # held: one more holder; free (-position): now held once (max(c, 0) + 1 either way)
+        self.refs.update(zip(keys, map((1).__add__, map(max, counts, repeat(0)))))
+        # the free ones' log entries go stale: their positions, -c, less the log's base
+        leaving = list(map((-self._base).__sub__, filter((0).__gt__, counts)))
         _drain(map(self._log.__setitem__, leaving, repeat(None)))
         self._free_keys -= len(leaving)
         self.held.setdefault(req_id, []).extend(keys)
@@ -216,7 +219,7 @@ class PrefixCache:
         # its later full blocks whose key nobody caches are cached as they are freed
         refs, start = self.refs, len(held)
         later = keys[start:min(len(mine) + private, full_blocks)]
-        tail = [k for k in later if k not in refs] if any(map(refs.__contains__, later)) else list(later)
+        tail = list(filterfalse(refs.__contains__, later))
         if tail and self.listener is not None:
             for first, run in _runs([(start + j, k) for j, k in enumerate(later) if k not in refs]):
                 self.listener.stored(req_id, first, run)
@@ -225,9 +228,9 @@ class PrefixCache:
         if counts.count(1) == len(counts):  # nobody else holds them: all go back
             freed = mine[::-1]
         else:
-            left = [c - 1 for c in counts]
+            left = list(map((-1).__add__, counts))
             refs.update(zip(mine, left))
-            freed = [k for k, c in zip(reversed(mine), reversed(left)) if not c]
+            freed = list(compress(reversed(mine), map(not_, reversed(left))))
         self._push(tail + freed, private - len(tail))
         return private + len(freed)
 
