@@ -91,7 +91,11 @@ def sessions(n: int, out: dict) -> None:
     print(f"sessions: {len(reqs)} requests from {n} sessions, reuse offered {reuse_offered(reqs):.3f}; "
           f"4 colocated {PRESET}, least-loaded")
     cluster = ClusterSpec(prefill=0, decode=0, mixed=4, preset=PRESET)
+    # each twice, alternating, the faster kept: the first run of a process also fills the
+    # perf model's memo, which would otherwise count against whichever runs first
     (on, wall_on, per_on), (off, wall_off, per_off) = (run(reqs, cluster, "least-loaded", c) for c in (True, False))
+    wall_on, wall_off = min(wall_on, run(reqs, cluster, "least-loaded", True)[1]), \
+        min(wall_off, run(reqs, cluster, "least-loaded", False)[1])
     print(line("caching on", on, per_on) + f"; wall {wall_on:.2f} s, {on['wall_us_per_event']:.1f} us/event")
     print(line("caching off", off, per_off) + f"; wall {wall_off:.2f} s, {off['wall_us_per_event']:.1f} us/event")
     anonymous = [replace(r, prefix_ids=()) for r in reqs]  # the same requests without prefix identity
