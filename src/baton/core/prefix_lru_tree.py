@@ -22,7 +22,7 @@ from itertools import count, repeat
 
 import numpy as np
 
-from baton.core.prefix_tree import RunNode, shared_length
+from baton.core.prefix_tree import RunNode, shared_length, walk
 
 
 class LruPrefixTree:
@@ -72,16 +72,8 @@ class LruPrefixTree:
     def matches(self, keys: Sequence[int]) -> dict[int, int]:
         """Instance -> leading ``keys`` it holds (instances holding none are absent)."""
         out: dict[int, int] = {}
-        node, pos, n = self._root, 0, len(keys)
-        while pos < n:
-            child = node.children.get(keys[pos])
-            if child is None:
-                break
-            t = shared_length(child.run, keys, pos)
-            out.update(dict.fromkeys(child.stamps, pos + t))
-            if t < len(child.run):
-                break
-            node, pos = child, pos + t
+        for node, matched in walk(self._root, keys):
+            out.update(dict.fromkeys(node.stamps, matched))
         return out
 
     def _split(self, node: RunNode, t: int) -> None:

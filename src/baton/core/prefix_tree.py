@@ -19,7 +19,7 @@ budget (``benchmarks/cache_aware.py``).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 
 class RunNode:
@@ -47,6 +47,21 @@ def shared_length(run: list[int], keys: Sequence[int], pos: int) -> int:
         else:
             hi = mid - 1
     return lo
+
+
+def walk(root: RunNode, keys: Sequence[int]) -> Iterator[tuple[RunNode, int]]:
+    """The nodes on a prompt's path from ``root``, each with how many leading ``keys`` the
+    path has matched by its end (the last may match only part of its run)."""
+    node, pos, n = root, 0, len(keys)
+    while pos < n:
+        child = node.children.get(keys[pos])
+        if child is None:
+            return
+        t = shared_length(child.run, keys, pos)
+        yield child, pos + t
+        if t < len(child.run):
+            return
+        node, pos = child, pos + t
 
 
 class StampedPrefixTree:
@@ -87,18 +102,10 @@ class StampedPrefixTree:
         """Instance -> leading ``keys`` it holds with a stamp above ``above`` (instances
         holding none are absent)."""
         out: dict[int, int] = {}
-        node, pos, n = self._root, 0, len(keys)
-        while pos < n:
-            child = node.children.get(keys[pos])
-            if child is None:
-                break
-            t = shared_length(child.run, keys, pos)
-            for iid, stamp in child.stamps.items():
+        for node, matched in walk(self._root, keys):
+            for iid, stamp in node.stamps.items():
                 if stamp > above:
-                    out[iid] = pos + t
-            if t < len(child.run):
-                break
-            node, pos = child, pos + t
+                    out[iid] = matched
         return out
 
     def expire(self, upto: float) -> None:
