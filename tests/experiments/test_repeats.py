@@ -1,6 +1,5 @@
 """Repeats: seeds or disjoint trace windows, paired differences with t intervals."""
 
-import math
 
 import numpy as np
 import pytest

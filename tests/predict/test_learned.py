@@ -10,7 +10,7 @@ from baton.core import ClusterView, Request, RequestState
 from baton.core.errors import ConfigError
 from baton.core.events import Completed, HiddenState
 from baton.predict import build_estimator
-from baton.predict.learned import MLP, LearnedLength
+from baton.predict.learned import MLP
 from baton.predict.learned_error import LearnedErrorLength
 
 

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from baton.core.errors import ConfigError
 from baton.core.info import InfoModel, info_from_dict
