@@ -187,10 +187,7 @@ class ClusterView:
         """``prefill_load`` of every instance of ``ids``, read as columns."""
         if self.info.mode.bookings:
             cols = self._columns
-            slots = cols.slots(ids)
-            prefill, ctx = cols.column("prefill", slots), cols.decode_ctx_tokens(slots, self.now_s)
-            # no decode context anywhere (prefill instances): + 0 * 1e-9 would change nothing
-            return prefill + ctx * 1e-9 if ctx.any() else prefill.astype(np.float64)
+            return cols.prefill_loads(cols.slots(ids), self.now_s)
         return np.array([self.prefill_load(i) for i in ids], dtype=np.float64)
 
     def own_request_counts(self, ids: Sequence[int]) -> np.ndarray:
