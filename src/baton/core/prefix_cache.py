@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import compress, filterfalse, repeat, takewhile
+from itertools import compress, filterfalse, islice, repeat, takewhile
 from operator import not_
 from typing import Any, Protocol
 
@@ -108,7 +108,7 @@ class PrefixCache:
     # --- lookup -----------------------------------------------------------------------
     def hit_blocks(self, keys: Sequence[int], max_blocks: int) -> int:
         """Length of the longest prefix of ``keys`` cached here (held or free)."""
-        return len(list(takewhile(self.refs.__contains__, keys[:max_blocks])))
+        return len(list(takewhile(self.refs.__contains__, islice(keys, max_blocks))))  # no copy of keys
 
     def free_hits(self, keys: Sequence[int]) -> int:
         """How many of ``keys`` sit in the free queue (taking them uses free blocks)."""
