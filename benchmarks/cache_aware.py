@@ -53,7 +53,6 @@ from baton.experiments.sweep import max_sustainable_rate, run_sweep  # noqa: E40
 from baton.metrics import SLO  # noqa: E402
 from baton.perf import build  # noqa: E402
 from baton.policies import PolicyContext, build_scheduler  # noqa: E402
-from baton.policies.prefix_scoring import lower_is_better_of  # noqa: E402
 from baton.policies.selection import argmax_of  # noqa: E402
 from baton.sim import ClusterSpec  # noqa: E402
 from baton.workload import load_trace  # noqa: E402
@@ -276,7 +275,6 @@ def decision_steps(instances: int, decisions: int, rng: np.random.Generator) -> 
     ``record_placement``, spelled out), on the view ``decision_cost`` times."""
     view, prefixes = decision_view(instances, 1_000_000, rng)
     stage = build_scheduler("prefix-precise", PolicyContext(np.random.default_rng(0), build(PRESET))).stages[0]
-    wp, wk, wq = stage.weights
     times: dict[str, list[float]] = {}
 
     def timed(step, f):
@@ -291,9 +289,8 @@ def decision_steps(instances: int, decisions: int, rng: np.random.Generator) -> 
         engines = timed("match the engine index", lambda: view.prefix_matches(keys))
         predicted = timed("match the predicted entries", lambda: stage.predicted.matches(view.now_s, keys))
         cached = timed("merge the two", lambda: stage.merged(engines, predicted))
-        score = timed("KV and queue scores, prefix term, argmax", lambda: argmax_of(
-            ids, stage.add_matched(ids, wk * (1.0 - view.kv_usages(ids)), cached, wp / len(keys))
-            + wq * lower_is_better_of(view.own_request_counts(ids))))
+        score = timed("KV and queue scores, prefix term, argmax",
+                      lambda: argmax_of(ids, stage.scores(view, ids, cached, len(keys))))
         timed("record the predicted entries", lambda: stage.predicted.add(view.now_s, score, keys))
     return {step: float(np.median(v) * 1e6) for step, v in times.items()}
 

@@ -66,6 +66,13 @@ def summaries(src: Path, policies: str, requests: int) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def differing(before: dict, after: dict) -> list[str]:
+    """The runs of ``before`` whose summary ``after`` does not repeat figure for figure
+    (a run missing from ``after`` differs)."""
+    return [run for run in before
+            if json.dumps(before[run], sort_keys=True) != json.dumps(after.get(run), sort_keys=True)]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("rev", help="the git revision to compare against (e.g. HEAD~1)")
@@ -79,7 +86,7 @@ def main() -> int:
         subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
         before = summaries(Path(tmp) / "src", args.policies, args.requests)
     after = summaries(ROOT / "src", args.policies, args.requests)
-    differ = [run for run in before if json.dumps(before[run], sort_keys=True) != json.dumps(after.get(run), sort_keys=True)]
+    differ = differing(before, after)
     for run in before:
         print(f"{'DIFFERS' if run in differ else 'same   '}  {run}")
     print(f"{len(before) - len(differ)} of {len(before)} runs identical to {args.rev}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -29,3 +30,12 @@ def test_an_unknown_revision_is_a_clear_error():
     done = subprocess.run([sys.executable, str(SCRIPT), "no-such-revision-xyz", "--requests", "10"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "no-such-revision-xyz" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_any_figure_that_moves_or_goes_missing_makes_a_run_differ():
+    spec = importlib.util.spec_from_file_location("same_simulations", SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    before = {"a": {"p99_ttft_s": 1.0, "hits": 3}, "b": {"p99_ttft_s": 2.0}, "c": {"x": 1}}
+    after = {"a": {"hits": 3, "p99_ttft_s": 1.0}, "b": {"p99_ttft_s": 2.0000000001}}
+    assert script.differing(before, after) == ["b", "c"]  # key order does not matter; a last digit does

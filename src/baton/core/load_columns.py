@@ -178,12 +178,11 @@ class LoadColumns:
         """``InstanceState.prefill_load`` of each slot at ``now_s``: queued prefill tokens,
         decode context (tokens) x 1e-9 as a tie-break. Without any decode context (prefill
         instances, idle ones) the tie-break adds 0 and is skipped."""
-        self._refresh()
-        prefill, n = self._cols["prefill"][slots], self._cols["n"][slots]
-        if not n.any():
-            ctx = self._cols["ctx"][slots]
-            return prefill + ctx * 1e-9 if ctx.any() else prefill.astype(np.float64)
-        return prefill + self.decode_ctx_tokens(slots, now_s) * 1e-9
+        n, k = self._decode_iterations(slots, now_s)
+        prefill, ctx = self._cols["prefill"][slots], self._cols["ctx"][slots]
+        if k is not None:
+            ctx = ctx + n * k
+        return prefill + ctx * 1e-9 if ctx.any() else prefill.astype(np.float64)
 
     def decode_ctx_tokens(self, slots: np.ndarray, now_s: float) -> np.ndarray:
         """``InstanceState.decode_ctx_tokens`` of each slot at ``now_s`` (tokens)."""

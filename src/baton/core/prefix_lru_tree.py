@@ -22,7 +22,7 @@ from itertools import count, repeat
 
 import numpy as np
 
-from baton.core.prefix_tree import RunNode, shared_length, walk
+from baton.core.prefix_tree import RunNode, shared_length, split, walk
 
 
 class LruPrefixTree:
@@ -79,12 +79,9 @@ class LruPrefixTree:
     def _split(self, node: RunNode, t: int) -> None:
         """Cut ``node`` after ``t`` keys; the lower part keeps its stamps and children and
         becomes a leaf of the instances for which the node was one."""
-        lower = RunNode(node.run[t:], dict(node.stamps), node.children, node)
-        for c in lower.children.values():
-            c.parent = lower
-        node.run, node.children = node.run[:t], {lower.run[0]: lower}
-        for iid in lower.stamps:
-            if not any(iid in c.stamps for c in lower.children.values()):
+        lower = split(node, t)
+        for iid, tick in lower.stamps.items():
+            if self._is_leaf(iid, tick, lower):
                 self._push(iid, lower)
 
     def _push(self, instance_id: int, node: RunNode) -> None:
@@ -113,6 +110,5 @@ class LruPrefixTree:
             if not node.stamps:  # nobody holds it: neither does anyone its (empty) subtree
                 del parent.children[node.run[0]]
                 node.parent = None
-            if parent is not self._root and instance_id in parent.stamps and not any(
-                    instance_id in c.stamps for c in parent.children.values()):
-                self._push(instance_id, parent)
+            if instance_id in parent.stamps and self._is_leaf(instance_id, parent.stamps[instance_id], parent):
+                self._push(instance_id, parent)  # (the root, without a parent, never is one)

@@ -49,6 +49,16 @@ def shared_length(run: list[int], keys: Sequence[int], pos: int) -> int:
     return lo
 
 
+def split(node: RunNode, t: int) -> RunNode:
+    """Cut ``node`` after ``t`` keys; returns the lower part, which keeps the node's stamps
+    and children (a prompt covering the node covered both parts)."""
+    lower = RunNode(node.run[t:], dict(node.stamps), node.children, node)
+    for c in lower.children.values():
+        c.parent = lower
+    node.run, node.children = node.run[:t], {lower.run[0]: lower}
+    return lower
+
+
 def walk(root: RunNode, keys: Sequence[int]) -> Iterator[tuple[RunNode, int]]:
     """The nodes on a prompt's path from ``root``, each with how many leading ``keys`` the
     path has matched by its end (the last may match only part of its run)."""
@@ -89,12 +99,11 @@ class StampedPrefixTree:
         while pos < n:
             child = node.children.get(keys[pos])
             if child is None:
-                node.children[keys[pos]] = RunNode(list(keys[pos:]), {instance_id: stamp}, {})
+                node.children[keys[pos]] = RunNode(list(keys[pos:]), {instance_id: stamp}, {}, node)
                 return
             t = shared_length(child.run, keys, pos)
-            if t < len(child.run):  # the prompt leaves (or ends inside) the run: split it
-                lower = RunNode(child.run[t:], dict(child.stamps), child.children)
-                child.run, child.children = child.run[:t], {lower.run[0]: lower}
+            if t < len(child.run):  # the prompt leaves (or ends inside) the run
+                split(child, t)
             child.stamps[instance_id] = stamp
             node, pos = child, pos + t
 
@@ -126,5 +135,6 @@ class StampedPrefixTree:
                 del child.stamps[instance_id]
             if not child.stamps:  # every stamp below was stale too: drop the subtree
                 del node.children[keys[pos]]
+                child.parent = None
                 return
             node, pos = child, pos + len(child.run)  # a recorded prompt covers whole runs

@@ -36,11 +36,12 @@ class PrefixApprox(PrefixStage):
     def pick_prefill(self, view: ClusterView, request: RequestState) -> tuple[int | None, int]:
         ids, keys = view.prefill_ids, request.block_keys
         sent = self.cached_blocks(view, request)
-        matched = self.matched(ids, sent)
         wp, wq, wk = self.weights
         wp /= max(1, len(keys))
         queue = lower_is_better_of(view.own_request_counts(ids))
-        choice = argmax_of(ids, wp * matched + wq * queue + wk * (1.0 - view.kv_usages(ids)))
+        # wp x match + wq x queue + wk x free, in that order (the prefix term where matched)
+        score = self.add_matched(ids, wq * queue, sent, wp)
+        choice = argmax_of(ids, score + wk * (1.0 - view.kv_usages(ids)))
         return choice, sent.get(choice, 0)
 
     def record_placement(self, view: ClusterView, request: RequestState, instance_id: int) -> None:

@@ -14,6 +14,8 @@ so siblings sent before the engine's first BlockStored follow it.
 
 from __future__ import annotations
 
+import numpy as np
+
 from baton.core.request import RequestState
 from baton.core.view import ClusterView
 from baton.policies.base import PolicyContext
@@ -39,17 +41,21 @@ class PrefixPrecise(PrefixStage):
         return self.merged(view.prefix_matches(keys), self.predicted.matches(view.now_s, keys))
 
     def pick_prefill(self, view: ClusterView, request: RequestState) -> tuple[int | None, int]:
-        ids, keys = view.prefill_ids, request.block_keys
+        ids = view.prefill_ids
         cached = self.cached_blocks(view, request)
+        choice = argmax_of(ids, self.scores(view, ids, cached, len(request.block_keys)))
+        return choice, cached.get(choice, 0)
+
+    def scores(self, view: ClusterView, ids: list[int], cached: dict[int, int], blocks: int) -> np.ndarray:
+        """The blend per instance of ``ids``: ``cached`` leading blocks of a prompt of
+        ``blocks`` blocks, free KV and the queue score."""
         wp, wk, wq = self.weights
-        wp /= max(1, len(keys))
         free = 1.0 - view.kv_usages(ids)
         # wp x match + wk x free + wq x queue, in that order (x * 1.0 is x: weights of 1 skip a pass)
-        score = self.add_matched(ids, free if wk == 1.0 else wk * free, cached, wp)
+        score = self.add_matched(ids, free if wk == 1.0 else wk * free, cached, wp / max(1, blocks))
         queue = lower_is_better_of(view.own_request_counts(ids))
         score += queue if wq == 1.0 else wq * queue
-        choice = argmax_of(ids, score)
-        return choice, cached.get(choice, 0)
+        return score
 
     def record_placement(self, view: ClusterView, request: RequestState, instance_id: int) -> None:
         self.predicted.add(view.now_s, instance_id, request.block_keys)

@@ -96,19 +96,6 @@ class PrefixStage(Stage):
         self.placed = self.hit_blocks = 0  # placements and the blocks they were matched on
         self._positions: tuple[Sequence[int] | None, dict[int, int]] = (None, {})
 
-    def matched(self, ids: Sequence[int], *sources: dict[int, int]) -> np.ndarray:
-        """Per instance of ``ids``, the longest match any of ``sources`` reports (0:
-        none), as floats: written only where a source matched, so the cost grows with
-        the matches, not with the instances."""
-        out = np.zeros(len(ids))
-        where = self._where(ids)
-        for source in sources:
-            for i, m in source.items():
-                j = where.get(i)
-                if j is not None and m > out[j]:
-                    out[j] = m
-        return out
-
     @staticmethod
     def merged(first: dict[int, int], second: dict[int, int]) -> dict[int, int]:
         """Instance -> the longer of its two matches (one source as it is when the other
