@@ -17,7 +17,7 @@ instances (and 4P12D): the same figures at the trace's own arrival times, and ma
 (arrivals rescaled, burst shape kept) with a TTFT SLO of 10 s (its prompts average 12k
 tokens: 2 s is out of reach for many whatever the load).
 (4) Decision cost at 64 and 1,024 prefill instances with 1M blocks indexed (as the gateway's
-KV-event index holds them): per decision, hashing the prompt's token ids into block keys
+KV-event index holds them, and as the routers' own histories hold them where they match on those): per decision, hashing the prompt's token ids into block keys
 (2,000 tokens, half of them a cached prefix) and the policy's choice; median and p99 (us).
 Targets: median <= 50 us, p99 <= 500 us. ``--steps`` also times each step of a
 ``prefix-precise`` decision at 64 instances. Tokenizing does not count (a request that gives
@@ -251,6 +251,20 @@ def decision_view(instances: int, indexed_blocks: int, rng: np.random.Generator)
     return view, prefixes
 
 
+def fill_history(sched, view: ClusterView, indexed_blocks: int, prompt_blocks: int = 125) -> None:
+    """Stages that match on their own routing history (``prefix-approx``, ``cache-aware``)
+    start with the blocks the engine index holds recorded there too: each instance its share
+    of ``indexed_blocks``, as prompts of ``prompt_blocks`` distinct blocks."""
+    ids = view.prefill_ids
+    per = indexed_blocks // len(ids)
+    for stage in sched.stages:
+        history = getattr(stage, "history", None)
+        for i in ids if history is not None else ():
+            for start in range(i * per, (i + 1) * per, prompt_blocks):
+                history.record(i, range(start, min(start + prompt_blocks, (i + 1) * per)),
+                               view.instance(i).kv_blocks_total)
+
+
 def decision_cost(instances: int, indexed_blocks: int, decisions: int, rng: np.random.Generator) -> dict:
     """Median and p99 (us) of hashing a prompt and choosing its instance, per policy."""
     view, prefixes = decision_view(instances, indexed_blocks, rng)
@@ -258,6 +272,7 @@ def decision_cost(instances: int, indexed_blocks: int, decisions: int, rng: np.r
     perf = build(PRESET)
     for policy in CACHE_AWARE:
         sched = build_scheduler(policy, PolicyContext(np.random.default_rng(0), perf))
+        fill_history(sched, view, indexed_blocks)
         times = np.empty(decisions)
         for k in range(decisions):
             tokens = prefixes[k % len(prefixes)] + rng.integers(0, 50_000, 1000).tolist()

@@ -1,6 +1,7 @@
 """The Gateway API Inference Extension's approximate prefix-cache scorer: no engine events;
-the router remembers where it sent which prompt blocks (an LRU per instance, sized to the
-instance's KV capacity in blocks, or ``lru_capacity_blocks``) and scores each instance by
+the router remembers where it sent which prompt blocks (an LRU of blocks per instance, sized
+to the instance's KV capacity in blocks, or ``lru_capacity_blocks``; kept as runs of a shared
+tree, ``core/prefix_block_tree.py``) and scores each instance by
 the share of the prompt's leading blocks it sent there, blended with the queue and KV
 utilisation scorers at its default weights, prefix 3 : queue 2 : KV utilisation 2 (the queue
 from the router's own outstanding requests, as in ``prefix_precise``).
@@ -8,10 +9,11 @@ from the router's own outstanding requests, as in ``prefix_precise``).
 
 from __future__ import annotations
 
+from baton.core.prefix_block_tree import BlockLruTree
 from baton.core.request import RequestState
 from baton.core.view import ClusterView
 from baton.policies.base import PolicyContext
-from baton.policies.prefix_scoring import PrefixStage, RouteHistory, lower_is_better_of, nonnegative
+from baton.policies.prefix_scoring import PrefixStage, lower_is_better_of, nonnegative
 from baton.policies.selection import argmax_of
 
 
@@ -28,7 +30,7 @@ class PrefixApprox(PrefixStage):
             raise ValueError("lru_capacity_blocks must be >= 1")
         self.weights = (prefix_weight, queue_weight, kv_weight)
         self.capacity = lru_capacity_blocks
-        self.history = RouteHistory()
+        self.history = BlockLruTree()
 
     def cached_blocks(self, view: ClusterView, request: RequestState) -> dict[int, int]:
         return self.history.matches(request.block_keys)

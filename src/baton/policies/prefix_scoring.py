@@ -1,5 +1,5 @@
-"""What the prefix-aware stages share: where the router sent which blocks, blocks it
-predicts an engine is about to cache, score normalisation, and the placement rule.
+"""What the prefix-aware stages share: blocks the router predicts an engine is about to
+cache, score normalisation, and the placement rule.
 
 Every prefix-aware stage chooses the prefill instance; on a colocated (mixed) instance the
 request decodes there too, and in PD the decode instance is chosen when the prefill ends by
@@ -9,44 +9,16 @@ scheduler when ``bind_decode`` is false (e.g. prefix-aware prefill + SIBYL's dec
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
 from collections.abc import Sequence
-from itertools import filterfalse, repeat
 
 import numpy as np
 
 from baton.core.decisions import ArrivalPlan
 from baton.core.instance import Role
-from baton.core.prefix_index import PrefixIndex
 from baton.core.prefix_tree import StampedPrefixTree
 from baton.core.request import RequestState
 from baton.core.view import ClusterView
 from baton.policies.base import PolicyContext, Stage
-
-
-class RouteHistory:
-    """Where the router sent which prefix blocks: one LRU of block keys per instance, at
-    most ``capacity_blocks(instance)`` each (the Gateway API Inference Extension's
-    approximate prefix indexer: its LRU evicts block by block, a prompt's first blocks first)."""
-
-    def __init__(self) -> None:
-        self.index = PrefixIndex()
-        self._lru: dict[int, OrderedDict] = {}
-
-    def record(self, instance_id: int, keys: Sequence[int], capacity_blocks: int) -> None:
-        lru = self._lru.setdefault(instance_id, OrderedDict())
-        held = list(filter(lru.__contains__, keys))
-        if held:  # the keys it had become the most recent (before the new ones)
-            deque(map(lru.move_to_end, held), maxlen=0)
-        if len(held) < len(keys):
-            new = list(filterfalse(lru.__contains__, keys)) if held else keys
-            lru.update(zip(new, repeat(None)))
-            self.index.add_new(instance_id, new)
-        gone = [lru.popitem(last=False)[0] for _ in range(max(0, len(lru) - capacity_blocks))]
-        self.index.remove(instance_id, gone)
-
-    def matches(self, keys: Sequence[int]) -> dict[int, int]:
-        return self.index.matches(keys)
 
 
 class Predictions:
