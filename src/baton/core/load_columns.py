@@ -47,6 +47,7 @@ class LoadColumns:
         for name in _FLOAT_COLUMNS:
             self._cols[name] = np.zeros(16, dtype=np.float64)
         self._slots_cache: dict[int, tuple[Sequence[int], np.ndarray]] = {}
+        self._runs: dict[int, tuple[np.ndarray, slice]] = {}  # id(cached slots) -> them as a slice
         self._slot_of = np.full(16, -1, dtype=np.int64)  # instance id -> slot (-1: none yet)
         # iterations done by each slot at _k_now_s, valid where _k_valid: a decision reads
         # several columns at one instant, and the closed form is the costly part
@@ -93,12 +94,23 @@ class LoadColumns:
         if isinstance(ids, list) or (isinstance(ids, np.ndarray) and not ids.flags.writeable and ids.base is None):
             if len(self._slots_cache) >= 8:
                 self._slots_cache.clear()
+                self._runs.clear()
             self._slots_cache[id(ids)] = (ids, slots)
+            if slots.size and int(slots[-1]) - int(slots[0]) == slots.size - 1 and (np.diff(slots) == 1).all():
+                self._runs[id(slots)] = (slots, slice(int(slots[0]), int(slots[-1]) + 1))
         return slots
+
+    def _rows(self, slots: np.ndarray) -> np.ndarray | slice:
+        """``slots`` as a slice where they are a cached run of consecutive slots (a view's
+        candidate list usually is): a column read through it is a view, not a gather. Only
+        for reads whose results are not handed out as they are."""
+        hit = self._runs.get(id(slots))
+        return hit[1] if hit is not None and hit[0] is slots else slots
 
     def revalidate(self) -> None:
         """Re-register instances replaced under their id, and forget cached id lists."""
         self._slots_cache.clear()
+        self._runs.clear()
         for iid, inst in self._instances.items():
             if inst.load_dirty is not self.dirty:
                 self._slot_of[iid] = self._register(inst) if iid < self._slot_of.size else -1
@@ -178,8 +190,9 @@ class LoadColumns:
         """``InstanceState.prefill_load`` of each slot at ``now_s``: queued prefill tokens,
         decode context (tokens) x 1e-9 as a tie-break. Without any decode context (prefill
         instances, idle ones) the tie-break adds 0 and is skipped."""
-        n, k = self._decode_iterations(slots, now_s)
-        prefill, ctx = self._cols["prefill"][slots], self._cols["ctx"][slots]
+        rows = self._rows(slots)
+        n, k = self._decode_iterations(slots, now_s, rows)
+        prefill, ctx = self._cols["prefill"][rows], self._cols["ctx"][rows]
         if k is not None:
             ctx = ctx + n * k
         return prefill + ctx * 1e-9 if ctx.any() else prefill.astype(np.float64)
@@ -236,13 +249,15 @@ class LoadColumns:
         k = self._k_all[slots] * self._k_valid[slots] if now_s >= self._k_now_s else 0
         return c["base"][slots] + c["n"][slots] * k
 
-    def _decode_iterations(self, slots: np.ndarray, now_s: float) -> tuple[np.ndarray, np.ndarray | None]:
+    def _decode_iterations(self, slots: np.ndarray, now_s: float,
+                           rows: np.ndarray | slice | None = None) -> tuple[np.ndarray, np.ndarray | None]:
         """(running decodes, ``iterations_done``) of each slot, the count left 0 where a
         slot runs no decodes: the loads multiply it by n, so instances without decodes
         (prefill instances in PD) cost no closed form. None for the counts when no slot
-        decodes (n x k would add 0 everywhere)."""
+        decodes (n x k would add 0 everywhere). ``rows``: the slots as ``_rows`` gives them,
+        for a caller that copies what it returns."""
         self._refresh()
-        n = self._cols["n"][slots]
+        n = self._cols["n"][slots if rows is None else rows]
         busy = n > 0
         if busy.all():
             return n, self.iterations_done(slots, now_s)
@@ -253,9 +268,11 @@ class LoadColumns:
         return n, k
 
     def column(self, name: str, slots: np.ndarray) -> np.ndarray:
-        """A time-independent column (``prefill``, ``reqs``, ``n``, ``queued``, ...) at the slots."""
+        """A time-independent column (``prefill``, ``reqs``, ``n``, ``queued``, ...) at the
+        slots (a copy: callers may write to it)."""
         self._refresh()
-        return self._cols[name][slots]
+        rows = self._rows(slots)
+        return self._cols[name][rows].copy() if isinstance(rows, slice) else self._cols[name][slots]
 
 
 def _iterations(dt: np.ndarray, iter0: np.ndarray, slope: np.ndarray, kmax: np.ndarray) -> np.ndarray:
