@@ -1,7 +1,8 @@
 """The prefix cache against a plain reference model of vLLM's block pool: one ordered dict
 as the free queue, one reference count per cached block, every step a loop per block. The
-cache keeps its queue as a log with holes for speed; random operation sequences must give
-the same hits, evictions, freed counts and queue order as the reference."""
+cache keeps runs of keys in a tree and its queue as entries of runs, for speed; random
+operation sequences must give the same hits, evictions, freed counts, KV events and queue
+order as the reference."""
 
 from collections import OrderedDict
 
@@ -20,6 +21,17 @@ class ReferencePool:
         self.held: dict[int, list] = {}
         self.anons = 1
         self.evicted: list[int] = []
+        self.stored: list[tuple] = []  # (request, first index, keys), consecutive indices merged
+
+    def _store(self, req, indexed: list[tuple[int, int]]) -> None:
+        for j, k in indexed:
+            last = self.stored[-1] if self.stored else None
+            if last is not None and last[0] == req and last[1] + len(last[2]) == j and last[3]:
+                last[2].append(k)
+            else:
+                self.stored.append([req, j, [k], True])
+        if self.stored:
+            self.stored[-1][3] = False  # one call's runs never merge with the next call's
 
     def cached(self, k: int) -> bool:
         return k in self.active or k in self.free
@@ -57,15 +69,16 @@ class ReferencePool:
 
     def register(self, req: int, keys) -> int:
         mine = self.held.setdefault(req, [])
-        new = 0
-        for k in keys[len(mine):]:
+        new = []
+        for j, k in enumerate(keys[len(mine):], len(mine)):
             if self.cached(k):
                 mine.append(None)
             else:
                 self.active[k] = 1
                 mine.append(k)
-                new += 1
-        return new
+                new.append((j, k))
+        self._store(req, new)
+        return len(new)
 
     def _anon(self, n: int) -> None:
         if n > 0:
@@ -77,6 +90,8 @@ class ReferencePool:
         mine = [k for k in held if k is not None]
         private = blocks - len(mine)
         tail = [k for k in keys[len(held):min(len(mine) + private, full)] if not self.cached(k)]
+        self._store(req, [(j, k) for j, k in enumerate(keys[len(held):min(len(mine) + private, full)], len(held))
+                          if k in tail])
         self._anon(private - len(tail))
         for k in reversed(tail):
             self.free[k] = 1
@@ -99,9 +114,10 @@ class ReferencePool:
 class Recorder:
     def __init__(self) -> None:
         self.removed_keys: list[int] = []
+        self.stored_runs: list[tuple] = []
 
     def stored(self, req_id, first_index, keys) -> None:
-        pass
+        self.stored_runs.append((req_id, first_index, list(keys)))
 
     def removed(self, keys) -> None:
         self.removed_keys += keys
@@ -135,7 +151,8 @@ def _drive(seed: int, total: int, steps: int) -> None:
             assert cache.release(victim, blocks, keys, done) == ref.release(victim, blocks, keys, done)
         elif cache.free_blocks() >= 60:
             base = prefixes[int(rng.integers(0, len(prefixes)))][:int(rng.integers(1, 41))]
-            keys = _chain(base + tuple(int(x) for x in rng.integers(0, 3, int(rng.integers(0, 12)))))
+            ids = base + tuple(int(x) for x in rng.integers(0, 3, int(rng.integers(0, 12))))
+            keys = _chain(ids)
             hit = cache.hit_blocks(keys, len(keys) - 1)
             assert hit == ref.hit_blocks(keys, len(keys) - 1)
             assert cache.free_hits(keys[:hit]) == sum(1 for k in keys[:hit] if k in ref.free)
@@ -147,17 +164,32 @@ def _drive(seed: int, total: int, steps: int) -> None:
                 ref.allocate(upto - done)
                 blocks, done = blocks + upto - done, upto
                 assert cache.register(req, keys[:done]) == ref.register(req, keys[:done])
-            extra = int(rng.integers(0, 3))  # a partial block, decode growth
+            extra = int(rng.integers(0, 4))  # decode growth: full blocks (cached when freed), a partial one
             cache.allocate(extra)
             ref.allocate(extra)
-            running[req] = [keys, blocks + extra, done]
+            full = int(rng.integers(0, extra + 1))
+            keys = _chain(ids + (9,) * full)  # the answer's full blocks follow the prompt's
+            running[req] = [keys, blocks + extra, done + full]
+        if rng.random() < 0.05 and running:  # preempted: freed, then admitted again on its own blocks
+            victim = int(rng.choice(list(running)))
+            keys, blocks, done = running.pop(victim)
+            assert cache.release(victim, blocks, keys, done) == ref.release(victim, blocks, keys, done)
+            hit = cache.hit_blocks(keys, len(keys) - 1)
+            assert hit == ref.hit_blocks(keys, len(keys) - 1)
+            if cache.free_blocks() >= hit + 5:
+                assert cache.take_hits(victim, keys[:hit]) == ref.take_hits(victim, keys[:hit])
+                cache.allocate(1)
+                ref.allocate(1)
+                running[victim] = [keys, hit + 1, hit]
         assert cache.free_blocks() == ref.free_blocks()
         assert cache.cached_keys() == ref.cached_keys()
         assert cache.active == ref.active
     assert rec.removed_keys == ref.evicted and len(ref.evicted) > 50  # eviction was exercised
+    assert rec.stored_runs == [tuple(r[:3]) for r in ref.stored]
+    assert sum(1 for r in ref.stored if r[1] >= 40) > 5  # answers' blocks were cached as they were freed
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(16))
 def test_the_cache_matches_the_reference_pool_on_random_operations(seed):
     _drive(seed, total=400, steps=300)
 
@@ -173,4 +205,4 @@ def test_the_log_is_compacted_and_still_matches_over_a_long_run():
             cache.take_hits(req, [7])
         cache.release(req, 1, [7], 1)
     assert cache.cached_keys() == [7] and cache.free_blocks() == 50
-    assert len(cache._log) < 4096 + 10  # the holes are dropped, not kept forever
+    assert len(cache._queue) < 2 * 1024 + 16  # entries hits emptied are dropped, not kept forever

@@ -1,4 +1,4 @@
-"""vLLM v1's automatic prefix caching over one simulated engine's KV blocks.
+"""vLLM v1's automatic prefix caching over one engine's KV blocks, kept as runs.
 
 Read from vLLM's ``v1/core/kv_cache_manager.py``, ``block_pool.py`` and
 ``kv_cache_utils.py``:
@@ -17,29 +17,30 @@ Read from vLLM's ``v1/core/kv_cache_manager.py``, ``block_pool.py`` and
 
 The engine keeps counting blocks (``kv_blocks_used`` is physical blocks in use); this class
 knows which free blocks hold which key and which used blocks are shared. Blocks that hold
-no key (partial blocks, tokens whose content is unknown) sit in the free queue as
-anonymous runs.
+no key (partial blocks, duplicates, tokens whose content is unknown) sit in the free queue
+as anonymous runs.
+
+The semantics are block by block (``tests/core/test_prefix_cache.py`` checks them against a
+plain per-block pool); the representation is by runs, so that a request costs a walk over
+its prompt's branch points, not a step per block. Cached keys form a radix tree of chained
+keys (``prefix_tree``); each node is a run of keys in one state: held (by ``ref`` requests),
+free (in one free-queue entry), or a *ghost* (evicted, kept only because cached runs hang
+below it: a duplicate's successors can outlive the block it duplicated). A free-queue entry
+is a run of a chain read upwards from its deepest node: what one release freed, in the
+order vLLM evicts it. A hit takes a prompt's leading keys, so it only ever shortens an
+entry from its top, and eviction only ever eats an entry from its bottom.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from itertools import compress, filterfalse, islice, repeat, takewhile
-from operator import not_
+from dataclasses import dataclass
 from typing import Any, Protocol
 
+from baton.core.prefix_tree import shared_length
 
-def _runs(indexed: list[tuple[int, int]]) -> list[tuple[int, list[int]]]:
-    """(index, key) pairs in index order as runs of consecutive indices: (first, keys)."""
-    runs: list[tuple[int, list[int]]] = []
-    for j, k in indexed:
-        if runs and runs[-1][0] + len(runs[-1][1]) == j:
-            runs[-1][1].append(k)
-        else:
-            runs.append((j, [k]))
-    return runs
+GHOST = -1  # a node's ``ref`` when its keys are not cached (a path to cached runs below)
 
 
 @dataclass(slots=True)
@@ -50,13 +51,6 @@ class CacheStats:
     requests: int = 0
     queries: int = 0
     hits: int = 0
-
-
-@dataclass(slots=True, eq=False)  # hashed by identity: each run is its own queue entry
-class _Anon:
-    """A run of free blocks that hold no key (a unique object, so runs never merge)."""
-
-    count: int
 
 
 class CacheListener(Protocol):
@@ -70,49 +64,83 @@ class CacheListener(Protocol):
     def flush(self) -> None: ...
 
 
-@dataclass(slots=True)
+class _Node:
+    """A run of chained keys in one state: ``ref`` > 0 held by that many requests, 0 free
+    (in ``entry``), ``GHOST`` not cached; ``owner`` the request that registered it while
+    it alone holds it (so its next blocks may extend the run)."""
+
+    __slots__ = ("run", "parent", "children", "ref", "entry", "owner")
+
+    def __init__(self, run: list[int], parent: _Node | None, ref: int) -> None:
+        self.run, self.parent, self.ref = run, parent, ref
+        self.children: dict[int, _Node] = {}
+        self.entry: _Free | None = None
+        self.owner: Any = None
+
+
+class _Free:
+    """A free-queue entry: ``count`` keys of a chain, from the end of ``bottom`` upwards."""
+
+    __slots__ = ("bottom", "count")
+
+    def __init__(self, bottom: _Node, count: int) -> None:
+        self.bottom, self.count = bottom, count
+
+
+class _Anon:
+    """A free-queue entry of ``count`` blocks that hold no key."""
+
+    __slots__ = ("count",)
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+
 class PrefixCache:
-    """Which free blocks hold which keys (LRU free queue) and which used blocks are shared.
+    """Which free blocks hold which keys (LRU free queue) and which used blocks are shared."""
 
-    The free queue is an append-only log read from its front: ``refs`` maps each cached key
-    to the number of requests holding it, or, while it is free, to minus its position in
-    the log. A free key taken by a hit leaves a hole (None) in the log, so evicting n
-    blocks from the front is a slice of the log, widened by the holes it spans, and one
-    bulk delete: no Python-level step per block. Anonymous runs
-    (free blocks without a key) sit in the log as one entry each, with a count. This keeps
-    the simulator with caching on within a small factor of caching off."""
-
-    total_blocks: int
-    # every cached key -> requests holding it (> 0), or -(its log position) while free
-    refs: dict = field(default_factory=dict)
-    # request -> the keys of its first blocks, in order: a shared cached block, or None for
-    # a block it computed whose key another block already caches (its own copy, private)
-    held: dict[int, list[int | None]] = field(default_factory=dict)
-    stats: CacheStats = field(default_factory=CacheStats)
-    listener: CacheListener | None = None
-    _log: list = field(default_factory=list)      # keys and _Anon runs, as freed
-    _base: int = 1                                 # log position of _log[0]
-    _front: int = 1                                # position of the next entry to evict
-    _anon_at: deque = field(default_factory=deque)        # positions of the _Anon runs queued
-    _free_keys: int = 0                            # keys in the queue
-    _anon_blocks: int = 0                          # blocks in its anonymous runs
-
-    def __post_init__(self) -> None:
-        self._push([], self.total_blocks)
-
-    @property
-    def active(self) -> dict[int, int]:
-        """Keys held by running requests -> how many hold each."""
-        return {k: r for k, r in self.refs.items() if r > 0}
+    def __init__(self, total_blocks: int) -> None:
+        self.total_blocks = total_blocks
+        self.stats = CacheStats()
+        self.listener: CacheListener | None = None
+        self._root = _Node([], None, GHOST)
+        # request -> [blocks accounted (shared or its own duplicates), its shared (lo, hi) runs]
+        self.held: dict[Any, list] = {}
+        self._queue: deque = deque([_Anon(total_blocks)])
+        self._free_keys = 0      # cached keys in the queue
+        self._anon_blocks = total_blocks
+        self._dead = 0           # entries emptied by hits, still queued
 
     # --- lookup -----------------------------------------------------------------------
     def hit_blocks(self, keys: Sequence[int], max_blocks: int) -> int:
         """Length of the longest prefix of ``keys`` cached here (held or free)."""
-        return len(list(takewhile(self.refs.__contains__, islice(keys, max_blocks))))  # no copy of keys
+        node, pos, n = self._root, 0, min(len(keys), max_blocks)
+        while pos < n:
+            child = node.children.get(keys[pos])
+            if child is None or child.ref == GHOST:
+                break
+            t = shared_length(child.run, keys, pos)
+            pos += t
+            if t < len(child.run):
+                break
+            node = child
+        return min(pos, n)
+
+    def starts(self, key: int) -> bool:
+        """Whether a prompt whose first key is ``key`` would hit at least one block."""
+        child = self._root.children.get(key)
+        return child is not None and child.ref != GHOST
 
     def free_hits(self, keys: Sequence[int]) -> int:
-        """How many of ``keys`` sit in the free queue (taking them uses free blocks)."""
-        return sum(map((0).__gt__, map(self.refs.__getitem__, keys)))
+        """How many of ``keys`` (cached, a prompt's leading blocks) sit in the free queue."""
+        node, pos, n, free = self._root, 0, len(keys), 0
+        while pos < n:
+            node = node.children[keys[pos]]
+            t = min(len(node.run), n - pos)
+            if node.ref == 0:
+                free += t
+            pos += t
+        return free
 
     def note_query(self, prompt_tokens: int, hit_tokens: int) -> None:
         self.stats.requests += 1
@@ -120,157 +148,113 @@ class PrefixCache:
         self.stats.hits += hit_tokens
 
     # --- blocks in ----------------------------------------------------------------------
-    def take_hits(self, req_id: int, keys: Sequence[int]) -> int:
+    def take_hits(self, req_id: Any, keys: Sequence[int]) -> int:
         """The request holds the cached ``keys`` (a prefix of its blocks); returns how many
         left the free queue (new physical blocks in use)."""
-        counts = list(map(self.refs.__getitem__, keys))
-        # held: one more holder; free (-position): now held once (max(c, 0) + 1 either way)
-        self.refs.update(zip(keys, map((1).__add__, map(max, counts, repeat(0)))))
-        # the free ones' log entries go stale: their positions, -c, less the log's base
-        leaving = list(map((-self._base).__sub__, filter((0).__gt__, counts)))
-        _drain(map(self._log.__setitem__, leaving, repeat(None)))
-        self._free_keys -= len(leaving)
-        self.held.setdefault(req_id, []).extend(keys)
-        return len(leaving)
+        leaving = 0
+        for node, _ in self._cover(keys, 0, len(keys), create=False):
+            if node.ref == 0:  # the entry loses its top: hits take leading keys
+                entry = node.entry
+                entry.count -= len(node.run)
+                if not entry.count:
+                    self._dead += 1
+                node.entry = None
+                leaving += len(node.run)
+            node.ref += 1
+            node.owner = req_id if node.ref == 1 else None
+        self._free_keys -= leaving
+        mine = self.held.setdefault(req_id, [0, []])
+        _add_run(mine[1], mine[0], mine[0] + len(keys))
+        mine[0] += len(keys)
+        return leaving
 
-    def allocate(self, n: int) -> None:
-        """Take ``n`` blocks from the front of the free queue, evicting the keys they held."""
-        evicted: list[int] = []
-        while n > 0:
-            n = self._evict(n, evicted)
-        if evicted and self.listener is not None:
-            self.listener.removed(evicted)
-        self._trim()
-
-    def _evict(self, n: int, evicted: list[int]) -> int:
-        """Evict up to ``n`` keys from the front, up to the next anonymous run, then take
-        from that run; returns how many blocks are still wanted."""
-        log, base, f = self._log, self._base, self._front
-        end = base + len(log)
-        anon = self._anon_at[0] if self._anon_at else end
-        stop = min(f + n, anon)
-        window = log[f - base:stop - base]
-        holes = window.count(None)
-        missing = holes
-        while missing and stop < anon:  # each stale entry spanned widens the cut by one
-            more = log[stop - base:min(stop + missing, anon) - base]
-            stop += len(more)
-            window += more
-            missing = more.count(None)
-            holes += missing
-        keys = [k for k in window if k is not None] if holes else window
-        _drain(map(self.refs.__delitem__, keys))
-        evicted += keys
-        self._free_keys -= len(keys)
-        n -= len(keys)
-        if n > 0 and stop == anon < end:
-            run = log[anon - base]
-            used = min(n, run.count)
-            run.count -= used
-            self._anon_blocks -= used
-            n -= used
-            if not run.count:
-                self._anon_at.popleft()
-                stop += 1
-        elif n > 0 and stop >= end:
-            raise RuntimeError(f"prefix cache: {n} more blocks wanted from an empty free queue")
-        self._front = stop
-        return n
-
-    def register(self, req_id: int, keys: Sequence[int]) -> int:
+    def register(self, req_id: Any, keys: Sequence[int]) -> int:
         """Blocks the request just computed, in order after those it holds: each whose key
         is cached nowhere becomes a shared cached block; one whose key another block
         already caches (computed twice, as when two requests with one prefix run at once)
         stays the request's own, and the blocks after it are still cached. Returns how many
         were registered."""
-        mine, refs = self.held.setdefault(req_id, []), self.refs
-        start = len(mine)
-        new = keys[start:]
-        if not new:
+        mine = self.held.setdefault(req_id, [0, []])
+        start, end = mine[0], len(keys)
+        if end <= start:
             return 0
-        if not any(map(refs.__contains__, new)):
-            refs.update(dict.fromkeys(new, 1))
-            mine.extend(new)
-            stored = [(start, list(new))]
+        mine[0] = end
+        stored: list[list[int]] = []  # [first index, count] runs
+        leaf = self._extendable(req_id, keys, start)
+        if leaf is not None:  # its own run goes on: one extension, no walk
+            leaf.run.extend(keys[start:end])
+            _add_run(mine[1], start, end)
+            stored.append([start, end - start])
         else:
-            indexed: list[tuple[int, int]] = []
-            for j, k in enumerate(new, start):
-                if k in refs:
-                    mine.append(None)
-                else:
-                    refs[k] = 1
-                    mine.append(k)
-                    indexed.append((j, k))
-            stored = _runs(indexed)
+            for node, pos in self._cover(keys, start, end, create=True):
+                if node.ref == GHOST:
+                    node.ref, node.owner = 1, req_id
+                    _add_run(mine[1], pos, pos + len(node.run))
+                    _add_run(stored, pos, pos + len(node.run))
         if self.listener is not None:
-            for first, run in stored:
-                if run:
-                    self.listener.stored(req_id, first, run)
-        return sum(len(run) for _, run in stored)
+            for first, count in stored:
+                self.listener.stored(req_id, first, list(keys[first:first + count]))
+        return sum(c for _, c in stored)
+
+    def allocate(self, n: int) -> None:
+        """Take ``n`` blocks from the front of the free queue, evicting the keys they held."""
+        evicted: list[int] | None = [] if self.listener is not None else None
+        queue = self._queue
+        while n > 0:
+            if not queue:
+                raise RuntimeError(f"prefix cache: {n} more blocks wanted from an empty free queue")
+            entry = queue[0]
+            if entry.__class__ is _Anon:
+                used = min(n, entry.count)
+                entry.count -= used
+                self._anon_blocks -= used
+                n -= used
+            elif entry.count:
+                used = self._evict(entry, n, evicted)
+                self._free_keys -= used
+                n -= used
+            else:
+                self._dead -= 1
+            if not entry.count:
+                queue.popleft()
+        if evicted:
+            self.listener.removed(evicted)
 
     # --- blocks out ---------------------------------------------------------------------
-    def release(self, req_id: int, blocks: int, keys: Sequence[int], full_blocks: int) -> int:
+    def release(self, req_id: Any, blocks: int, keys: Sequence[int], full_blocks: int) -> int:
         """Free a request's ``blocks`` blocks (its shared ones first in its block list);
         ``keys`` are its block keys and ``full_blocks`` how many of its blocks are full.
         Returns the physical blocks freed (shared blocks still held by others are not)."""
-        held = self.held.pop(req_id, [])
-        mine = held if None not in held else [k for k in held if k is not None]
-        private = blocks - len(mine)  # its own blocks: the duplicates in ``held``, then the rest
+        acc, runs = self.held.pop(req_id, (0, []))
+        mine = sum(c for _, c in runs)
+        private = blocks - mine
         # its later full blocks whose key nobody caches are cached as they are freed
-        refs, start = self.refs, len(held)
-        later = keys[start:min(len(mine) + private, full_blocks)]
-        tail = list(filterfalse(refs.__contains__, later))
-        if tail and self.listener is not None:
-            for first, run in _runs([(start + j, k) for j, k in enumerate(later) if k not in refs]):
-                self.listener.stored(req_id, first, run)
-        tail.reverse()
-        counts = list(map(refs.__getitem__, mine))
-        if counts.count(1) == len(counts):  # nobody else holds them: all go back
-            freed = mine[::-1]
-        else:
-            left = list(map((-1).__add__, counts))
-            refs.update(zip(mine, left))
-            freed = list(compress(reversed(mine), map(not_, reversed(left))))
-        self._push(tail + freed, private - len(tail))
-        return private + len(freed)
-
-    def _push(self, keys: list[int], anon: int) -> None:
-        """Append to the queue's tail: a run of ``anon`` blocks without keys, then ``keys``."""
-        pos = self._base + len(self._log)
-        if anon > 0:
-            self._anon_at.append(pos)
-            self._anon_blocks += anon
-            self._log.append(_Anon(anon))
-            pos += 1
-        self.refs.update(zip(keys, range(-pos, -pos - len(keys), -1)))
-        self._log += keys
-        self._free_keys += len(keys)
-
-    def _trim(self) -> None:
-        """Drop the log's consumed front; rebuild it once stale entries outnumber the live."""
-        consumed = self._front - self._base
-        if len(self._log) - consumed > 2 * (self._free_keys + len(self._anon_at)) + 4096:
-            self._rebuild()
-        elif consumed > 4096 and consumed * 2 > len(self._log):
-            del self._log[:consumed]
-            self._base = self._front
-
-    def _rebuild(self) -> None:
-        entries = self._live_entries()
-        self._base = self._front = self._base + len(self._log)
-        self._log, self._anon_at = [], deque()
-        self._free_keys = self._anon_blocks = 0
-        for e in entries:  # rare: amortised over the stale entries it drops
-            if e.__class__ is _Anon:
-                self._push([], e.count)
-            else:
-                self._push([e], 0)
-
-    def _live_entries(self) -> list:
-        """The queue's entries from its front, stale ones left out."""
-        refs, base = self.refs, self._base
-        return [e for pos, e in enumerate(self._log[self._front - base:], self._front)
-                if e is not None and (e.count > 0 if e.__class__ is _Anon else refs.get(e) == -pos)]
+        tail: list[list[int]] = []
+        end = min(blocks, full_blocks, len(keys))
+        if end > acc:
+            for node, pos in self._cover(keys, acc, end, create=True):
+                if node.ref == GHOST:
+                    node.ref, node.owner = 0, None
+                    _add_run(tail, pos, pos + len(node.run))
+            if tail and self.listener is not None:
+                for first, count in tail:
+                    self.listener.stored(req_id, first, list(keys[first:first + count]))
+        new_tail = sum(c for _, c in tail)
+        freed: list[list[int]] = []
+        for lo, count in runs:
+            for node, pos in self._cover(keys, lo, lo + count, create=False):
+                node.ref -= 1
+                node.owner = None
+                if not node.ref:
+                    _add_run(freed, pos, pos + len(node.run))
+        if private - new_tail > 0:
+            self._queue.append(_Anon(private - new_tail))
+            self._anon_blocks += private - new_tail
+        for run_list in (tail, freed):
+            for first, count in sorted(run_list, reverse=True):  # the last blocks go first
+                self._push(keys, first, count)
+        self._trim()
+        return private + sum(c for _, c in freed)
 
     def free_blocks(self) -> int:
         """Blocks in the free queue (cached or not): total minus the physical blocks in use."""
@@ -278,13 +262,143 @@ class PrefixCache:
 
     def cached_keys(self) -> list[int]:
         """Keys of the cached free blocks, next to be evicted first."""
-        return [e for e in self._live_entries() if e.__class__ is not _Anon]
+        out: list[int] = []
+        for entry in self._queue:
+            if entry.__class__ is _Free and entry.count:
+                node, left = entry.bottom, entry.count
+                while left:
+                    take = min(left, len(node.run))
+                    out.extend(reversed(node.run[len(node.run) - take:]))
+                    left -= take
+                    node = node.parent
+        return out
 
-    def holds(self, req_id: int) -> int:
+    @property
+    def active(self) -> dict[int, int]:
+        """Keys held by running requests -> how many hold each."""
+        out, stack = {}, [self._root]
+        while stack:
+            node = stack.pop()
+            if node.ref > 0:
+                out.update(dict.fromkeys(node.run, node.ref))
+            stack.extend(node.children.values())
+        return out
+
+    def holds(self, req_id: Any) -> int:
         """How many shared blocks the request holds."""
-        return sum(1 for k in self.held.get(req_id, ()) if k is not None)
+        return sum(c for _, c in self.held.get(req_id, (0, []))[1])
+
+    # --- the tree -----------------------------------------------------------------------
+    def _cover(self, keys: Sequence[int], lo: int, hi: int, create: bool) -> list[tuple[_Node, int]]:
+        """The nodes holding ``keys[lo:hi]`` in chain order, each with the index of its
+        first key, split so that they cover exactly that range; a missing part of the
+        chain up to ``hi`` is created as ghosts (``create``), else the cover stops there."""
+        out, node, pos = [], self._root, 0
+        while pos < hi:
+            child = node.children.get(keys[pos])
+            if child is None:
+                if not create:
+                    break
+                child = node.children[keys[pos]] = _Node(list(keys[pos:hi]), node, GHOST)
+            else:
+                t = min(shared_length(child.run, keys, pos), hi - pos)
+                if t < len(child.run):
+                    self._split(child, t)
+            if pos < lo < pos + len(child.run):
+                child = self._split(child, lo - pos)
+                pos = lo
+            if pos >= lo:
+                out.append((child, pos))
+            node, pos = child, pos + len(child.run)
+        return out
+
+    def _split(self, node: _Node, t: int) -> _Node:
+        """Cut ``node`` after ``t`` keys; the lower part keeps its state (and entry: it is
+        the deeper part, so an entry whose bottom the node was now starts from it)."""
+        lower = _Node(node.run[t:], node, node.ref)
+        lower.children, lower.entry, lower.owner = node.children, node.entry, node.owner
+        for c in lower.children.values():
+            c.parent = lower
+        del node.run[t:]
+        node.children = {lower.run[0]: lower}
+        if node.entry is not None and node.entry.bottom is node:
+            node.entry.bottom = lower
+        return lower
+
+    def _extendable(self, req_id: Any, keys: Sequence[int], start: int) -> _Node | None:
+        """The run the request registered last, when its next keys can simply extend it:
+        it ends at ``start``, it alone holds it, no run hangs below it, and none of the
+        new keys is cached yet (they would hang below it)."""
+        runs = self.held[req_id][1]
+        if not runs or runs[-1][0] + runs[-1][1] != start:
+            return None
+        node, pos = self._root, 0
+        while pos < start:  # the node holding key start - 1, read without splitting
+            node = node.children.get(keys[pos])
+            if node is None:
+                return None
+            pos += len(node.run)
+        if pos != start or node.children or node.ref != 1 or node.owner != req_id:
+            return None
+        return node
+
+    def _evict(self, entry: _Free, n: int, evicted: list[int] | None) -> int:
+        """Evict up to ``n`` keys from the bottom of ``entry``; returns how many."""
+        done = 0
+        while done < n and entry.count:
+            node = entry.bottom
+            take = min(n - done, entry.count, len(node.run))
+            cut = len(node.run) - take
+            if evicted is not None:
+                evicted.extend(reversed(node.run[cut:]))
+            entry.count -= take
+            done += take
+            if cut:  # its upper part stays free, in the entry
+                if node.children:  # the evicted keys stay as a ghost: runs hang below them
+                    lower = self._split(node, cut)
+                    lower.ref, lower.entry = GHOST, None
+                    entry.bottom = node
+                else:
+                    del node.run[cut:]
+                continue
+            entry.bottom = node.parent
+            node.entry = None
+            if node.children:
+                node.ref = GHOST
+            else:
+                self._detach(node)
+        return done
+
+    def _detach(self, node: _Node) -> None:
+        """Take ``node`` (no children) out of the tree, and ghosts left with no child."""
+        parent = node.parent
+        del parent.children[node.run[0]]
+        node.parent = None
+        if parent is not self._root and parent.ref == GHOST and not parent.children:
+            self._detach(parent)
+
+    def _push(self, keys: Sequence[int], first: int, count: int) -> None:
+        """Queue ``keys[first:first + count]`` (free now), to be evicted last key first."""
+        nodes = self._cover(keys, first, first + count, create=False)
+        entry = _Free(nodes[-1][0], count)
+        for node, _ in nodes:
+            node.ref, node.entry = 0, entry
+        self._queue.append(entry)
+        self._free_keys += count
+
+    def _trim(self) -> None:
+        """Drop the entries hits emptied once they outnumber the live ones."""
+        if self._dead > len(self._queue) // 2 + 1024:
+            self._queue = deque(e for e in self._queue if e.__class__ is _Anon or e.count)
+            self._dead = 0
 
 
-def _drain(iterator) -> None:
-    """Run an iterator of side effects at C speed."""
-    deque(iterator, maxlen=0)
+def _add_run(runs: list[list[int]], lo: int, hi: int) -> None:
+    """Add the index range [lo, hi) to ``runs`` (``[first, count]`` in order), merged with
+    the last where they touch."""
+    if hi <= lo:
+        return
+    if runs and runs[-1][0] + runs[-1][1] == lo:
+        runs[-1][1] += hi - lo
+    else:
+        runs.append([lo, hi - lo])

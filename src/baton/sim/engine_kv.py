@@ -118,6 +118,6 @@ class EngineCaches:
     def matches(self, keys: Sequence[int]) -> dict[int, int]:
         first, out = keys[0], {}
         for i, cache in self.caches:
-            if first in cache.refs:  # most instances hold not even the first block
+            if cache.starts(first):  # most instances hold not even the first block
                 out[i] = cache.hit_blocks(keys, len(keys))
         return out
