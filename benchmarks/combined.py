@@ -85,6 +85,7 @@ def policy_config(name: str):
 
 
 @lru_cache(maxsize=4)
+@lru_cache(maxsize=4)
 def _trace(workload: str):
     from baton.workload import load_trace
     return load_trace(TRACES / TRACE_FILES[workload])
@@ -93,16 +94,28 @@ def _trace(workload: str):
 LARGE_FRACTION = [1.0]  # of the requests per instance at scales above 8 (--large-fraction)
 
 
+def window_requests(workload: str, instances: int) -> int:
+    """Requests in one repeat's window (or synthetic draw) at this scale."""
+    return int(WORKLOADS[workload][0] * (LARGE_FRACTION[0] if instances > 8 else 1.0) * instances)
+
+
+def trace_windows(workload: str, instances: int) -> int:
+    """Distinct windows a trace workload holds at this scale: the full ones, and a last one
+    of at least half a window. A repeat past them would reuse requests another repeat ran."""
+    n, total = window_requests(workload, instances), len(_trace(workload))
+    return total // n + (1 if total % n >= n // 2 else 0)
+
+
 @lru_cache(maxsize=16)
 def requests_for(workload: str, instances: int, repeat: int) -> tuple:
     """The fixed requests of one repeat (arrivals rescaled later)."""
-    per_instance = WORKLOADS[workload][0] * (LARGE_FRACTION[0] if instances > 8 else 1.0)
-    n = int(per_instance * instances)
+    n = window_requests(workload, instances)
     if workload in TRACE_FILES:
         whole = _trace(workload)
+        if repeat >= trace_windows(workload, instances):
+            raise ValueError(f"{workload} holds {trace_windows(workload, instances)} windows of {n} requests "
+                             f"at {instances} instances; repeat {repeat} would reuse one")
         window = whole[repeat * n:(repeat + 1) * n]
-        if len(window) < n // 2:
-            window = whole[-n:]
         t0 = window[0].arrival_s
         return tuple(replace(r, req_id=i, arrival_s=r.arrival_s - t0) for i, r in enumerate(window))
     rng = np.random.default_rng(1000 + repeat)
@@ -306,6 +319,13 @@ def main() -> None:
     LARGE_FRACTION[0] = args.large_fraction
     args.workloads = [w for w in args.workloads
                       if w not in TRACE_FILES or (TRACES / TRACE_FILES[w]).is_file()]
+    short = [f"{w} at {n} instances: {trace_windows(w, n)} windows of {window_requests(w, n)} requests"
+             for w in args.workloads if w in TRACE_FILES for n in args.scales
+             if args.first_repeat + args.repeats > trace_windows(w, n)]
+    if short:  # a repeat past a trace's end would rerun another repeat's requests
+        print(f"combined.py: too few distinct windows for repeats {args.first_repeat}-"
+              f"{args.first_repeat + args.repeats - 1}: {'; '.join(short)}", file=sys.stderr)
+        return 2
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     rates = run_all(args)
