@@ -30,3 +30,13 @@ def test_a_block_key_names_its_whole_prefix():
     a = token_block_keys([1] * 16 + [2] * 16, 16)
     b = token_block_keys([3] * 16 + [2] * 16, 16)
     assert a[1] != b[1] and a == token_block_keys([1] * 16 + [2] * 16 + [9] * 5, 16)
+
+
+@pytest.mark.parametrize("ids", [tuple(range(50)), (-1, 3, -7), (2**61 - 1, 2**61 - 2, -(2**61 - 1), -(2**61 - 2)),
+                                 tuple(range(-2**64, 2**64, 2**59)), (True, 5)])
+def test_salted_prefix_sums_read_ids_as_their_hashes(ids):
+    """The fast path (ids taken as they are) keys every id as its hash would."""
+    from baton.core.prefix import _salted_prefix_sums
+    hashed = tuple(hash(i) for i in ids)
+    assert _salted_prefix_sums(ids) == _salted_prefix_sums(hashed)
+    assert len(set(_salted_prefix_sums(ids))) == len(ids)  # every prefix its own key

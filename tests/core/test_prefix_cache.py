@@ -194,10 +194,102 @@ def test_the_cache_matches_the_reference_pool_on_random_operations(seed):
     _drive(seed, total=400, steps=300)
 
 
+def _drive_concurrent(seed: int, total: int, steps: int) -> dict[str, int]:
+    """Batches of requests on one prefix admitted together, their chunks registered in
+    turn: the later ones compute blocks the first already cached (duplicates, kept private)
+    and register what follows under them, so evicting the first's blocks leaves cached runs
+    below evicted ones. Returns how much of that happened (most ghost keys at once, and
+    ghost keys cached again by a registration)."""
+    rng = np.random.default_rng(seed)
+    cache, ref, rec = PrefixCache(total), ReferencePool(total), Recorder()
+    cache.listener = rec
+    stems = [tuple(int(x) for x in rng.integers(0, 10**9, 12)) for _ in range(3)]
+    running: dict[int, list] = {}
+    seen = {"ghosts": 0, "revived": 0}
+    for step in range(steps):
+        req = 100 * step
+        if running and (rng.random() < 0.4 or cache.free_blocks() < 120):
+            for victim in rng.permutation(list(running))[:int(rng.integers(1, 3))]:
+                keys, blocks, done = running.pop(int(victim))
+                assert cache.release(int(victim), blocks, keys, done) == ref.release(int(victim), blocks, keys, done)
+        elif cache.free_blocks() >= 120:
+            stem = stems[int(rng.integers(0, len(stems)))]
+            batch = []
+            for j in range(int(rng.integers(2, 5))):
+                ids = stem[:int(rng.integers(2, 13))] + tuple(int(x) for x in rng.integers(0, 2, int(rng.integers(0, 8))))
+                keys = _chain(ids)
+                hit = cache.hit_blocks(keys, len(keys) - 1)
+                assert hit == ref.hit_blocks(keys, len(keys) - 1)
+                assert cache.take_hits(req + j, keys[:hit]) == ref.take_hits(req + j, keys[:hit])
+                batch.append([req + j, keys, hit, hit])
+            for chunk in (2, 3, 20):  # chunks end in turn: later requests duplicate earlier blocks
+                for item in batch:
+                    rid, keys, blocks, done = item
+                    upto = min(len(keys), done + chunk)
+                    cache.allocate(upto - done)
+                    ref.allocate(upto - done)
+                    ghosts_before = _ghosts(cache)
+                    assert cache.register(rid, keys[:upto]) == ref.register(rid, keys[:upto])
+                    seen["revived"] += max(0, ghosts_before - _ghosts(cache))
+                    item[2:] = [blocks + upto - done, upto]
+            for rid, keys, blocks, done in batch:
+                running[rid] = [keys, blocks, done]
+        seen["ghosts"] = max(seen["ghosts"], _ghosts(cache))
+        assert cache.free_blocks() == ref.free_blocks()
+        assert cache.cached_keys() == ref.cached_keys()
+        assert cache.active == ref.active
+    assert rec.removed_keys == ref.evicted
+    assert rec.stored_runs == [tuple(r[:3]) for r in ref.stored]
+    return seen
+
+
+def _ghosts(cache: PrefixCache) -> int:
+    """Keys of the ghost runs in the cache's tree (evicted keys kept as the path to cached ones)."""
+    stack, n = [cache._root], 0
+    while stack:
+        node = stack.pop()
+        for c in node.children.values():
+            assert c.parent is node and (c.ref >= 0 or c.children)  # a ghost always leads somewhere
+            n += len(c.run) if c.ref < 0 else 0
+            stack.append(c)
+    return n
+
+
+def test_duplicated_blocks_and_runs_below_evicted_ones_match_the_reference():
+    seen = [_drive_concurrent(seed, total=150, steps=250) for seed in range(12)]
+    assert sum(s["ghosts"] for s in seen) > 10
+
+
+def test_an_evicted_block_with_cached_blocks_below_is_a_ghost_until_computed_again():
+    cache, ref = PrefixCache(15), ReferencePool(15)
+    k1, k2, k3 = _chain((1, 2, 3)), _chain((1, 2, 4)), _chain((1, 2, 4, 5))
+
+    def both(method, *args):
+        got = getattr(cache, method)(*args)
+        assert got == getattr(ref, method)(*args), method
+        assert cache.free_blocks() == ref.free_blocks() and cache.cached_keys() == ref.cached_keys()
+        assert cache.active == ref.active
+        return got
+
+    for blocks in (3, 3, 5):  # 1 and 2 admitted together (neither hits), and 4 without keys
+        both("allocate", blocks)
+    assert both("register", 1, k1) == 3
+    assert both("register", 2, k2) == 1  # its first two blocks duplicate 1's; its third hangs below them
+    assert both("release", 1, 3, k1, 3) == 3
+    both("allocate", 6)  # the free run goes, then 1's last two blocks: the second has 2's below it
+    assert both("release", 4, 5, (), 0) == 5
+    assert _ghosts(cache) == 1 and both("hit_blocks", k3, 3) == 1
+    assert both("take_hits", 3, k3[:1]) == 1
+    both("allocate", 3)
+    assert both("register", 3, k3) == 2  # the ghost is cached again; 2's block stays 2's
+    assert _ghosts(cache) == 0 and both("hit_blocks", k3, 4) == 4
+    assert both("release", 2, 3, k2, 3) == 3 and both("release", 3, 4, k3, 4) == 4
+
+
 def test_the_log_is_compacted_and_still_matches_over_a_long_run():
     _drive(11, total=200, steps=3000)
     cache = PrefixCache(50)
-    for req in range(2000):  # take and free one hot block over and over: holes pile up
+    for req in range(4000):  # take and free one hot block over and over: emptied entries pile up
         if req == 0:
             cache.allocate(1)
             cache.register(0, [7])

@@ -226,35 +226,32 @@ class PrefixCache:
         ``keys`` are its block keys and ``full_blocks`` how many of its blocks are full.
         Returns the physical blocks freed (shared blocks still held by others are not)."""
         acc, runs = self.held.pop(req_id, (0, []))
-        mine = sum(c for _, c in runs)
-        private = blocks - mine
+        private = blocks - sum(c for _, c in runs)
         # its later full blocks whose key nobody caches are cached as they are freed
-        tail: list[list[int]] = []
+        tail: list[tuple[_Node, int]] = []
         end = min(blocks, full_blocks, len(keys))
         if end > acc:
-            for node, pos in self._cover(keys, acc, end, create=True):
-                if node.ref == GHOST:
-                    node.ref, node.owner = 0, None
-                    _add_run(tail, pos, pos + len(node.run))
+            tail = [(n, pos) for n, pos in self._cover(keys, acc, end, create=True) if n.ref == GHOST]
             if tail and self.listener is not None:
-                for first, count in tail:
-                    self.listener.stored(req_id, first, list(keys[first:first + count]))
-        new_tail = sum(c for _, c in tail)
-        freed: list[list[int]] = []
+                for group in _contiguous(tail):
+                    first = group[0][1]
+                    self.listener.stored(req_id, first, list(keys[first:group[-1][1] + len(group[-1][0].run)]))
+        freed: list[tuple[_Node, int]] = []
         for lo, count in runs:
             for node, pos in self._cover(keys, lo, lo + count, create=False):
                 node.ref -= 1
                 node.owner = None
                 if not node.ref:
-                    _add_run(freed, pos, pos + len(node.run))
-        if private - new_tail > 0:
-            self._queue.append(_Anon(private - new_tail))
-            self._anon_blocks += private - new_tail
-        for run_list in (tail, freed):
-            for first, count in sorted(run_list, reverse=True):  # the last blocks go first
-                self._push(keys, first, count)
+                    freed.append((node, pos))
+        anon = private - sum(len(n.run) for n, _ in tail)
+        if anon > 0:
+            self._queue.append(_Anon(anon))
+            self._anon_blocks += anon
+        for nodes in (tail, freed):
+            for group in reversed(_contiguous(nodes)):  # the last blocks go first
+                self._push(group)
         self._trim()
-        return private + sum(c for _, c in freed)
+        return private + sum(len(n.run) for n, _ in freed)
 
     def free_blocks(self) -> int:
         """Blocks in the free queue (cached or not): total minus the physical blocks in use."""
@@ -377,12 +374,12 @@ class PrefixCache:
         if parent is not self._root and parent.ref == GHOST and not parent.children:
             self._detach(parent)
 
-    def _push(self, keys: Sequence[int], first: int, count: int) -> None:
-        """Queue ``keys[first:first + count]`` (free now), to be evicted last key first."""
-        nodes = self._cover(keys, first, first + count, create=False)
-        entry = _Free(nodes[-1][0], count)
-        for node, _ in nodes:
-            node.ref, node.entry = 0, entry
+    def _push(self, group: list[tuple[_Node, int]]) -> None:
+        """Queue a run of consecutive nodes of a chain (free now), to be evicted last key first."""
+        count = sum(len(n.run) for n, _ in group)
+        entry = _Free(group[-1][0], count)
+        for node, _ in group:
+            node.ref, node.entry, node.owner = 0, entry, None
         self._queue.append(entry)
         self._free_keys += count
 
@@ -391,6 +388,20 @@ class PrefixCache:
         if self._dead > len(self._queue) // 2 + 1024:
             self._queue = deque(e for e in self._queue if e.__class__ is _Anon or e.count)
             self._dead = 0
+
+
+def _contiguous(nodes: list[tuple[_Node, int]]) -> list[list[tuple[_Node, int]]]:
+    """Nodes (with their first index) in chain order, grouped where each starts where the
+    last ended."""
+    groups: list[list[tuple[_Node, int]]] = []
+    end = -1
+    for node, pos in nodes:
+        if pos == end:
+            groups[-1].append((node, pos))
+        else:
+            groups.append([(node, pos)])
+        end = pos + len(node.run)
+    return groups
 
 
 def _add_run(runs: list[list[int]], lo: int, hi: int) -> None:
