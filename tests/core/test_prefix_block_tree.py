@@ -11,6 +11,7 @@ import pytest
 
 from baton.core.prefix import token_block_keys
 from baton.core.prefix_block_tree import BlockLruTree
+from tests.core.test_prefix_index import scan
 
 
 class PerBlockLru:
@@ -31,14 +32,7 @@ class PerBlockLru:
             lru.popitem(last=False)
 
     def matches(self, keys) -> dict[int, int]:
-        out = {}
-        for iid, lru in self.lru.items():
-            run = 0
-            while run < len(keys) and keys[run] in lru:
-                run += 1
-            if run:
-                out[iid] = run
-        return out
+        return scan(self.lru, keys)
 
 
 def keys_of(*blocks: int) -> list[int]:

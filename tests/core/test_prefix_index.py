@@ -11,7 +11,9 @@ from baton.core.prefix import token_block_keys
 from baton.core.prefix_index import PrefixIndex
 
 
-def scan(held: dict[int, set[int]], keys: list[int]) -> dict[int, int]:
+def scan(held, keys) -> dict[int, int]:
+    """Instance -> leading ``keys`` found in its container of ``held`` (absent when none):
+    the block-by-block answer every prefix structure is checked against."""
     out = {}
     for i, ks in held.items():
         run = 0
