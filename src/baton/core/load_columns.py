@@ -227,9 +227,10 @@ class LoadColumns:
         below = floor < tokens
         if not below.any():
             return True
-        lowest = int(slots[int(np.argmin(floor))])  # the likeliest to be below: one scalar read may settle it
-        if self._at_slot[lowest].token_load(now_s) < tokens:
+        j = int(np.argmin(floor))  # the likeliest to be below: one scalar read may settle it
+        if self._at_slot[int(slots[j])].token_load(now_s) < tokens:
             return False
+        below[j] = False  # read once
         low = slots[below]
         if low.size > _SCALAR_BELOW:
             return bool(self.token_loads(low, now_s).min() >= tokens)

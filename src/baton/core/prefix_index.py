@@ -41,12 +41,6 @@ class PrefixIndex:
         had = sum(map(bool, map(bit.__and__, olds)))
         self.counts[instance_id] = self.counts.get(instance_id, 0) + len(keys) - had
 
-    def add_new(self, instance_id: int, keys: Sequence[int]) -> None:
-        """``add`` of keys the caller knows the instance does not hold (one pass fewer)."""
-        bit, owners = 1 << instance_id, self.owners
-        owners.update(zip(keys, map(bit.__or__, map(owners.get, keys, repeat(0)))))
-        self.counts[instance_id] = self.counts.get(instance_id, 0) + len(keys)
-
     def remove(self, instance_id: int, keys: Iterable[int]) -> None:
         """The instance no longer holds ``keys`` (distinct; those it never held are ignored)."""
         keys = keys if isinstance(keys, (list, tuple)) else list(keys)
