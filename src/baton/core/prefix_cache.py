@@ -119,11 +119,13 @@ class PrefixCache:
             child = node.children.get(keys[pos])
             if child is None or child.ref == GHOST:
                 break
-            t = shared_length(child.run, keys, pos)
-            pos += t
-            if t < len(child.run):
-                break
-            node = child
+            run = child.run
+            if pos + len(run) <= len(keys) and run[-1] == keys[pos + len(run) - 1]:
+                pos += len(run)  # the whole run (chained keys: its last key settles it)
+                node = child
+                continue
+            pos += shared_length(run, keys, pos)
+            break
         return min(pos, n)
 
     def starts(self, key: int) -> bool:
@@ -298,8 +300,11 @@ class PrefixCache:
                     break
                 child = node.children[keys[pos]] = _Node(list(keys[pos:hi]), node, GHOST)
             else:
-                t = min(shared_length(child.run, keys, pos), hi - pos)
-                if t < len(child.run):
+                run = child.run
+                t = len(run) if len(run) <= hi - pos else hi - pos
+                if run[t - 1] != keys[pos + t - 1]:  # the chain leaves the run before: bisect
+                    t = shared_length(run, keys, pos)
+                if t < len(run):
                     self._split(child, t)
             if pos < lo < pos + len(child.run):
                 child = self._split(child, lo - pos)
