@@ -32,11 +32,15 @@ def test_a_block_key_names_its_whole_prefix():
     assert a[1] != b[1] and a == token_block_keys([1] * 16 + [2] * 16 + [9] * 5, 16)
 
 
-@pytest.mark.parametrize("ids", [tuple(range(50)), (-1, 3, -7), (2**61 - 1, 2**61 - 2, -(2**61 - 1), -(2**61 - 2)),
+@pytest.mark.parametrize("ids", [tuple(range(50)), (-1, 3, -7), (2**63 - 1, -(2**63), 2**61, -1),
                                  tuple(range(-2**64, 2**64, 2**59)), (True, 5)])
-def test_salted_prefix_sums_read_ids_as_their_hashes(ids):
-    """The fast path (ids taken as they are) keys every id as its hash would."""
+def test_salted_prefix_sums_key_every_prefix_apart(ids):
+    """Equal prefixes get equal keys whatever follows them (also when later ids are wider
+    than 64 bits), and every prefix of a prompt its own key."""
     from baton.core.prefix import _salted_prefix_sums
-    hashed = tuple(hash(i) for i in ids)
-    assert _salted_prefix_sums(ids) == _salted_prefix_sums(hashed)
-    assert len(set(_salted_prefix_sums(ids))) == len(ids)  # every prefix its own key
+    keys = _salted_prefix_sums(ids)
+    assert len(set(keys)) == len(ids)
+    for n in range(1, len(ids)):
+        assert _salted_prefix_sums(ids[:n]) == keys[:n]
+        assert _salted_prefix_sums(ids[:n] + (2**70,)) [:n] == keys[:n]
+    assert _salted_prefix_sums(ids[1:2] + ids[:1]) != keys[:2] or ids[0] == ids[1]

@@ -13,19 +13,18 @@ from baton.core.request import Request
 # splitmix64's constants (Steele et al.): a bijective mix of 64 bits
 _GOLDEN, _M1, _M2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
-_HASH_MOD = (1 << 61) - 1  # CPython's hash of an int x with |x| below it is x (but hash(-1) is -2)
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def _salted_prefix_sums(ids: Sequence[int]) -> tuple[int, ...]:
-    """Per prefix of ``ids``, the sum (mod 2^64) of each id's hash mixed with its position
-    (splitmix64 of hash(id) xor position x golden ratio): equal for equal prefixes, and two
-    prefixes collide only by chance. Vectorised: one numpy pass, not one tuple per id."""
-    try:  # ints within hash()'s fixed range are their own hash: no call per id
+    """Per prefix of ``ids``, the sum (mod 2^64) of each id mixed with its position
+    (splitmix64 of the id's 64 bits xor position x golden ratio; an id wider than 64 bits
+    by its hash): equal for equal prefixes, and two prefixes collide only by chance.
+    Vectorised: one numpy pass, not one tuple per id."""
+    try:  # 64-bit ids as they are (random ids, Mooncake's small ones): no call per id
         x = np.fromiter(ids, dtype=np.int64, count=len(ids))
-        if not ((x > -_HASH_MOD) & (x < _HASH_MOD) & (x != -1)).all():
-            raise OverflowError
-    except (OverflowError, TypeError, ValueError):
-        x = np.fromiter(map(hash, ids), dtype=np.int64, count=len(ids))
+    except OverflowError:  # wider ids: by their hash (equal ids, equal keys; others collide by chance)
+        x = np.fromiter((i if _I64_MIN <= i <= _I64_MAX else hash(i) for i in ids), dtype=np.int64, count=len(ids))
     x = x.view(np.uint64)
     x ^= np.arange(len(ids), dtype=np.uint64) * _GOLDEN
     x ^= x >> _S30
