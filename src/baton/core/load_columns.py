@@ -259,11 +259,11 @@ class LoadColumns:
         for a caller that copies what it returns."""
         self._refresh()
         n = self._cols["n"][slots if rows is None else rows]
+        if not n.any():  # no decodes anywhere (prefill instances, idle ones): one reduction
+            return n, None
         busy = n > 0
         if busy.all():
             return n, self.iterations_done(slots, now_s)
-        if not busy.any():
-            return n, None
         k = np.zeros(slots.size, dtype=np.int64)
         k[busy] = self.iterations_done(slots[busy], now_s)
         return n, k
