@@ -21,6 +21,9 @@ def test_profile_of_an_emulator_recovers_its_perf_model(tmp_path):
     assert "fit on decode rows" in run.stdout and "fit on mixed rows" in run.stdout
     kinds = [line.split(",")[0] for line in out.read_text().splitlines()[1:]]
     assert {"prefill", "decode", "mixed"} <= set(kinds)
+    # the prefill over cached context: 128 computed tokens after the 512 the emulator had cached
+    cached = [line.split(",") for line in out.read_text().splitlines()[1:] if line.startswith("prefill,128,")]
+    assert [float(r[2]) for r in cached] == [128 * 512 + 128 * 129 / 2]
     fitted, truth = FittedModel.from_profile(out), build("llama-3.1-8b@a100-80g")
     assert fitted.kv_capacity_tokens == 200_000 // 16 * 16
     assert fitted.kv_bytes_per_token == truth.kv_bytes_per_token and fitted.max_model_len == 4096
@@ -50,3 +53,14 @@ def test_profile_kind_qoe_writes_the_fitted_model(tmp_path):
     assert figures["held_out_mape"] < 0.05 and "held-out" in run.stdout
     run = subprocess.run([sys.executable, "-m", "baton.cli.main", "profile"], capture_output=True, text=True, timeout=60)
     assert run.returncode == 2 and "--engine URL is needed" in run.stderr
+
+
+def test_without_prefix_caching_no_cached_prefill_is_measured(tmp_path):
+    emu = start_emulator(tmp_path, "--no-enable-prefix-caching")
+    out = tmp_path / "p.csv"
+    with servers(emu):
+        run = subprocess.run([sys.executable, "-m", "baton.cli.main", "profile", "--engine", emu.url,
+                              "--quick", "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "after 512 cached: no prefix-cache hit: not measured" in run.stdout
+    assert not [line for line in out.read_text().splitlines() if line.startswith("prefill,128,")]

@@ -41,15 +41,22 @@ class ProfileGrid:
     repeats: int = 2
     max_num_batched_tokens: int = 2048
     max_num_seqs: int = 256
+    # (tokens cached by a first request, new tokens after them): prefills over cached context
+    cached_prefills: tuple[tuple[int, int], ...] = ((512, 128), (1024, 128), (1024, 512), (1536, 256))
 
     @classmethod
     def quick(cls, max_num_batched_tokens: int = 2048, max_num_seqs: int = 256) -> "ProfileGrid":
         """A small grid (about a tenth of the default's work) for tests and smoke runs."""
         return cls((32, 256, 1024), (1, 4, 16), (128, 512), (256,), (4,), 8, 1,
-                   max_num_batched_tokens, max_num_seqs)
+                   max_num_batched_tokens, max_num_seqs, ((512, 128),))
 
     def prefill_prompts(self) -> list[int]:
         return [p for p in self.prompt_tokens if p <= self.max_num_batched_tokens]
+
+    def cached_points(self, max_model_len: int) -> list[tuple[int, int]]:
+        """(cached, new) pairs whose whole prompt fits the context and one iteration."""
+        return [(c, n) for c, n in self.cached_prefills
+                if c + n < max_model_len and c + n <= self.max_num_batched_tokens]
 
     def decode_points(self, max_model_len: int) -> list[tuple[int, int]]:
         """(batch, context) pairs that fit the engine: room for the decode tokens too."""
@@ -72,9 +79,11 @@ class ProfileRow:
 
     @classmethod
     def prefill(cls, prompt_tokens: int, iteration_s: float, timing: str,
-                decode_requests: int = 0, decode_ctx_tokens: int = 0) -> "ProfileRow":
+                decode_requests: int = 0, decode_ctx_tokens: int = 0, cached_tokens: int = 0) -> "ProfileRow":
+        """A prefill of ``prompt_tokens`` computed tokens after ``cached_tokens`` the engine
+        found in its prefix cache (their attention counts, their compute does not)."""
         kind = "mixed" if decode_requests else "prefill"
-        return cls(kind, prompt_tokens, chunk_attn_pairs(prompt_tokens, 0), decode_requests,
+        return cls(kind, prompt_tokens, chunk_attn_pairs(prompt_tokens, cached_tokens), decode_requests,
                    decode_ctx_tokens, iteration_s, timing)
 
 

@@ -35,8 +35,10 @@ class EngineProbe:
     def prompt(self, tokens: int) -> list[int]:
         return [int(t) for t in self.rng.integers(1000, 10_000, tokens)]
 
-    def body(self, prompt_tokens: int, max_tokens: int, stream: bool) -> dict:
-        body = {"model": self.model, "prompt": self.prompt(prompt_tokens), "max_tokens": max_tokens,
+    def body(self, prompt_tokens: int | list[int], max_tokens: int, stream: bool) -> dict:
+        """A completion of a fresh random prompt of ``prompt_tokens`` tokens (or of these ids)."""
+        ids = self.prompt(prompt_tokens) if isinstance(prompt_tokens, int) else prompt_tokens
+        body = {"model": self.model, "prompt": ids, "max_tokens": max_tokens,
                 "ignore_eos": True, "temperature": 0.0, "stream": stream}
         if stream:
             body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
@@ -59,13 +61,23 @@ class EngineProbe:
                     count = (count or 0.0) + s.value
         return None if total is None or count is None else (total, count)
 
-    async def complete(self, prompt_tokens: int) -> float:
-        """One non-streamed request of one output token; returns the client's time (s)."""
+    async def prefix_hits(self) -> float | None:
+        """The engine's prefix-cache hits counter (tokens); None if not exported."""
+        for family in text_string_to_metric_families(await self.metrics_text()):
+            for s in family.samples:
+                if s.name == "vllm:prefix_cache_hits_total":
+                    return s.value
+        return None
+
+    async def complete(self, prompt_tokens: int | list[int]) -> float:
+        """One non-streamed request of one output token (a fresh random prompt of
+        ``prompt_tokens`` tokens, or these ids); returns the client's time (s)."""
         t0 = time.perf_counter()
         async with self.session.post(self.url + "/v1/completions", json=self.body(prompt_tokens, 1, False)) as r:
             text = await r.text()
             if r.status != 200:
-                raise BatonError(f"{self.url}: HTTP {r.status} for a {prompt_tokens}-token prompt: {text[:200]}")
+                n = prompt_tokens if isinstance(prompt_tokens, int) else len(prompt_tokens)
+                raise BatonError(f"{self.url}: HTTP {r.status} for a {n}-token prompt: {text[:200]}")
         return time.perf_counter() - t0
 
 
@@ -122,6 +134,26 @@ async def measure_prefill(probe: EngineProbe, prompt_tokens: int, engine_timing:
     if before and after and after[1] - before[1] == 1:
         return ProfileRow.prefill(prompt_tokens, after[0] - before[0], "engine")
     return ProfileRow.prefill(prompt_tokens, client_s, "client")
+
+
+async def measure_cached_prefill(probe: EngineProbe, cached: int, new: int, engine_timing: bool) -> ProfileRow | None:
+    """A prompt whose first ``cached`` tokens a request just before it sent: the engine
+    computes only what its prefix cache does not hold, with attention over the rest. The
+    hit is read from the engine's own counter; None when it caches nothing (prefix caching
+    off, or no counter), as such a row would be a plain prefill."""
+    ids = probe.prompt(cached + new)
+    await probe.complete(ids[:cached])
+    hits_before = await probe.prefix_hits()
+    before = await probe.prefill_histogram() if engine_timing else None
+    client_s = await probe.complete(ids)
+    after = await probe.prefill_histogram() if engine_timing else None
+    hits_after = await probe.prefix_hits()
+    if hits_before is None or hits_after is None or not 0 < hits_after - hits_before < len(ids):
+        return None
+    hit = int(hits_after - hits_before)
+    if before and after and after[1] - before[1] == 1:
+        return ProfileRow.prefill(len(ids) - hit, after[0] - before[0], "engine", cached_tokens=hit)
+    return ProfileRow.prefill(len(ids) - hit, client_s, "client", cached_tokens=hit)
 
 
 class _Stream:
@@ -255,12 +287,19 @@ async def _profile(url: str, model: str | None, grid: ProfileGrid, seed: int,
             await probe.complete(16)
         rows: list[ProfileRow] = []
         points = grid.decode_points(facts.max_model_len)
-        steps = len(grid.prefill_prompts()) + len(points)
+        cached = grid.cached_points(facts.max_model_len)
+        steps = len(grid.prefill_prompts()) + len(cached) + len(points)
         done = 0
         for prompt in grid.prefill_prompts():
             rows += [await measure_prefill(probe, prompt, facts.engine_timing) for _ in range(grid.repeats)]
             done += 1
             say(f"[{done}/{steps}] prefill {prompt} tokens: {_ms(rows[-1])}")
+        for hit, new in cached:
+            measured = [await measure_cached_prefill(probe, hit, new, facts.engine_timing) for _ in range(grid.repeats)]
+            rows += [r for r in measured if r is not None]
+            done += 1
+            say(f"[{done}/{steps}] prefill {new} tokens after {hit} cached: "
+                + (", ".join(_ms(r) for r in measured if r is not None) or "no prefix-cache hit: not measured"))
         for batch, context in points:
             inject = grid.mixed_prompt_tokens if batch in grid.mixed_batches else ()
             new: list[ProfileRow] = []
