@@ -106,6 +106,13 @@ def trace_windows(workload: str, instances: int) -> int:
     return total // n + (1 if total % n >= n // 2 else 0)
 
 
+def short_traces(args) -> list[str]:
+    """The trace workloads (at a scale) with fewer distinct windows than the repeats asked."""
+    return [f"{w} at {n} instances: {trace_windows(w, n)} windows of {window_requests(w, n)} requests"
+            for w in args.workloads if w in TRACE_FILES for n in args.scales
+            if args.first_repeat + args.repeats > trace_windows(w, n)]
+
+
 @lru_cache(maxsize=16)
 def requests_for(workload: str, instances: int, repeat: int) -> tuple:
     """The fixed requests of one repeat (arrivals rescaled later)."""
@@ -319,9 +326,7 @@ def main() -> None:
     LARGE_FRACTION[0] = args.large_fraction
     args.workloads = [w for w in args.workloads
                       if w not in TRACE_FILES or (TRACES / TRACE_FILES[w]).is_file()]
-    short = [f"{w} at {n} instances: {trace_windows(w, n)} windows of {window_requests(w, n)} requests"
-             for w in args.workloads if w in TRACE_FILES for n in args.scales
-             if args.first_repeat + args.repeats > trace_windows(w, n)]
+    short = short_traces(args)
     if short:  # a repeat past a trace's end would rerun another repeat's requests
         print(f"combined.py: too few distinct windows for repeats {args.first_repeat}-"
               f"{args.first_repeat + args.repeats - 1}: {'; '.join(short)}", file=sys.stderr)
