@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 _SCALAR_BELOW = 24  # rows to compute at most, where per-instance reads beat vectorised ones
 _PRUNE_ABOVE = 128  # candidates above which a least-load read prunes by lower bounds first
+_SLICE_FROM = 256  # below it a gather costs fewer numpy calls than a slice and a copy
 _INT_COLUMNS = ("base", "ctx", "n", "prefill", "reqs", "seg_max", "queued", "sq", "incoming_n", "incoming")
 _FLOAT_COLUMNS = ("seg_start", "iter0", "slope", "s_interval", "s_kv")
 
@@ -96,15 +97,16 @@ class LoadColumns:
                 self._slots_cache.clear()
                 self._runs.clear()
             self._slots_cache[id(ids)] = (ids, slots)
-            if slots.size and int(slots[-1]) - int(slots[0]) == slots.size - 1 and (np.diff(slots) == 1).all():
+            if slots.size >= _SLICE_FROM and int(slots[-1]) - int(slots[0]) == slots.size - 1 \
+                    and (np.diff(slots) == 1).all():
                 self._runs[id(slots)] = (slots, slice(int(slots[0]), int(slots[-1]) + 1))
         return slots
 
     def _rows(self, slots: np.ndarray) -> np.ndarray | slice:
-        """``slots`` as a slice where they are a cached run of consecutive slots (a view's
-        candidate list usually is): a column read through it is a view, not a gather. Only
-        for reads whose results are not handed out as they are."""
-        hit = self._runs.get(id(slots))
+        """``slots`` as a slice where they are a cached run of at least ``_SLICE_FROM``
+        consecutive slots (a view's candidate list usually is): a column read through it is
+        a view, not a gather. Only for reads whose results are not handed out as they are."""
+        hit = self._runs.get(id(slots)) if self._runs else None
         return hit[1] if hit is not None and hit[0] is slots else slots
 
     def revalidate(self) -> None:
@@ -259,9 +261,9 @@ class LoadColumns:
         for a caller that copies what it returns."""
         self._refresh()
         n = self._cols["n"][slots if rows is None else rows]
-        if not n.any():  # no decodes anywhere (prefill instances, idle ones): one reduction
-            return n, None
         busy = n > 0
+        if not busy.any():  # no decodes anywhere (prefill instances, idle ones)
+            return n, None
         if busy.all():
             return n, self.iterations_done(slots, now_s)
         k = np.zeros(slots.size, dtype=np.int64)
@@ -272,8 +274,11 @@ class LoadColumns:
         """A time-independent column (``prefill``, ``reqs``, ``n``, ``queued``, ...) at the
         slots (a copy: callers may write to it)."""
         self._refresh()
-        rows = self._rows(slots)
-        return self._cols[name][rows].copy() if isinstance(rows, slice) else self._cols[name][slots]
+        if self._runs:
+            hit = self._runs.get(id(slots))
+            if hit is not None and hit[0] is slots:
+                return self._cols[name][hit[1]].copy()
+        return self._cols[name][slots]
 
 
 def _iterations(dt: np.ndarray, iter0: np.ndarray, slope: np.ndarray, kmax: np.ndarray) -> np.ndarray:

@@ -58,7 +58,7 @@ Choices the paper leaves open (named deviations):
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -247,16 +247,12 @@ class Pools:
     prefill_side: np.ndarray
     decode_side: np.ndarray
     masks: dict[str, tuple[np.ndarray, np.ndarray]]  # pool -> (its side, mask over it)
-    built: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __getitem__(self, pool: str) -> np.ndarray:
-        """A pool's ids (built once per ``Pools``, read-only)."""
-        ids = self.built.get(pool)
-        if ids is None:
-            side, mask = self.masks[pool]
-            ids = self.built[pool] = side[mask]
-            ids.flags.writeable = False
-        return ids
+        # built per access on purpose: caching them read-only made decisions slower (each
+        # new read-only array takes a place in the load columns' slot cache)
+        side, mask = self.masks[pool]
+        return side[mask]
 
     def of(self, pool: str, side_values: np.ndarray) -> np.ndarray:
         """The values of a pool's members, from values read over its whole side."""
