@@ -17,8 +17,9 @@ instances (and 4P12D): the same figures at the trace's own arrival times, and ma
 (arrivals rescaled, burst shape kept) with a TTFT SLO of 10 s (its prompts average 12k
 tokens: 2 s is out of reach for many whatever the load).
 (4) Decision cost at 64 and 1,024 prefill instances with 1M blocks indexed (as the gateway's
-KV-event index holds them, and as the routers' own histories hold them where they match on those): per decision, hashing the prompt's token ids into block keys
-(2,000 tokens, half of them a cached prefix) and the policy's choice; median and p99 (us).
+KV-event index holds them, and as the routers' own histories hold them for the policies that
+match on those): per decision, hashing the prompt's token ids into block keys (2,000
+tokens, half of them a cached prefix) and the policy's choice; median and p99 (us).
 Targets: median <= 50 us, p99 <= 500 us. ``--steps`` also times each step of a
 ``prefix-precise`` decision at 64 instances. Tokenizing does not count (a request that gives
 ``prompt_token_ids`` needs none); with ``--tokenizer PATH`` (a local ``tokenizer.json`` or its

@@ -85,7 +85,6 @@ def policy_config(name: str):
 
 
 @lru_cache(maxsize=4)
-@lru_cache(maxsize=4)
 def _trace(workload: str):
     from baton.workload import load_trace
     return load_trace(TRACES / TRACE_FILES[workload])

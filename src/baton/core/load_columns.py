@@ -274,11 +274,8 @@ class LoadColumns:
         """A time-independent column (``prefill``, ``reqs``, ``n``, ``queued``, ...) at the
         slots (a copy: callers may write to it)."""
         self._refresh()
-        if self._runs:
-            hit = self._runs.get(id(slots))
-            if hit is not None and hit[0] is slots:
-                return self._cols[name][hit[1]].copy()
-        return self._cols[name][slots]
+        rows = self._rows(slots)
+        return self._cols[name][slots] if rows is slots else self._cols[name][rows].copy()
 
 
 def _iterations(dt: np.ndarray, iter0: np.ndarray, slope: np.ndarray, kmax: np.ndarray) -> np.ndarray:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
+
 import numpy as np
 
 from baton.core.request import Request

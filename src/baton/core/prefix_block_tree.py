@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from itertools import count
 
 from baton.core.prefix_index import _bits
-from baton.core.prefix_tree import shared_length, walk
+from baton.core.prefix_tree import hang_below, shared_length, walk
 
 Order = tuple[int, int, int]  # (record tick, phase: 0 held / 1 new, depth of the group's first key)
 
@@ -66,15 +66,12 @@ class BlockLruTree:
         recent (held ones first), then the oldest go until at most ``capacity_blocks`` stay."""
         self._tick += 1
         path = self._path(instance_id, keys)
-        grown = 0
         held = [(n, d) for n, d in path if instance_id in n.stamps]
         new = [(n, d) for n, d in path if instance_id not in n.stamps]
         for phase, nodes in ((0, held), (1, new)):
             for node, depth in nodes:
-                if phase:
-                    grown += len(node.run)
                 self._set(instance_id, node, (self._tick, phase, depth), 0)
-        size = self._sizes[instance_id] = self._sizes.get(instance_id, 0) + grown
+        size = self._sizes[instance_id] = self._sizes.get(instance_id, 0) + sum(len(n.run) for n, _ in new)
         if size > capacity_blocks:
             self._evict(instance_id, capacity_blocks)
 
@@ -120,11 +117,7 @@ class BlockLruTree:
         """Cut ``node`` (its first key at ``depth``) after ``t`` keys; each instance's group
         is cut with it (the lower part's at depth + t, so it stays right after the upper
         part in the LRU). Returns the lower part."""
-        lower = BlockNode(node.run[t:], node)
-        lower.children = node.children
-        for c in lower.children.values():
-            c.parent = lower
-        node.run, node.children = node.run[:t], {lower.run[0]: lower}
+        lower = hang_below(node, t, BlockNode(node.run[t:], node))
         for iid, ((tick, phase, _), offset) in list(node.stamps.items()):
             if offset >= t:  # the instance holds none of the upper part
                 del node.stamps[iid]

@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from baton.core.prefix_tree import shared_length
+from baton.core.prefix_tree import hang_below, shared_length
 
 GHOST = -1  # a node's ``ref`` when its keys are not cached (a path to cached runs below)
 
@@ -104,7 +104,7 @@ class PrefixCache:
         self.stats = CacheStats()
         self.listener: CacheListener | None = None
         self._root = _Node([], None, GHOST)
-        # request -> [blocks accounted (shared or its own duplicates), its shared (lo, hi) runs]
+        # request -> [blocks accounted (shared or its own duplicates), its shared [first, count] runs]
         self.held: dict[Any, list] = {}
         self._queue: deque = deque([_Anon(total_blocks)])
         self._free_keys = 0      # cached keys in the queue
@@ -317,12 +317,8 @@ class PrefixCache:
     def _split(self, node: _Node, t: int) -> _Node:
         """Cut ``node`` after ``t`` keys; the lower part keeps its state (and entry: it is
         the deeper part, so an entry whose bottom the node was now starts from it)."""
-        lower = _Node(node.run[t:], node, node.ref)
-        lower.children, lower.entry, lower.owner = node.children, node.entry, node.owner
-        for c in lower.children.values():
-            c.parent = lower
-        del node.run[t:]
-        node.children = {lower.run[0]: lower}
+        lower = hang_below(node, t, _Node(node.run[t:], node, node.ref))
+        lower.entry, lower.owner = node.entry, node.owner
         if node.entry is not None and node.entry.bottom is node:
             node.entry.bottom = lower
         return lower

@@ -52,7 +52,14 @@ def shared_length(run: list[int], keys: Sequence[int], pos: int) -> int:
 def split(node: RunNode, t: int) -> RunNode:
     """Cut ``node`` after ``t`` keys; returns the lower part, which keeps the node's stamps
     and children (a prompt covering the node covered both parts)."""
-    lower = RunNode(node.run[t:], dict(node.stamps), node.children, node)
+    return hang_below(node, t, RunNode(node.run[t:], dict(node.stamps), {}, node))
+
+
+def hang_below(node, t: int, lower):
+    """The tree moves of cutting ``node`` after ``t`` keys, for any of the trees' node kinds
+    (``run``, ``children``, ``parent``): ``lower`` (a fresh node holding ``node.run[t:]``)
+    takes over the node's children and becomes its only child. Returns ``lower``."""
+    lower.children, lower.parent = node.children, node
     for c in lower.children.values():
         c.parent = lower
     node.run, node.children = node.run[:t], {lower.run[0]: lower}
