@@ -13,6 +13,7 @@ from baton.policies import PolicyContext, build_scheduler
 from baton.policies.ares import Ares
 from baton.policies.combined import Combined
 from baton.policies.combined_flips import FlipController
+from baton.policies.kairos import Kairos
 from baton.policies.prefill_time import PrefillPredictor
 
 P, D = Role.PREFILL, Role.DECODE
@@ -95,6 +96,43 @@ def test_a_cached_prefix_keeps_the_prompt_on_its_prefill_instance():
     warm.prefix.history.record(0, keys[:437], 100_000)  # 437 blocks of 16 = 6,992 tokens cached on 0
     plan = warm.plan_arrival(view, _arrival(view, states, 2, 8000, keys), ArrivalPlan())
     assert plan.prefill_instance == 0 and plan.decode_instance is None
+
+
+def _queued(view, st, instance_id):
+    """Book a placed prompt as the runtime does: queued whole on its prefill instance."""
+    view.instance(instance_id).queue_prefill(st.req_id, st.request.prompt_tokens)
+    st.prefill_instance = instance_id
+
+
+def test_prompts_queued_on_their_cache_are_priced_by_their_uncached_tokens():
+    """Two 8,000-token prompts sharing 6,992 cached tokens on instance 0: the first queued
+    there must not push the second onto the cold instance 1 (8,000 booked tokens would
+    predict 85 ms of queue there; uncached, 15 ms)."""
+    keys = list(range(500))
+    view, states = view_of([(P, [], []), (P, [], []), (D, [], [])])
+    stage = Combined(ctx(), deflect=False)
+    stage.prefix.history.record(0, keys[:437], 100_000)
+    first = _arrival(view, states, 1, 8000, keys)
+    assert stage.plan_arrival(view, first, ArrivalPlan()).prefill_instance == 0
+    _queued(view, first, 0)
+    assert stage.predictor.delay(view, 0) == pytest.approx(stage.predictor.pt(8000 - 6992))
+    assert stage.plan_arrival(view, _arrival(view, states, 2, 8000, keys), ArrivalPlan()).prefill_instance == 0
+
+
+def test_a_queued_prompt_is_not_replanned_away_from_its_cache():
+    """A tick re-plans queued prompts onto decode instances by Kairos's rule: one whose
+    prefix is cached where it waits costs its uncached tokens there (15 ms, not 85), so it
+    stays; a plain Kairos stage, pricing every queued token, deflects it."""
+    keys = list(range(500))
+    view, states = view_of([(P, [], []), (D, [], [])])
+    stage = Combined(ctx(), flips=False, migrate=False)
+    stage.prefix.history.record(0, keys[:437], 100_000)
+    st = _arrival(view, states, 1, 8000, keys)
+    assert stage.plan_arrival(view, st, ArrivalPlan()).prefill_instance == 0
+    _queued(view, st, 0)
+    assert [d for d in stage.tick(view) if isinstance(d, Deflect)] == []
+    kairos = Kairos(ctx(), tbt_slo_s=0.8 * 0.05, chunk_attention=True)  # combined's deflection settings
+    assert [d.req_id for d in kairos.tick(view) if isinstance(d, Deflect)] == [1]
 
 
 def test_rule2_an_instance_flipped_recently_takes_no_deflection():

@@ -12,7 +12,14 @@ Components (each can be switched off for ablations):
   engines' caches, with predict-on-route entries), ``least-loaded`` (none: queue only).
   The peers' blends of a prefix share with request counts and scraped KV usage lost to
   queued prompt tokens where prompts share nothing (Azure conversation trace: attainment
-  0.95 against 0.98 at 60 req/s on 4P4D);
+  0.95 against 0.98 at 60 req/s on 4P4D). A queue is priced by the tokens its prompts
+  will compute (``HitAwarePredictor``: the cached prefix expected at placement comes off
+  until the prompt starts), in placement, deflection, re-plans and the flip controller's
+  prefill pressure. Bookings count whole prompts: priced by them, the instance holding a
+  popular prefix looked busiest exactly because it held it, the next prompts of that
+  prefix went to cold instances and re-plans deflected queued prompts away from their
+  cache (sessions workload on 4P4D, six seeds: max rate 23.8 req/s priced whole, 30.3
+  priced uncached, prefix-precise 25.6; ``benchmarks/combined.py --workloads sessions``);
 - ``deflect``: Kairos's deflection, judged against the prefix-chosen prefill path (its
   predicted TTFT counts only the prompt tokens not already cached there: a cache hit is a
   reason to stay) and re-planned every tick for prompts still queued. Its TBT budget is
@@ -70,7 +77,7 @@ from baton.policies.base import PolicyContext, Stage
 from baton.policies.combined_flips import FlipController
 from baton.policies.iteration_binding import bind_by_iteration
 from baton.policies.kairos import Kairos
-from baton.policies.prefill_time import PrefillPredictor
+from baton.policies.prefill_time import HitAwarePredictor
 from baton.policies.prefix_approx import PrefixApprox
 from baton.policies.prefix_precise import PrefixPrecise
 from baton.policies.selection import argmin_of
@@ -113,7 +120,9 @@ class Combined(Stage):
                              max_chunk_tokens=max_chunk_tokens, fixed_chunk=fixed_chunk,
                              chunk_attention=chunk_attention) if deflect else None
         mrt = max_running_tokens(context.perf, self.tpot_slo_s, 1024, context.perf.kv_capacity_tokens)
-        self.predictor = self.kairos.predictor if self.kairos else PrefillPredictor(context.perf)
+        self.predictor = HitAwarePredictor(context.perf)
+        if self.kairos is not None:
+            self.kairos.predictor = self.predictor  # re-plans price a queued prompt by its uncached tokens
         self.flipper = FlipController(self.predictor, context.perf, self.ttft_slo_s, self.tpot_slo_s, mrt,
                                       flip_window_s, flip_min_pressure, flip_share) if flips else None
         self.ares = Ares(context, trigger="overflow", interval_s=migrate_interval_s) if migrate else None
@@ -190,6 +199,8 @@ class Combined(Stage):
     def _placed(self, view: ClusterView, request: RequestState, instance_id: int, matched: int) -> None:
         self.counts["placements"] += 1
         self.counts["matched_blocks"] += matched
+        if matched:
+            self.predictor.expect(instance_id, request.req_id, matched * view.instance(instance_id).block_size_tokens)
         if self.prefix is not None:
             self.prefix.record_placement(view, request, instance_id)
 

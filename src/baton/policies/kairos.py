@@ -176,7 +176,7 @@ class Kairos(Stage):
             ahead = 0.0
             for rid, left in list(view.instance(p).prefill_queue.items()):
                 st = view.request(rid)
-                own = self.predictor.pt(left)
+                own = self.predictor.pt(self.predictor.queued_tokens(view, p, rid, left))
                 if st.phase is Phase.WAITING and left == st.request.prompt_tokens and st.chunk_limit_tokens is None:
                     best = self.best_decode(view, left, extra)
                     if best is not None and self.qualifies(best[0], ahead + own + self.transfer_s(left)):

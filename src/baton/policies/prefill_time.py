@@ -44,3 +44,73 @@ class PrefillPredictor:
         n, total, squares = view.prefill_moments(ids)
         a, b, c = self.coef
         return np.where(n > 0, np.maximum(0.0, a * squares + b * total + c * n), 0.0)
+
+    def queued_tokens(self, view: ClusterView, instance_id: int, req_id: int, left: int) -> int:
+        """The tokens a prompt queued on an instance still costs to prefill (``left``: its
+        booked remainder). All of them here; ``HitAwarePredictor`` takes off the cache hit
+        the router expects."""
+        return left
+
+
+class HitAwarePredictor(PrefillPredictor):
+    """A ``PrefillPredictor`` that prices a queued prompt by the tokens not cached where it
+    was placed: the router records the cached prefix it expected (``expect``), and until
+    the prompt starts (its booked remainder is still its whole prompt) the queue's moments
+    count only the rest. Bookings count whole prompts, so without this an instance holding
+    a popular prefix looks as busy as one that must compute every queued token, and a
+    cache-aware placement spreads prompts away from the cache they would hit."""
+
+    def __init__(self, perf: PerfModel) -> None:
+        super().__init__(perf)
+        self.hits: dict[int, dict[int, int]] = {}  # instance -> req_id -> expected cached tokens
+
+    def expect(self, instance_id: int, req_id: int, cached_tokens: int) -> None:
+        """A prompt placed on an instance where ``cached_tokens`` of it are expected cached."""
+        if cached_tokens > 0:
+            self.hits.setdefault(instance_id, {})[req_id] = cached_tokens
+
+    def queued_tokens(self, view: ClusterView, instance_id: int, req_id: int, left: int) -> int:
+        hit = self.hits.get(instance_id, {}).get(req_id, 0)
+        if hit and left == view.request(req_id).request.prompt_tokens:
+            return max(1, left - hit)
+        return left
+
+    def _discount(self, view: ClusterView, instance_id: int) -> tuple[int, int, int]:
+        """What the expected hits take off an instance's (count, sum, sum of squares);
+        entries of prompts no longer queued there, or started, are dropped."""
+        hits = self.hits.get(instance_id)
+        if not hits:
+            return 0, 0, 0
+        queue = view.instance(instance_id).prefill_queue
+        d_total = d_sq = 0
+        for rid, hit in list(hits.items()):
+            left = queue.get(rid)
+            if left is None or left != view.request(rid).request.prompt_tokens:
+                del hits[rid]
+                continue
+            cost = max(1, left - hit)
+            d_total += left - cost
+            d_sq += left * left - cost * cost
+        if not hits:
+            del self.hits[instance_id]
+        return 0, d_total, d_sq
+
+    def delay(self, view: ClusterView, instance_id: int) -> float:
+        n, total, squares = view.queued_prefill_moments(instance_id)
+        if not n:
+            return 0.0
+        _, d_total, d_sq = self._discount(view, instance_id)
+        a, b, c = self.coef
+        return max(0.0, a * (squares - d_sq) + b * (total - d_total) + c * n)
+
+    def delays(self, view: ClusterView, ids: list[int]) -> np.ndarray:
+        if not self.hits:
+            return super().delays(view, ids)
+        n, total, squares = view.prefill_moments(ids)
+        for k, i in enumerate(ids):
+            if i in self.hits:
+                _, d_total, d_sq = self._discount(view, i)
+                total[k] -= d_total
+                squares[k] -= d_sq
+        a, b, c = self.coef
+        return np.where(n > 0, np.maximum(0.0, a * squares + b * total + c * n), 0.0)
