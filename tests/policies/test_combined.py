@@ -12,7 +12,7 @@ from baton.perf.fitted import FittedModel
 from baton.policies import PolicyContext, build_scheduler
 from baton.policies.ares import Ares
 from baton.policies.combined import Combined
-from baton.policies.combined_flips import FlipController
+from baton.policies.combined_flips import CacheSavings, FlipController
 from baton.policies.kairos import Kairos
 from baton.policies.prefill_time import PrefillPredictor
 
@@ -116,6 +116,8 @@ def test_prompts_queued_on_their_cache_are_priced_by_their_uncached_tokens():
     assert stage.plan_arrival(view, first, ArrivalPlan()).prefill_instance == 0
     _queued(view, first, 0)
     assert stage.predictor.delay(view, 0) == pytest.approx(stage.predictor.pt(8000 - 6992))
+    pt = stage.predictor.pt
+    assert stage.savings.saved_s(0, view.now_s) == pytest.approx(pt(8000) - pt(8000 - 6992))  # the flip's price
     assert stage.plan_arrival(view, _arrival(view, states, 2, 8000, keys), ArrivalPlan()).prefill_instance == 0
 
 
@@ -213,6 +215,43 @@ def test_a_flip_to_decode_waits_out_the_queue_it_must_drain():
     assert f.decide(view, frozenset()) == []
     view.now_s = 1.0
     assert f.decide(view, frozenset()) == [ChangeRole(1, Role.DECODE)]  # the empty one: no drain
+
+
+def test_a_flip_to_decode_prices_the_prefix_cache_it_drops():
+    """Decode side hot, both prefill instances idle: the one whose cache saved 10 s of
+    prefill in the window is given up last, and alone it flips only once those savings
+    have left the window (1 s)."""
+    hot = [(P, [], []), (P, [], []), (D, [], [100_000] * 30), (D, [], [100_000] * 30)]
+    view = view_of(hot)[0]
+    savings = CacheSavings(1.0)
+    f = FlipController(PrefillPredictor(PERF), PERF, 2.0, 0.05, 50_000, 1.0, savings=savings)
+    savings.record(0, 0.0, 10.0)
+    view.now_s = 0.0
+    assert [i for i, _ in f.candidates(view, Role.DECODE, [0, 1], [2, 3], frozenset())] == [1, 0]
+    assert f.decide(view, frozenset({1})) == []
+    view.now_s = 1.0
+    assert f.decide(view, frozenset({1})) == []  # held 1 s, but the flip costs 1 s + 10 s
+    view.now_s = 1.5
+    assert savings.saved_s(0, 1.5) == 0.0
+    assert f.decide(view, frozenset({1})) == [ChangeRole(0, Role.DECODE)]
+
+
+CACHE_SAVINGS = [
+    # placements (instance, time s, saved s), query (instance, time s), seconds saved in the window (2 s)
+    ("nothing recorded", [], (0, 5.0), 0.0),
+    ("a sum within the window", [(0, 1.0, 0.5), (0, 2.0, 0.25)], (0, 3.0), 0.75),
+    ("older entries leave", [(0, 1.0, 0.5), (0, 2.0, 0.25)], (0, 3.5), 0.25),
+    ("per instance", [(0, 1.0, 0.5), (1, 1.0, 2.0)], (1, 2.0), 2.0),
+    ("no saving is no entry", [(0, 1.0, 0.0)], (0, 1.0), 0.0),
+]
+
+
+@pytest.mark.parametrize("name,placements,query,want", CACHE_SAVINGS, ids=[c[0] for c in CACHE_SAVINGS])
+def test_cache_savings_over_the_window(name, placements, query, want):
+    savings = CacheSavings(2.0)
+    for instance, t, saved in placements:
+        savings.record(instance, t, saved)
+    assert savings.saved_s(*query) == pytest.approx(want)
 
 
 def test_rule4_and_6_a_flip_in_a_tick_is_kept_out_of_that_ticks_migrations():

@@ -18,8 +18,9 @@ Components (each can be switched off for ablations):
   prefill pressure. Bookings count whole prompts: priced by them, the instance holding a
   popular prefix looked busiest exactly because it held it, the next prompts of that
   prefix went to cold instances and re-plans deflected queued prompts away from their
-  cache (sessions workload on 4P4D, six seeds: max rate 23.8 req/s priced whole, 30.3
-  priced uncached, prefix-precise 25.6; ``benchmarks/combined.py --workloads sessions``);
+  cache (sessions workload on 4P4D, seeds 0-5 of ``benchmarks/combined.py --scales 8
+  --workloads sessions``: max rate 23.8 req/s priced whole at commit f0c5784, 30.3 priced
+  uncached at 7a468a9, prefix-precise 25.6);
 - ``deflect``: Kairos's deflection, judged against the prefix-chosen prefill path (its
   predicted TTFT counts only the prompt tokens not already cached there: a cache hit is a
   reason to stay) and re-planned every tick for prompts still queued. Its TBT budget is
@@ -39,7 +40,8 @@ Components (each can be switched off for ablations):
   with 5 s, 7 and 1 flips, while the reasoning workload's sustained decode demand still
   flips 9 times and lifts attainment from 0.30 to 0.99 at 4 req/s); one decision flips
   as many instances as the pressure gap allows without overshooting, at most
-  ``flip_share`` (0.125) of the cluster;
+  ``flip_share`` (0.125) of the cluster; a prefill instance's flip costs the prefill
+  seconds its prefix cache saved over the window, besides draining its queue;
 - ``decode_binding``: ``iteration`` (by projected iteration time, ``iteration_binding``) or
   ``token-load``;
 - ``migrate``: ARES's rebalancer, moving work only off instances whose projected KV exceeds
@@ -74,7 +76,7 @@ from baton.core.view import ClusterView
 from baton.policies.ares import Ares
 from baton.policies.arrow import PAPER_TPOT_SLO_S, PAPER_TTFT_SLO_S, max_running_tokens
 from baton.policies.base import PolicyContext, Stage
-from baton.policies.combined_flips import FlipController
+from baton.policies.combined_flips import CacheSavings, FlipController
 from baton.policies.iteration_binding import bind_by_iteration
 from baton.policies.kairos import Kairos
 from baton.policies.prefill_time import HitAwarePredictor
@@ -123,8 +125,9 @@ class Combined(Stage):
         self.predictor = HitAwarePredictor(context.perf)
         if self.kairos is not None:
             self.kairos.predictor = self.predictor  # re-plans price a queued prompt by its uncached tokens
+        self.savings = CacheSavings(flip_window_s)
         self.flipper = FlipController(self.predictor, context.perf, self.ttft_slo_s, self.tpot_slo_s, mrt,
-                                      flip_window_s, flip_min_pressure, flip_share) if flips else None
+                                      flip_window_s, flip_min_pressure, flip_share, self.savings) if flips else None
         self.ares = Ares(context, trigger="overflow", interval_s=migrate_interval_s) if migrate else None
         self.decode_binding, self.chunk_tokens = decode_binding, max_chunk_tokens
         self.settle_s, self.flip_interval_s = settle_s, flip_interval_s
@@ -200,7 +203,10 @@ class Combined(Stage):
         self.counts["placements"] += 1
         self.counts["matched_blocks"] += matched
         if matched:
-            self.predictor.expect(instance_id, request.req_id, matched * view.instance(instance_id).block_size_tokens)
+            tokens, cached = request.request.prompt_tokens, matched * view.instance(instance_id).block_size_tokens
+            self.predictor.expect(instance_id, request.req_id, cached)
+            pt = self.predictor.pt
+            self.savings.record(instance_id, view.now_s, pt(tokens) - pt(max(1, tokens - cached)))
         if self.prefix is not None:
             self.prefix.record_placement(view, request, instance_id)
 

@@ -33,11 +33,22 @@ that flipped on "prefill hot, decode cool" alone (an earlier version) ratcheted 
 7P1D under the Mooncake trace's long prompts, whose prefill demand never cools, and
 sustained 1.60 req/s where flips off gave 2.81: the decode side's KV then bound, which
 those tests did not weigh.
+
+A prefill instance's flip cost also counts its prefix cache: the prefill seconds its
+cache hits saved over the last window (``CacheSavings``), which the prompts it would have
+served will cost elsewhere until another cache holds their prefixes. Candidates are taken
+cheapest first, and a costly one waits until the shift has held that much longer (or its
+savings have left the window). Without it the sessions workload's growing decode KV (half
+of MRT, nothing near its TPOT) flipped cache-holding prefill instances to decode, and the
+prompts of their prefixes then queued cold on the rest: over twelve seeds on 4P4D combined
+sustained 29.9 req/s, and 35.4 with flips off (``benchmarks/combined.py --scales 8
+--repeats 12 --workloads sessions``, commit 7a468a9).
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 
 import numpy as np
 
@@ -53,7 +64,7 @@ class FlipController:
 
     def __init__(self, predictor: PrefillPredictor, perf: PerfModel, ttft_slo_s: float, tpot_slo_s: float,
                  max_running_tokens: int, window_s: float = 5.0, min_pressure: float = 0.25,
-                 share: float = 0.125) -> None:
+                 share: float = 0.125, savings: CacheSavings | None = None) -> None:
         if min_pressure < 0 or window_s < 0:
             raise ValueError("need flip_min_pressure >= 0 and flip_window_s >= 0")
         if not 0 < share <= 1:
@@ -61,6 +72,7 @@ class FlipController:
         self.predictor, self.perf = predictor, perf
         self.ttft_slo_s, self.tpot_slo_s, self.mrt = ttft_slo_s, tpot_slo_s, max_running_tokens
         self.window_s, self.min_pressure, self.share = window_s, min_pressure, share
+        self.savings = savings
         self.since: dict[Role, float] = {}  # direction -> when its condition began to hold
 
     # --- signals -------------------------------------------------------------------------
@@ -117,12 +129,45 @@ class FlipController:
                    blocked: frozenset[int]) -> list[tuple[int, float]]:
         """(instance, its flip cost s), best first: towards prefill the decode instances
         with the fewest running tokens and no deflected prefills (no cost); towards decode
-        the prefill instances with the shortest queues (the cost: draining it)."""
+        the prefill instances that cost least to give up: draining their queue, plus the
+        prefill seconds their prefix cache saved over the last window (``CacheSavings``:
+        what the prompts it would have served will cost elsewhere until another cache
+        holds their prefixes)."""
         if want is Role.PREFILL:
             free = [i for i in decode if i not in blocked and not view.instance(i).prefill_queue]
             return [(i, 0.0) for i in sorted(free, key=lambda i: (view.running_tokens(i), i))]
-        return sorted(((i, self.predictor.delay(view, i)) for i in prefill if i not in blocked),
+        saved = self.savings.saved_s if self.savings is not None else (lambda i, now_s: 0.0)
+        return sorted(((i, self.predictor.delay(view, i) + saved(i, view.now_s)) for i in prefill if i not in blocked),
                       key=lambda pair: (pair[1], pair[0]))
+
+
+class CacheSavings:
+    """The prefill seconds each instance's prefix cache saved over the last ``window_s``:
+    per placement with a cached prefix, the predicted prefill time of the whole prompt
+    less that of its uncached tokens."""
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self.entries: dict[int, deque[tuple[float, float]]] = {}  # instance -> (time s, saved s)
+        self.totals: dict[int, float] = {}
+
+    def record(self, instance_id: int, now_s: float, saved_s: float) -> None:
+        """A placement at ``now_s`` whose cache hit saves ``saved_s`` of prefill."""
+        if saved_s > 0:
+            self.entries.setdefault(instance_id, deque()).append((now_s, saved_s))
+            self.totals[instance_id] = self.totals.get(instance_id, 0.0) + saved_s
+
+    def saved_s(self, instance_id: int, now_s: float) -> float:
+        """The seconds saved on the instance within the window ending at ``now_s``."""
+        entries = self.entries.get(instance_id)
+        if not entries:
+            return 0.0
+        while entries and entries[0][0] < now_s - self.window_s:
+            self.totals[instance_id] -= entries.popleft()[1]
+        if not entries:
+            del self.entries[instance_id], self.totals[instance_id]
+            return 0.0
+        return self.totals[instance_id]
 
 
 def _flips(towards: Role, hot: float, n_hot: int, cold: float, n_cold: int, budget: int) -> tuple[Role | None, int]:
