@@ -1,12 +1,15 @@
 """Whether the code in this checkout simulates exactly as a git revision does.
 
-    python scripts/same_simulations.py REV [--policies a,b,...] [--requests N]
+    python scripts/same_simulations.py REV [--policies a,b,...] [--requests N] [--workloads a,b,...]
 
 Runs the same simulations under ``REV`` (exported with ``git archive`` to a temporary
 directory) and under the working tree, each in its own process, and compares every figure
 of every run summary (wall time left out). The runs: the first ``--requests`` requests of
-the Mooncake conversation trace (``../shared/traces/``, skipped when absent) at 2 req/s and
-of the sessions workload at 14 req/s, on 8 mixed instances and on 2P6D, under each policy.
+each workload, on 8 mixed instances and on 2P6D, under each policy. Workloads (default
+``sessions,mooncake``): ``sessions`` (14 req/s), ``mooncake`` (the Mooncake conversation
+trace, 2 req/s), ``azure-code`` and ``azure-conv`` (the Azure 2023 traces, 5 and 30 req/s),
+``reasoning`` (the synthetic long-output workload, 3 req/s); a trace absent from
+``../shared/traces/`` is skipped.
 A speed-up that claims to change no simulation is checked with it; it exits 1 and names
 the runs that differ, 0 when all agree.
 """
@@ -22,7 +25,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACE = ROOT.parent / "shared" / "traces" / "mooncake_conversation.jsonl"
+TRACES = ROOT.parent / "shared" / "traces"
+WORKLOADS = ("sessions", "mooncake", "azure-code", "azure-conv", "reasoning")
 DEFAULT_POLICIES = "least-loaded,sibyl,prefix-precise,prefix-approx,kv-cost,cache-aware,combined"
 
 RUNS = r'''
@@ -36,13 +40,22 @@ from baton.workload import load_trace
 from baton.workload.sessions import SessionsSpec, generate_sessions
 from baton.workload.transform import scale_to_rate
 
-policies, n, trace = sys.argv[1].split(","), int(sys.argv[2]), Path(sys.argv[3])
-workloads = [("sessions", generate_sessions(SessionsSpec(), np.random.default_rng(0))[:n], 14.0)]
-if trace.is_file():
-    window = load_trace(trace)[:n]
-    t0 = window[0].arrival_s
-    workloads.append(("mooncake", [replace(r, req_id=i, arrival_s=r.arrival_s - t0)
-                                   for i, r in enumerate(window)], 2.0))
+from baton.workload import generate, reasoning_spec
+
+policies, n, traces, names = sys.argv[1].split(","), int(sys.argv[2]), Path(sys.argv[3]), sys.argv[4].split(",")
+TRACES = {"mooncake": ("mooncake_conversation.jsonl", 2.0), "azure-code": ("azure_code_2023.csv", 5.0),
+          "azure-conv": ("azure_conv_2023.csv", 30.0)}
+workloads = []
+for name in names:
+    if name == "sessions":
+        workloads.append((name, generate_sessions(SessionsSpec(), np.random.default_rng(0))[:n], 14.0))
+    elif name == "reasoning":
+        workloads.append((name, generate(reasoning_spec(n, 1.0), np.random.default_rng(0)), 3.0))
+    elif (traces / TRACES[name][0]).is_file():
+        window = load_trace(traces / TRACES[name][0])[:n]
+        t0 = window[0].arrival_s
+        workloads.append((name, [replace(r, req_id=i, arrival_s=r.arrival_s - t0)
+                                 for i, r in enumerate(window)], TRACES[name][1]))
 clusters = {"8 mixed": ClusterSpec(prefill=0, decode=0, mixed=8, preset="llama-3.1-8b@a100-80g"),
             "2P6D": ClusterSpec(prefill=2, decode=6, preset="llama-3.1-8b@a100-80g")}
 out = {}
@@ -57,9 +70,9 @@ print(json.dumps(out, default=repr))
 '''
 
 
-def summaries(src: Path, policies: str, requests: int) -> dict:
+def summaries(src: Path, policies: str, requests: int, workloads: str) -> dict:
     env = dict(os.environ, PYTHONPATH=str(src))
-    done = subprocess.run([sys.executable, "-c", RUNS, policies, str(requests), str(TRACE)],
+    done = subprocess.run([sys.executable, "-c", RUNS, policies, str(requests), str(TRACES), workloads],
                           capture_output=True, text=True, env=env)
     if done.returncode:
         sys.exit(f"the simulations under {src} failed:\n{done.stderr[-2000:]}")
@@ -78,14 +91,18 @@ def main() -> int:
     ap.add_argument("rev", help="the git revision to compare against (e.g. HEAD~1)")
     ap.add_argument("--policies", default=DEFAULT_POLICIES)
     ap.add_argument("--requests", type=int, default=600)
+    ap.add_argument("--workloads", default="sessions,mooncake", help=f"a comma-separated list of {', '.join(WORKLOADS)}")
     args = ap.parse_args()
+    unknown = sorted(set(args.workloads.split(",")) - set(WORKLOADS))
+    if unknown:
+        sys.exit(f"--workloads: unknown {', '.join(unknown)} (expected some of {', '.join(WORKLOADS)})")
     with tempfile.TemporaryDirectory() as tmp:
         archive = subprocess.run(["git", "archive", args.rev], cwd=ROOT, capture_output=True)
         if archive.returncode:
             sys.exit(f"git archive {args.rev}: {archive.stderr.decode().strip()}")
         subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
-        before = summaries(Path(tmp) / "src", args.policies, args.requests)
-    after = summaries(ROOT / "src", args.policies, args.requests)
+        before = summaries(Path(tmp) / "src", args.policies, args.requests, args.workloads)
+    after = summaries(ROOT / "src", args.policies, args.requests, args.workloads)
     differ = differing(before, after)
     for run in before:
         print(f"{'DIFFERS' if run in differ else 'same   '}  {run}")

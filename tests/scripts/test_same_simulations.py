@@ -39,3 +39,17 @@ def test_any_figure_that_moves_or_goes_missing_makes_a_run_differ():
     before = {"a": {"p99_ttft_s": 1.0, "hits": 3}, "b": {"p99_ttft_s": 2.0}, "c": {"x": 1}}
     after = {"a": {"hits": 3, "p99_ttft_s": 1.0}, "b": {"p99_ttft_s": 2.0000000001}}
     assert script.differing(before, after) == ["b", "c"]  # key order does not matter; a last digit does
+
+
+def test_an_unknown_workload_is_a_clear_error():
+    done = subprocess.run([sys.executable, str(SCRIPT), "HEAD", "--workloads", "sessions,nope"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "nope" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.skipif(not has_git_history(), reason="not a git checkout")
+def test_the_synthetic_reasoning_workload_runs_on_both_layouts():
+    done = subprocess.run([sys.executable, str(SCRIPT), "HEAD", "--requests", "30", "--policies", "least-loaded",
+                           "--workloads", "reasoning"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert "reasoning, 8 mixed, least-loaded" in done.stdout and "reasoning, 2P6D, least-loaded" in done.stdout, done.stderr
+    assert "of 2 runs identical to HEAD" in done.stdout
