@@ -382,3 +382,11 @@ def test_rule5_an_instance_a_replan_deflects_to_in_this_tick_is_not_flipped():
     stage.flipper.since.clear()  # without the rule the same decision takes re-plan targets
     unruled = {c.instance_id for c in stage.flipper.decide(view, frozenset())}
     assert unruled & targets
+
+
+def test_cache_savings_keep_only_one_window():
+    savings = CacheSavings(1.0)
+    for k in range(100):
+        savings.record(0, 0.1 * k, 1.0)
+    assert len(savings.entries[0]) == 11  # 8.9 s .. 9.9 s
+    assert savings.saved_s(0, 9.9) == pytest.approx(11.0)

@@ -154,6 +154,7 @@ class CacheSavings:
     def record(self, instance_id: int, now_s: float, saved_s: float) -> None:
         """A placement at ``now_s`` whose cache hit saves ``saved_s`` of prefill."""
         if saved_s > 0:
+            self.saved_s(instance_id, now_s)  # entries out of the window go first: memory stays one window's
             self.entries.setdefault(instance_id, deque()).append((now_s, saved_s))
             self.totals[instance_id] = self.totals.get(instance_id, 0.0) + saved_s
 
