@@ -75,12 +75,13 @@ class HitAwarePredictor(PrefillPredictor):
             return max(1, left - hit)
         return left
 
-    def _discount(self, view: ClusterView, instance_id: int) -> tuple[int, int, int]:
-        """What the expected hits take off an instance's (count, sum, sum of squares);
-        entries of prompts no longer queued there, or started, are dropped."""
+    def _discount(self, view: ClusterView, instance_id: int) -> tuple[int, int]:
+        """What the expected hits take off an instance's (sum, sum of squares) of queued
+        tokens (the count stays: each prompt still costs its constant); entries of prompts
+        no longer queued there, or started, are dropped."""
         hits = self.hits.get(instance_id)
         if not hits:
-            return 0, 0, 0
+            return 0, 0
         queue = view.instance(instance_id).prefill_queue
         d_total = d_sq = 0
         for rid, hit in list(hits.items()):
@@ -93,13 +94,13 @@ class HitAwarePredictor(PrefillPredictor):
             d_sq += left * left - cost * cost
         if not hits:
             del self.hits[instance_id]
-        return 0, d_total, d_sq
+        return d_total, d_sq
 
     def delay(self, view: ClusterView, instance_id: int) -> float:
         n, total, squares = view.queued_prefill_moments(instance_id)
         if not n:
             return 0.0
-        _, d_total, d_sq = self._discount(view, instance_id)
+        d_total, d_sq = self._discount(view, instance_id)
         a, b, c = self.coef
         return max(0.0, a * (squares - d_sq) + b * (total - d_total) + c * n)
 
@@ -109,7 +110,7 @@ class HitAwarePredictor(PrefillPredictor):
         n, total, squares = view.prefill_moments(ids)
         for k, i in enumerate(ids):
             if i in self.hits:
-                _, d_total, d_sq = self._discount(view, i)
+                d_total, d_sq = self._discount(view, i)
                 total[k] -= d_total
                 squares[k] -= d_sq
         a, b, c = self.coef
