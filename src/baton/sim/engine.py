@@ -93,8 +93,9 @@ class Engine(KvBlocks):
 
     @property
     def waiting(self) -> bool:
-        """Whether a request waits in the FCFS queue for admission (blocks or a slot)."""
-        return any(not it.admitted for it in self.prefills.values())
+        """Whether a request waits in the FCFS queue for admission (blocks or a slot):
+        ``admitted`` counts the queue's admitted items, so any beyond them wait."""
+        return len(self.prefills) > self.admitted
 
     # --- segment control ---------------------------------------------------------------
     def interrupt(self, now_s: float) -> float | None:

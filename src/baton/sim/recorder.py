@@ -86,7 +86,8 @@ class Recorder:
         for hist in (self.tbt, self.tbt_deflected) if result.with_deflected else (self.tbt,):
             hist.add_affine(iter0, slope, k, old)
             hist.add_affine(iter0 + slope, slope, k - 1, new)
-            hist.add(result.first_gaps)
+            if result.first_gaps:  # most segments have no row joined with an earlier token
+                hist.add(result.first_gaps)
 
     def gap(self, gap_s: float) -> None:
         """One token gap outside a decode segment (a recompute's token)."""
