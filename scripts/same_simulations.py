@@ -9,7 +9,7 @@ each workload, on 8 mixed instances and on 2P6D, under each policy. Workloads (d
 ``sessions,mooncake``): ``sessions`` (14 req/s), ``mooncake`` (the Mooncake conversation
 trace, 2 req/s), ``azure-code`` and ``azure-conv`` (the Azure 2023 traces, 5 and 30 req/s),
 ``reasoning`` (the synthetic long-output workload, 3 req/s); a trace absent from
-``../shared/traces/`` is skipped.
+``../shared/traces/`` is skipped and named, and a run that compares nothing exits 2.
 A speed-up that claims to change no simulation is checked with it; it exits 1 and names
 the runs that differ, 0 when all agree.
 """
@@ -91,7 +91,8 @@ def main() -> int:
     ap.add_argument("rev", help="the git revision to compare against (e.g. HEAD~1)")
     ap.add_argument("--policies", default=DEFAULT_POLICIES)
     ap.add_argument("--requests", type=int, default=600)
-    ap.add_argument("--workloads", default="sessions,mooncake", help=f"a comma-separated list of {', '.join(WORKLOADS)}")
+    ap.add_argument("--workloads", default="sessions,mooncake",
+                    help=f"a comma-separated list of {', '.join(WORKLOADS)}")
     args = ap.parse_args()
     unknown = sorted(set(args.workloads.split(",")) - set(WORKLOADS))
     if unknown:
@@ -106,7 +107,14 @@ def main() -> int:
     differ = differing(before, after)
     for run in before:
         print(f"{'DIFFERS' if run in differ else 'same   '}  {run}")
+    ran = {run.split(",")[0] for run in before}
+    for name in args.workloads.split(","):
+        if name not in ran:
+            print(f"skipped  {name}: its trace is not in {TRACES}", file=sys.stderr)
     print(f"{len(before) - len(differ)} of {len(before)} runs identical to {args.rev}")
+    if not before:
+        print("nothing was compared", file=sys.stderr)
+        return 2
     return 1 if differ else 0
 
 

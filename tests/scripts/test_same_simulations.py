@@ -53,3 +53,21 @@ def test_the_synthetic_reasoning_workload_runs_on_both_layouts():
                            "--workloads", "reasoning"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert "reasoning, 8 mixed, least-loaded" in done.stdout and "reasoning, 2P6D, least-loaded" in done.stdout, done.stderr
     assert "of 2 runs identical to HEAD" in done.stdout
+
+
+@pytest.mark.skipif(not has_git_history(), reason="not a git checkout")
+def test_a_run_that_compares_nothing_says_so_and_fails(tmp_path):
+    # the script as it would sit in a checkout without ../shared/traces: every trace workload is skipped
+    root = tmp_path / "repo"
+    (root / "scripts").mkdir(parents=True)
+    (root / "scripts" / "same_simulations.py").write_text(SCRIPT.read_text())
+    (root / "src").symlink_to(ROOT / "src")
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    subprocess.run(["git", "-C", str(root), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(root), "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "x"],
+                   check=True)
+    done = subprocess.run([sys.executable, str(root / "scripts" / "same_simulations.py"), "HEAD", "--requests", "10",
+                           "--policies", "least-loaded", "--workloads", "mooncake,azure-code"],
+                          cwd=root, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "skipped  mooncake" in done.stderr and "nothing was compared" in done.stderr

@@ -14,8 +14,9 @@ Components (each can be switched off for ablations):
   queued prompt tokens where prompts share nothing (Azure conversation trace: attainment
   0.95 against 0.98 at 60 req/s on 4P4D). A queue is priced by the tokens its prompts
   will compute (``HitAwarePredictor``: the cached prefix expected at placement comes off
-  until the prompt starts), in placement, deflection, re-plans and the flip controller's
-  prefill pressure. Bookings count whole prompts: priced by them, the instance holding a
+  until the prompt starts), in the placement of a prompt cached somewhere (one cached
+  nowhere goes to the fewest booked tokens), deflection, re-plans and the flip
+  controller's prefill pressure. Bookings count whole prompts: priced by them, the instance holding a
   popular prefix looked busiest exactly because it held it, the next prompts of that
   prefix went to cold instances and re-plans deflected queued prompts away from their
   cache (sessions workload on 4P4D, seeds 0-5 of ``benchmarks/combined.py --scales 8

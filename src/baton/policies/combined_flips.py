@@ -130,9 +130,9 @@ class FlipController:
         """(instance, its flip cost s), best first: towards prefill the decode instances
         with the fewest running tokens and no deflected prefills (no cost); towards decode
         the prefill instances that cost least to give up: draining their queue, plus the
-        prefill seconds their prefix cache saved over the last window (``CacheSavings``:
-        what the prompts it would have served will cost elsewhere until another cache
-        holds their prefixes)."""
+        prefill seconds their prefix cache was expected to save over the last window
+        (``CacheSavings``: what the prompts it would have served will cost elsewhere until
+        another cache holds their prefixes)."""
         if want is Role.PREFILL:
             free = [i for i in decode if i not in blocked and not view.instance(i).prefill_queue]
             return [(i, 0.0) for i in sorted(free, key=lambda i: (view.running_tokens(i), i))]
@@ -142,9 +142,11 @@ class FlipController:
 
 
 class CacheSavings:
-    """The prefill seconds each instance's prefix cache saved over the last ``window_s``:
-    per placement with a cached prefix, the predicted prefill time of the whole prompt
-    less that of its uncached tokens."""
+    """The prefill seconds each instance's prefix cache was expected to save, at
+    placement, over the last ``window_s``: per placement with a cached prefix, the
+    predicted prefill time of the whole prompt less that of its uncached tokens (a prompt
+    re-planned elsewhere afterwards, or a hit the engine did not find, still counts: the
+    router's view of the cache's worth, not the engine's)."""
 
     def __init__(self, window_s: float) -> None:
         self.window_s = window_s

@@ -54,11 +54,15 @@ class PrefillPredictor:
 
 class HitAwarePredictor(PrefillPredictor):
     """A ``PrefillPredictor`` that prices a queued prompt by the tokens not cached where it
-    was placed: the router records the cached prefix it expected (``expect``), and until
-    the prompt starts (its booked remainder is still its whole prompt) the queue's moments
-    count only the rest. Bookings count whole prompts, so without this an instance holding
-    a popular prefix looks as busy as one that must compute every queued token, and a
-    cache-aware placement spreads prompts away from the cache they would hit."""
+    was placed: the router records the cached prefix it expected (``expect``), and while
+    the prompt's booked remainder is still its whole prompt the queue's moments count only
+    the rest. In the simulator that is until its first chunk ends (an expected hit the
+    engine did not find is discounted until then too); live, bookings do not progress, so
+    until the prefill leg returns. An expectation lasts while the prompt is queued on that
+    instance, so a preempted prompt, booked whole again, is discounted again. Bookings
+    count whole prompts, so without this an instance holding a popular prefix looks as
+    busy as one that must compute every queued token, and a cache-aware placement spreads
+    prompts away from the cache they would hit."""
 
     def __init__(self, perf: PerfModel) -> None:
         super().__init__(perf)
@@ -78,7 +82,8 @@ class HitAwarePredictor(PrefillPredictor):
     def _discount(self, view: ClusterView, instance_id: int) -> tuple[int, int]:
         """What the expected hits take off an instance's (sum, sum of squares) of queued
         tokens (the count stays: each prompt still costs its constant); entries of prompts
-        no longer queued there, or started, are dropped."""
+        no longer queued there are dropped (a started one stays, undiscounted: it may be
+        preempted and booked whole again)."""
         hits = self.hits.get(instance_id)
         if not hits:
             return 0, 0
@@ -86,8 +91,10 @@ class HitAwarePredictor(PrefillPredictor):
         d_total = d_sq = 0
         for rid, hit in list(hits.items()):
             left = queue.get(rid)
-            if left is None or left != view.request(rid).request.prompt_tokens:
+            if left is None:
                 del hits[rid]
+                continue
+            if left != view.request(rid).request.prompt_tokens:
                 continue
             cost = max(1, left - hit)
             d_total += left - cost
