@@ -51,17 +51,20 @@ def test_queued_prompts_cost_their_uncached_tokens(name, lengths, hits, costs):
         assert aware.delays(view, ids).tolist() == plain.delays(view, ids).tolist()
 
 
-def test_a_started_or_moved_prompt_loses_its_expected_hit():
+def test_a_started_prompt_is_not_discounted_and_a_moved_one_loses_its_expected_hit():
     view, aware = queues([8000, 2000]), HitAwarePredictor(PERF)
     aware.expect(0, 0, 7000)
     aware.expect(0, 1, 1000)
     inst = view.instance(0)
     inst.progress_prefill(0, 7000)  # admitted from its cached prefix: the booking already shrank
     assert aware.delay(view, 0) == pytest.approx(aware.pt(1000) + aware.pt(1000))
-    inst.drop_prefill(1)  # re-planned elsewhere
+    inst.drop_prefill(1)  # re-planned elsewhere: its expectation goes
     assert aware.delay(view, 0) == pytest.approx(aware.pt(1000))
-    assert aware.hits == {}  # both entries dropped: neither is a queued, unstarted prompt now
+    assert aware.hits == {0: {0: 7000}}
     inst.queue_prefill(1, 2000)  # back again, with no new expectation: the whole prompt
+    assert aware.delay(view, 0) == pytest.approx(aware.pt(1000) + aware.pt(2000))
+    inst.drop_prefill(0)  # preempted: booked whole again, and its cached prefix may hit again
+    inst.queue_prefill(0, 8000)
     assert aware.delay(view, 0) == pytest.approx(aware.pt(1000) + aware.pt(2000))
 
 
