@@ -42,7 +42,7 @@ savings have left the window). Without it the sessions workload's growing decode
 of MRT, nothing near its TPOT) flipped cache-holding prefill instances to decode, and the
 prompts of their prefixes then queued cold on the rest: over twelve seeds on 4P4D combined
 sustained 29.9 req/s, and 35.4 with flips off (``benchmarks/combined.py --scales 8
---repeats 12 --workloads sessions``, commit 7a468a9).
+--repeats 12 --workloads sessions mooncake``, its sessions table, commit 7a468a9).
 """
 
 from __future__ import annotations
