@@ -50,24 +50,23 @@ class EngineProbe:
                 raise BatonError(f"{self.url}/metrics: HTTP {resp.status}")
             return await resp.text()
 
-    async def prefill_histogram(self) -> tuple[float, float] | None:
-        """(sum, count) of the engine's prefill-time histogram; None if not exported."""
-        total = count = None
+    async def counters(self) -> tuple[tuple[float, float] | None, float | None]:
+        """From one scrape: (sum, count) of the engine's prefill-time histogram, and its
+        prefix-cache hits counter (tokens); each None if not exported."""
+        total = count = hits = None
         for family in text_string_to_metric_families(await self.metrics_text()):
             for s in family.samples:
                 if s.name == PREFILL_HISTOGRAM + "_sum":
                     total = (total or 0.0) + s.value
                 elif s.name == PREFILL_HISTOGRAM + "_count":
                     count = (count or 0.0) + s.value
-        return None if total is None or count is None else (total, count)
+                elif s.name == "vllm:prefix_cache_hits_total" and hits is None:
+                    hits = s.value
+        return (None if total is None or count is None else (total, count)), hits
 
-    async def prefix_hits(self) -> float | None:
-        """The engine's prefix-cache hits counter (tokens); None if not exported."""
-        for family in text_string_to_metric_families(await self.metrics_text()):
-            for s in family.samples:
-                if s.name == "vllm:prefix_cache_hits_total":
-                    return s.value
-        return None
+    async def prefill_histogram(self) -> tuple[float, float] | None:
+        """(sum, count) of the engine's prefill-time histogram; None if not exported."""
+        return (await self.counters())[0]
 
     async def complete(self, prompt_tokens: int | list[int]) -> float:
         """One non-streamed request of one output token (a fresh random prompt of
@@ -126,34 +125,36 @@ def _int(value: str | None) -> int | None:
         return None
 
 
+async def _timed_prefill(probe: EngineProbe, prompt: int | list[int], scrape: bool) -> tuple[float, str, float | None]:
+    """One completion of ``prompt`` alone: (its prefill time s, ``engine`` where the
+    engine's histogram timed exactly it, else ``client``, the prefix-cache hit tokens it
+    added or None), scraping the engine before and after only when ``scrape``."""
+    hist0, hits0 = await probe.counters() if scrape else (None, None)
+    client_s = await probe.complete(prompt)
+    hist1, hits1 = await probe.counters() if scrape else (None, None)
+    hit = hits1 - hits0 if hits0 is not None and hits1 is not None else None
+    if hist0 and hist1 and hist1[1] - hist0[1] == 1:
+        return hist1[0] - hist0[0], "engine", hit
+    return client_s, "client", hit
+
+
 async def measure_prefill(probe: EngineProbe, prompt_tokens: int, engine_timing: bool) -> ProfileRow:
     """One prompt alone on an idle engine."""
-    before = await probe.prefill_histogram() if engine_timing else None
-    client_s = await probe.complete(prompt_tokens)
-    after = await probe.prefill_histogram() if engine_timing else None
-    if before and after and after[1] - before[1] == 1:
-        return ProfileRow.prefill(prompt_tokens, after[0] - before[0], "engine")
-    return ProfileRow.prefill(prompt_tokens, client_s, "client")
+    seconds, timing, _ = await _timed_prefill(probe, prompt_tokens, engine_timing)
+    return ProfileRow.prefill(prompt_tokens, seconds, timing)
 
 
-async def measure_cached_prefill(probe: EngineProbe, cached: int, new: int, engine_timing: bool) -> ProfileRow | None:
+async def measure_cached_prefill(probe: EngineProbe, cached: int, new: int) -> ProfileRow | None:
     """A prompt whose first ``cached`` tokens a request just before it sent: the engine
     computes only what its prefix cache does not hold, with attention over the rest. The
     hit is read from the engine's own counter; None when it caches nothing (prefix caching
     off, or no counter), as such a row would be a plain prefill."""
     ids = probe.prompt(cached + new)
     await probe.complete(ids[:cached])
-    hits_before = await probe.prefix_hits()
-    before = await probe.prefill_histogram() if engine_timing else None
-    client_s = await probe.complete(ids)
-    after = await probe.prefill_histogram() if engine_timing else None
-    hits_after = await probe.prefix_hits()
-    if hits_before is None or hits_after is None or not 0 < hits_after - hits_before < len(ids):
+    seconds, timing, hit = await _timed_prefill(probe, ids, True)
+    if hit is None or not 0 < hit < len(ids):
         return None
-    hit = int(hits_after - hits_before)
-    if before and after and after[1] - before[1] == 1:
-        return ProfileRow.prefill(len(ids) - hit, after[0] - before[0], "engine", cached_tokens=hit)
-    return ProfileRow.prefill(len(ids) - hit, client_s, "client", cached_tokens=hit)
+    return ProfileRow.prefill(len(ids) - int(hit), seconds, timing, cached_tokens=int(hit))
 
 
 class _Stream:
@@ -295,7 +296,7 @@ async def _profile(url: str, model: str | None, grid: ProfileGrid, seed: int,
             done += 1
             say(f"[{done}/{steps}] prefill {prompt} tokens: {_ms(rows[-1])}")
         for hit, new in cached:
-            measured = [await measure_cached_prefill(probe, hit, new, facts.engine_timing) for _ in range(grid.repeats)]
+            measured = [await measure_cached_prefill(probe, hit, new) for _ in range(grid.repeats)]
             rows += [r for r in measured if r is not None]
             done += 1
             say(f"[{done}/{steps}] prefill {new} tokens after {hit} cached: "
