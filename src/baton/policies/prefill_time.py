@@ -35,15 +35,23 @@ class PrefillPredictor:
     def delay(self, view: ClusterView, instance_id: int) -> float:
         """Predicted time until a new prefill on the instance starts (s): the quadratic
         summed over the prompt tokens still queued there."""
-        n, total, squares = view.queued_prefill_moments(instance_id)
+        n, total, squares = self.moments(view, instance_id)
         a, b, c = self.coef
         return max(0.0, a * squares + b * total + c * n) if n else 0.0
 
     def delays(self, view: ClusterView, ids: list[int]) -> np.ndarray:
         """``delay`` of every instance of ``ids`` in one columnar read (s)."""
-        n, total, squares = view.prefill_moments(ids)
+        n, total, squares = self.moments_of(view, ids)
         a, b, c = self.coef
         return np.where(n > 0, np.maximum(0.0, a * squares + b * total + c * n), 0.0)
+
+    def moments(self, view: ClusterView, instance_id: int) -> tuple[int, int, int]:
+        """(count, sum, sum of squares) of the tokens the instance's queued prompts cost."""
+        return view.queued_prefill_moments(instance_id)
+
+    def moments_of(self, view: ClusterView, ids: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``moments`` of every instance of ``ids`` (arrays the caller may keep)."""
+        return view.prefill_moments(ids)
 
     def queued_tokens(self, view: ClusterView, instance_id: int, req_id: int, left: int) -> int:
         """The tokens a prompt queued on an instance still costs to prefill (``left``: its
@@ -103,22 +111,19 @@ class HitAwarePredictor(PrefillPredictor):
             del self.hits[instance_id]
         return d_total, d_sq
 
-    def delay(self, view: ClusterView, instance_id: int) -> float:
+    def moments(self, view: ClusterView, instance_id: int) -> tuple[int, int, int]:
         n, total, squares = view.queued_prefill_moments(instance_id)
         if not n:
-            return 0.0
+            return n, total, squares
         d_total, d_sq = self._discount(view, instance_id)
-        a, b, c = self.coef
-        return max(0.0, a * (squares - d_sq) + b * (total - d_total) + c * n)
+        return n, total - d_total, squares - d_sq
 
-    def delays(self, view: ClusterView, ids: list[int]) -> np.ndarray:
-        if not self.hits:
-            return super().delays(view, ids)
+    def moments_of(self, view: ClusterView, ids: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         n, total, squares = view.prefill_moments(ids)
-        for k, i in enumerate(ids):
-            if i in self.hits:
-                d_total, d_sq = self._discount(view, i)
-                total[k] -= d_total
-                squares[k] -= d_sq
-        a, b, c = self.coef
-        return np.where(n > 0, np.maximum(0.0, a * squares + b * total + c * n), 0.0)
+        if self.hits:
+            for k, i in enumerate(ids):
+                if i in self.hits:
+                    d_total, d_sq = self._discount(view, i)
+                    total[k] -= d_total
+                    squares[k] -= d_sq
+        return n, total, squares
