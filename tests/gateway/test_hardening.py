@@ -96,35 +96,83 @@ def test_an_engines_absurd_prompt_count_is_bounded(tmp_path):
     assert by_text[1]["usage"]["prompt_tokens"] <= 131072
 
 
+HEAD_ONLY = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+             b"Content-Length: 100\r\n\r\n{")
+
+
+def _tricklers(port: int, n: int) -> list[socket.socket]:
+    """``n`` connections from another loopback address that send a head and one byte of
+    a 100-byte body, then nothing."""
+    out = []
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", port), timeout=5, source_address=("127.0.0.2", 0))
+        s.sendall(HEAD_ONLY)
+        out.append(s)
+    return out
+
+
+def _answers(socks: list[socket.socket], wait_s: float) -> list[bytes]:
+    """The status line each trickling connection got (b"" if none within ``wait_s``)."""
+    got = []
+    for s in socks:
+        s.settimeout(wait_s)
+        try:
+            got.append(s.recv(64).split(b"\r\n", 1)[0])
+        except OSError:
+            got.append(b"")
+        s.close()
+    return got
+
+
 def test_slow_bodies_cannot_lock_other_clients_out(tmp_path):
     """N5: connections still sending their body counted towards ``max_inflight``; a few
     trickling connections made every legitimate request a 429. Now only requests whose
-    body arrived count; bodies being received are capped apart, per client address too."""
+    body arrived count; bodies still arriving after ``slow_body_after_s`` are slow and
+    capped apart, per client address too (429 for that address's next slow body)."""
     a = start_fake(tmp_path)
     gw = start_gateway(tmp_path, {**FAST, "body_timeout_s": 5.0, "engines": [{"name": "a", "url": a.url,
                                   "role": "mixed"}], "policy": "colocated", "max_inflight": 8,
-                                  "max_body_reads_per_client": 4})
-    head = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Content-Length: 100\r\n\r\n{")
+                                  "max_body_reads_per_client": 4, "slow_body_after_s": 0.2,
+                                  "min_body_bytes_per_s": 0.01})  # they stay slow, not dropped
     with servers(a, gw):
-        tricklers = []
-        for _ in range(12):  # from another address on the loopback
-            s = socket.create_connection(("127.0.0.1", gw.port), timeout=5, source_address=("127.0.0.2", 0))
-            s.sendall(head)
-            tricklers.append(s)
-        time.sleep(0.3)
+        first = _tricklers(gw.port, 6)
+        time.sleep(0.5)  # all six are slow now: that address is past its cap of 4
+        later = _tricklers(gw.port, 4)
         answers = [post(gw.url + "/v1/completions", {"prompt": IDS, "max_tokens": 2}) for _ in range(10)]
-        refused = 0
-        for s in tricklers:
-            s.settimeout(0.5)
-            try:
-                refused += s.recv(64).startswith(b"HTTP/1.1 429")
-            except OSError:
-                pass
-            s.close()
+        refused = _answers(later, 1.0)
+        kept = _answers(first, 0.2)
         rejected = metric(gw.url, 'baton_rejected_total{reason="body_reads"}')
     assert [status for status, _ in answers] == [200] * 10
-    assert refused == 8 and rejected == 8  # 4 bodies from that address are read, the rest refused
+    assert refused == [b"HTTP/1.1 429 Too Many Requests"] * 4 and rejected == 4
+    assert kept == [b""] * 6  # still being waited for (5 s body timeout)
+
+
+def test_a_body_arriving_too_slowly_is_dropped_early(tmp_path):
+    """A trickling body holds its connection only until its rate is judged (after
+    ``slow_body_after_s``), not for the whole ``body_timeout_s``: 408, and the slot is free."""
+    a = start_fake(tmp_path)
+    gw = start_gateway(tmp_path, {**FAST, "body_timeout_s": 30.0, "engines": [{"name": "a", "url": a.url,
+                                  "role": "mixed"}], "policy": "colocated", "slow_body_after_s": 0.3})
+    with servers(a, gw):
+        t0 = time.monotonic()
+        got = _answers(_tricklers(gw.port, 8), 5.0)
+        took_s = time.monotonic() - t0
+        dropped = metric(gw.url, 'baton_rejected_total{reason="slow_body"}')
+        after = post(gw.url + "/v1/completions", {"prompt": IDS, "max_tokens": 2})
+    assert got == [b"HTTP/1.1 408 Request Timeout"] * 8 and dropped == 8
+    assert took_s < 3.0 and after[0] == 200
+
+
+def test_a_burst_from_one_address_is_not_refused(tmp_path):
+    """Behind a load balancer every client has one address: bodies that arrived with their
+    head count towards no cap (the per-client cap refused 90 of 192 in a 64-burst before)."""
+    a = start_fake(tmp_path)
+    gw = start_gateway(tmp_path, {**FAST, "engines": [{"name": "a", "url": a.url, "role": "mixed"}],
+                                  "policy": "colocated", "max_body_reads_per_client": 2, "max_body_reads": 2})
+    with servers(a, gw), ThreadPoolExecutor(64) as pool:
+        answers = list(pool.map(lambda _: post(gw.url + "/v1/completions", {"prompt": IDS, "max_tokens": 2}),
+                                range(192)))
+    assert [status for status, _ in answers] == [200] * 192
 
 
 def test_a_burst_queued_on_one_prefill_engine_is_not_taken_for_a_hang(tmp_path):

@@ -14,6 +14,7 @@ from baton.protocol.errors import ApiError
 from baton.protocol.requests import ParsedRequest
 
 if TYPE_CHECKING:
+    from baton.gateway.scan import Run
     from baton.gateway.upstream import Piece
 
 
@@ -89,6 +90,12 @@ class ClientOut:
             self._usage = b"data: " + raw + b"\n\n" if self.parsed.include_usage else None
         else:
             self._pending.append(b"data: " + raw + b"\n\n")
+
+    def add_run(self, run: Run, count: int) -> None:
+        """Queue a run of a verbatim leg's ordinary events (``count`` tokens), as they came
+        (id lists already nulled when the client did not ask for them)."""
+        self.tokens += count
+        self._pending.append(run.client)
 
     def leg_changed(self) -> None:
         """The response continues on another leg: a verbatim usage chunk no longer counts

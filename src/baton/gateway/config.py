@@ -97,9 +97,14 @@ class GatewayConfig:
     # httpx 5 s) never races the gateway's close (at 10 s, 4 of 1,209 soak requests did)
     header_timeout_s: float = 75.0
     body_timeout_s: float = 10.0        # and its body in this time (408 otherwise)
-    # bodies still arriving do not count towards max_inflight; they are capped apart (429)
+    # bodies still arriving do not count towards max_inflight. One still arriving after
+    # slow_body_after_s is slow: slow ones are capped apart (429 beyond the caps), and a slow
+    # one arriving at under min_body_bytes_per_s on average is dropped (408); a body that
+    # came with its head counts nowhere (gateway.bodies)
     max_body_reads: int = 256
     max_body_reads_per_client: int = 32  # per client address
+    slow_body_after_s: float = 1.0
+    min_body_bytes_per_s: float = 4096.0
     max_prompt_tokens: int = 131072     # longer token-id (or estimated text) prompts are a 400
     default_max_tokens: int = 16
     decisions_log_size: int = 10_000
@@ -231,6 +236,7 @@ _SCALARS = {"host": str, "port": int, "model": str, "preset": str, "pd_protocol"
             "default_max_tokens": int, "decisions_log_size": int, "block_size": int, "seed": int,
             "log_level": str, "access_log": bool, "verbatim_relay": bool, "ttft_slo_s": (int, float), "tpot_slo_s": (int, float),
             "prefill_inflight_limit": int, "max_body_reads": int, "max_body_reads_per_client": int,
+            "slow_body_after_s": (int, float), "min_body_bytes_per_s": (int, float),
             "hidden_states_rate_per_s": (int, float), "hidden_states_max_dim": int,
             "kv_events_rate_per_s": (int, float), "kv_events_max_bytes": int, "tokenizer": str}
 
@@ -267,8 +273,9 @@ def parse_config(raw: Any, source: str = "config") -> GatewayConfig:
                 "default_max_tokens", "decisions_log_size", "first_token_timeout_factor",
                 "first_token_timeout_base_s", "token_timeout_factor", "token_timeout_min_s",
                 "header_timeout_s", "body_timeout_s", "max_prompt_tokens", "prefill_inflight_limit",
-                "max_body_reads", "max_body_reads_per_client", "hidden_states_rate_per_s",
-                "hidden_states_max_dim", "kv_events_rate_per_s", "kv_events_max_bytes"):
+                "max_body_reads", "max_body_reads_per_client", "slow_body_after_s",
+                "min_body_bytes_per_s", "hidden_states_rate_per_s", "hidden_states_max_dim",
+                "kv_events_rate_per_s", "kv_events_max_bytes"):
         _require(getattr(cfg, key) > 0, key, "must be positive")
     cfg.hidden_states_client_key = _client_key(raw.get("hidden_states_client_key_env"))
     for key in ("ttft_slo_s", "tpot_slo_s"):

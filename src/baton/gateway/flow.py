@@ -21,6 +21,7 @@ from baton.gateway.control import Control
 from baton.gateway.engines import Engines
 from baton.gateway.faults import LegFaults
 from baton.gateway.metrics import TokenTimes
+from baton.gateway.scan import IdLog, Run
 from baton.gateway.upstream import (Piece, StreamLeg, UpstreamError, endpoint, plausible_prompt_tokens,
                                     post_json, read_within, within)
 from baton.protocol.errors import ApiError
@@ -41,7 +42,7 @@ class Flow:
         self.client_xid = xid  # echoed to the client and shown in admin; never sent to engines
         self.prompt_ids = prompt_ids
         self.faults = LegFaults(control, engines.rediscover)
-        self.generated_ids: list[int] = []
+        self.output_ids = IdLog()  # every relayed token's id, while ids_complete
         self.ids_complete = True
         self.leg: StreamLeg | None = None
         self.migrate_to: int | None = None
@@ -212,7 +213,7 @@ class Flow:
         speak the client's format (decided at its first chunk)."""
         leg = StreamLeg(iid, kind, self.cluster.url(iid) + endpoint(kind), self._body(iid, body), self.engines.headers(iid))
         if self.control.config.verbatim_relay and self.parsed.stream and kind == self.parsed.kind and not self.out.started:
-            leg.verbatim = None
+            leg.verbatim, leg.client_model, leg.null_ids = None, self.out.model, not self.out.with_ids
         return leg
 
     async def _open_decode(self, iid: int, body: dict[str, Any], kind: str) -> None:
@@ -274,6 +275,8 @@ class Flow:
 
     def _on_piece(self, piece: Piece) -> int:
         """Relay one chunk to the client; returns its tokens (accounted per read)."""
+        if piece.run is not None:
+            return self._on_run(piece.run)
         if piece.prompt_token_ids and self.prompt_ids is None:
             self.prompt_ids = list(piece.prompt_token_ids)
             self.out.prompt_token_ids = self.prompt_ids
@@ -289,19 +292,26 @@ class Flow:
             if self.state.phase is not Phase.DECODE:
                 self._joined()
             if piece.token_ids is not None:
-                self.generated_ids.extend(piece.token_ids)
+                self.output_ids.add(piece.token_ids)
             else:
                 self.ids_complete = False
-        leg = self.leg
-        if leg.verbatim is None:  # the first chunk of a leg that may speak the client's format
-            p = piece.payload
-            leg.verbatim = p.get("model") == self.out.model and isinstance(p.get("id"), str)
-            if leg.verbatim:
-                self.out.adopt(p)
-        if leg.verbatim:
+        if piece.opens:  # the first chunk of a leg that speaks the client's format
+            self.out.adopt(piece.payload)
+        if self.leg.verbatim:
             self.out.add_verbatim(piece, n)
         elif n:
             self.out.add(piece.text, piece.token_ids, n)
+        return n
+
+    def _on_run(self, run: Run) -> int:
+        """Relay a run of ordinary events of a verbatim leg (``gateway.scan``): no finish,
+        no usage, every token's id known."""
+        n = run.tokens
+        if n:
+            if self.state.phase is not Phase.DECODE:
+                self._joined()
+            self.output_ids.add_raw(run.ids)
+        self.out.add_run(run, n)
         return n
 
     def _joined(self) -> None:
@@ -314,7 +324,7 @@ class Flow:
 
     # --- migration and recovery ---------------------------------------------------------------
     def _continuation(self, target: int) -> StreamLeg:
-        body = handoff.continuation_body(self.parsed, self.prompt_ids or [], self.generated_ids,
+        body = handoff.continuation_body(self.parsed, self.prompt_ids or [], self.output_ids.all(),
                                          default_max_tokens=self.control.config.default_max_tokens,
                                          context_tokens=self.engines.names.context_tokens.get(target))
         if not self.out.prompt_tokens and self.prompt_ids:

@@ -18,6 +18,7 @@ from aiohttp import web
 
 from baton import __version__
 from baton.gateway import admin
+from baton.gateway.bodies import BodyLimits, BodyReads
 from baton.gateway.client import ClientOut
 from baton.gateway.config import GatewayConfig
 from baton.gateway.control import Control
@@ -121,8 +122,10 @@ class Gateway:
         scheduler.check_cluster(roles.count("prefill"), roles.count("decode"), roles.count("mixed"))
         self.control = Control(config, self.cluster, scheduler, GatewayMetrics(), self.engines.tags)
         self.scraper = Scraper(self.control, self.engines)
-        self.reading = 0  # connections whose request body is still being read
-        self.reading_by: dict[str, int] = {}  # the same, per client address
+        c = config
+        self.bodies = BodyReads(BodyLimits(c.max_body_bytes, c.body_timeout_s, c.max_body_reads,
+                                           c.max_body_reads_per_client, c.slow_body_after_s, c.min_body_bytes_per_s),
+                                lambda reason: self.metrics.rejected.labels(reason).inc())
         self.hidden: HiddenStateFeed | None = None
         self.kv_index, self.kv_feed, self.tokenizer = self._kv_index(), None, self._tokenizer()
         self._tasks: list[asyncio.Task] = []
@@ -281,18 +284,11 @@ class Gateway:
 
     async def _read(self, request: web.Request, kind: str):
         """Read, parse and validate a body. Only requests whose body has arrived count
-        towards ``max_inflight``: bodies still arriving are capped apart, in all and per
-        client address (slow senders cannot lock others out), and have
-        ``body_timeout_s`` to finish."""
+        towards ``max_inflight``; bodies still arriving are judged by their rate
+        (``gateway.bodies``)."""
         if len(self.control.flows) >= self.config.max_inflight:
             raise self._overload()
-        client = request.remote or ""
-        if self.reading >= self.config.max_body_reads or \
-                self.reading_by.get(client, 0) >= self.config.max_body_reads_per_client:
-            self.metrics.rejected.labels("body_reads").inc()
-            raise ApiError(429, "too many request bodies being received; retry later",
-                           err_type="rate_limit_exceeded", code="429")
-        raw = await self._receive(request, client)
+        raw = await self.bodies.read(request, request.remote or "")
         if len(raw) <= INLINE_PARSE_BYTES:
             parsed, dropped = decode_body(kind, raw)
         else:
@@ -304,32 +300,6 @@ class Gateway:
             raise ApiError(404, f"The model `{model}` does not exist.", err_type="NotFoundError",
                            param="model", code="model_not_found")
         return parsed
-
-    async def _receive(self, request: web.Request, client: str) -> bytes:
-        """The body's bytes, counted as a body being read; 413 beyond ``max_body_bytes``
-        (at once, unread, when the declared length says so: aiohttp then drains it within
-        its lingering time so the client can read the answer), 408 past ``body_timeout_s``."""
-        limit = self.config.max_body_bytes
-        if request.content_length is not None and request.content_length > limit:
-            raise self._too_large()
-        self.reading += 1
-        self.reading_by[client] = self.reading_by.get(client, 0) + 1
-        try:
-            return await asyncio.wait_for(request.read(), self.config.body_timeout_s)
-        except web.HTTPRequestEntityTooLarge:
-            raise self._too_large() from None
-        except asyncio.TimeoutError:
-            raise ApiError(408, f"request body not received within {self.config.body_timeout_s} s",
-                           code="request_timeout") from None
-        finally:
-            self.reading -= 1
-            self.reading_by[client] -= 1
-            if not self.reading_by[client]:
-                del self.reading_by[client]
-
-    def _too_large(self) -> ApiError:
-        return ApiError(413, f"request body exceeds {self.config.max_body_bytes} bytes (max_body_bytes)",
-                        code="request_too_large")
 
     async def _serve(self, request: web.Request, kind: str) -> web.StreamResponse:
         xid = request.headers.get("X-Request-Id") or self.engines.ids.next()

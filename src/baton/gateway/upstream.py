@@ -13,6 +13,7 @@ import aiohttp
 import orjson
 
 from baton.gateway.config import public_url
+from baton.gateway.scan import EVENT_END, Run, split
 from baton.protocol.chunks import chunk_text
 from baton.protocol.errors import ApiError
 from baton.protocol.requests import CHAT
@@ -67,6 +68,8 @@ class Piece:
     tokens: int = 0
     raw: bytes = b""
     payload: dict[str, Any] | None = None
+    run: Run | None = None  # a run of ordinary events read by the fast path (gateway.scan)
+    opens: bool = False  # the first chunk of a verbatim leg: the response takes its id
 
 
 def _malformed(what: str) -> UpstreamError:
@@ -172,7 +175,11 @@ class StreamLeg:
         self.received = False  # a token arrived on this leg
         # chunks go to the client as the engine wrote them: False for legs in another
         # format (continuations), None until the first chunk shows the model name
+        # (``client_model``: the leg is verbatim when it names that model)
         self.verbatim: bool | None = False
+        self.client_model: str | None = None
+        self.null_ids = True  # a verbatim leg's id lists go to the client as null (it did not ask)
+        self.fast = False  # read runs of ordinary events by byte searches (set once verbatim)
 
     async def open(self, session: aiohttp.ClientSession, timeout: aiohttp.ClientTimeout) -> None:
         try:
@@ -229,14 +236,36 @@ class StreamLeg:
         if self._partial:
             data = b"".join((*self._partial, data))
             self._partial, self._partial_bytes = [], 0
-        *lines, rest = data.split(b"\n")
-        for line in lines:
+        cut = data.rfind(b"\n") + 1
+        self._lines(data[:cut], pieces)
+        if cut < len(data):
+            self._keep(data[cut:])
+
+    def _lines(self, whole: bytes, pieces: list[Piece]) -> None:
+        """Complete lines: on a fast leg, its whole events by byte searches (``gateway.scan``)
+        as far as they are ordinary, the rest one line at a time."""
+        if self.fast and not self.done:
+            if whole.startswith(b"\n"):  # the blank line ending the event before
+                whole = whole.lstrip(b"\n")
+            k = whole.rfind(EVENT_END) + len(EVENT_END)
+            run, tail = split(whole[:k], self.null_ids) if k >= len(EVENT_END) else (None, b"")
+            if run is not None:
+                pieces.append(Piece(tokens=run.tokens, run=run))
+                self.received = self.received or run.tokens > 0
+                whole = tail + whole[k:]
+        pos = 0
+        while pos < len(whole):
+            end = whole.find(b"\n", pos)
+            end = len(whole) if end < 0 else end
+            line, pos = whole[pos:end], end + 1
             if len(line) > MAX_ANSWER_BYTES:
                 raise _malformed(f"a stream line longer than {MAX_ANSWER_BYTES} bytes")
-            if line:  # every other line of an SSE stream is the blank separator
-                self._parse(line, pieces)
-        if rest:
-            self._keep(rest)
+            if not line:  # every other line of an SSE stream is the blank separator
+                continue
+            was_fast = self.fast
+            self._parse(line, pieces)
+            if self.fast and not was_fast:  # the first chunk made it a fast leg: the rest goes fast
+                return self._lines(whole[pos:], pieces)
 
     def _keep(self, part: bytes) -> None:
         self._partial_bytes += len(part)
@@ -256,6 +285,9 @@ class StreamLeg:
             err = payload["error"] if isinstance(payload["error"], dict) else {"message": str(payload["error"])}
             raise UpstreamError(f"engine error event: {err.get('message')}", status=500, body={"error": err})
         piece = piece_of(self.kind, payload, data)
+        if self.verbatim is None:  # the first chunk of a leg that may speak the client's format
+            self.verbatim = payload.get("model") == self.client_model and isinstance(payload.get("id"), str)
+            piece.opens = self.fast = self.verbatim
         if piece.finish_reason is not None:
             self.finished = True
         if piece.tokens:

@@ -1,0 +1,111 @@
+"""Reading request bodies, judged by their rate rather than by how many are in flight.
+
+A body that arrived with its head (almost every API request) is taken at once and counts
+nowhere: a burst from one address (a load balancer, a benchmark, a proxy every client
+shares) is never refused for it. A body still arriving after ``slow_body_after_s`` is
+*slow*: it counts towards ``max_body_reads`` (all addresses) and
+``max_body_reads_per_client`` (its address), and while an address or the gateway is at
+its cap, new bodies from there are refused (429). A slow body must keep arriving at
+``min_body_bytes_per_s`` on average or it is dropped (408), and it has ``body_timeout_s``
+in all: a trickling connection holds a slot for about ``slow_body_after_s`` plus a check,
+not for the whole body timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from baton.protocol.errors import ApiError
+
+CHECK_EVERY_S = 0.25  # how often a slow body's rate is judged
+
+
+@dataclass(frozen=True, slots=True)
+class BodyLimits:
+    """The caps on bodies being received (sizes in bytes, times in seconds)."""
+
+    max_body_bytes: int
+    body_timeout_s: float
+    max_slow: int                 # slow bodies in all
+    max_slow_per_client: int      # slow bodies per client address
+    slow_after_s: float = 1.0     # a body still arriving after this is slow
+    min_bytes_per_s: float = 4096.0  # a slow body's average rate below this: dropped (408)
+
+
+class BodyReads:
+    """The bodies being received and the slow ones among them, per client address."""
+
+    def __init__(self, limits: BodyLimits, on_refused: Callable[[str], None],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.limits, self.on_refused, self.clock = limits, on_refused, clock
+        self.slow = 0
+        self.slow_by: dict[str, int] = {}
+
+    def check_room(self, client: str) -> None:
+        """429 when the gateway or this address is at its cap of slow bodies."""
+        lim = self.limits
+        if self.slow >= lim.max_slow or self.slow_by.get(client, 0) >= lim.max_slow_per_client:
+            self.on_refused("body_reads")
+            raise ApiError(429, "too many slow request bodies being received; retry later",
+                           err_type="rate_limit_exceeded", code="429")
+
+    async def read(self, request: web.Request, client: str) -> bytes:
+        """The body's bytes: 413 beyond ``max_body_bytes`` (at once when the declared length
+        says so), 408 when it arrives too slowly or not within ``body_timeout_s``."""
+        lim = self.limits
+        if request.content_length is not None and request.content_length > lim.max_body_bytes:
+            raise self.too_large()
+        if request.content.is_eof():  # it came with the head: nothing to wait for
+            return await self._whole(request.read())
+        self.check_room(client)
+        reading = asyncio.ensure_future(request.read())
+        try:
+            return await self._watch(reading, request, client)
+        finally:
+            if not reading.done():
+                reading.cancel()
+
+    async def _watch(self, reading: asyncio.Future, request: web.Request, client: str) -> bytes:
+        lim, start_s = self.limits, self.clock()
+        done, _ = await asyncio.wait({reading}, timeout=lim.slow_after_s)
+        if done:
+            return await self._whole(reading)
+        self._count(client, +1)
+        try:
+            while True:
+                done, _ = await asyncio.wait({reading}, timeout=CHECK_EVERY_S)
+                if done:
+                    return await self._whole(reading)
+                elapsed_s = self.clock() - start_s
+                if elapsed_s >= lim.body_timeout_s:
+                    raise ApiError(408, f"request body not received within {lim.body_timeout_s} s",
+                                   code="request_timeout")
+                if request.content.total_bytes < lim.min_bytes_per_s * elapsed_s:
+                    self.on_refused("slow_body")
+                    raise ApiError(408, f"request body arriving slower than {lim.min_bytes_per_s:.0f} "
+                                        "bytes/s (min_body_bytes_per_s)", code="request_timeout")
+        finally:
+            self._count(client, -1)
+
+    async def _whole(self, reading) -> bytes:
+        try:
+            return await reading
+        except web.HTTPRequestEntityTooLarge:
+            raise self.too_large() from None
+
+    def _count(self, client: str, step: int) -> None:
+        self.slow += step
+        n = self.slow_by.get(client, 0) + step
+        if n:
+            self.slow_by[client] = n
+        else:
+            self.slow_by.pop(client, None)
+
+    def too_large(self) -> ApiError:
+        return ApiError(413, f"request body exceeds {self.limits.max_body_bytes} bytes (max_body_bytes)",
+                        code="request_too_large")

@@ -1,0 +1,118 @@
+"""The per-token fast path: a run of ordinary stream events read by byte searches, never
+decoded.
+
+An ordinary event is one output chunk as vLLM (and the emulator) writes it for the
+gateway, which always asks for token ids: ``data: {...}`` and a blank line, with a
+``"finish_reason":null`` and a ``"token_ids":[...]`` list. A run of them needs nothing but
+its token count (the ids' count) and its ids (kept as bytes, turned into integers only
+when a continuation needs them); the client gets the bytes as they came, with the id lists
+nulled when it did not ask for them. A region that does not scan (another framing,
+whitespace inside the JSON, an event without its id list) is parsed event by event as
+before, and so are the few events at its end that finish a stream.
+
+The searches rely on JSON's escaping: inside a string every quote is escaped (``\\"``) and
+a newline is ``\\n``, so a needle that starts or ends with a bare quote, such as
+``"token_ids":[``, can only match a key, and a raw newline only framing, never text a
+model wrote.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+EVENT_END = b"\n\n"
+_EVENT_START = b"data: {"
+_NEXT_EVENT = EVENT_END + _EVENT_START  # a raw newline cannot be inside JSON: this is framing
+_NO_FINISH = b'"finish_reason":null'
+_IDS_KEY = b'"token_ids":['
+_IDS = re.compile(rb'"token_ids":\[([0-9,]*)\]')
+_NULL_IDS = b'"token_ids":null'
+_NOT_ORDINARY = (b'"usage":{', b'"error"')
+TAIL_EVENTS = 8  # at most this many events at a region's end are parsed (finish, usage, [DONE])
+
+
+@dataclass(slots=True)
+class Run:
+    """A run of ordinary events: ``events`` of them holding ``tokens`` output tokens
+    whose ids are ``ids`` (comma-separated decimal bytes, empty lists included);
+    ``client`` is the run as the client gets it (verbatim, or id lists nulled)."""
+
+    client: bytes
+    events: int
+    tokens: int
+    ids: bytes
+
+
+def _ordinary(event: bytes) -> bool:
+    return event.startswith(_EVENT_START) and _NO_FINISH in event and _IDS_KEY in event \
+        and not any(n in event for n in _NOT_ORDINARY)
+
+
+def scan(region: bytes, null_ids: bool) -> Run | None:
+    """``region`` (whole events, ending with a blank line) as a Run, or None when any
+    event in it is not ordinary: each event is ``data: {`` framed by blank lines, has a
+    ``"finish_reason":null`` and one id list, so an event without them (a finish, usage
+    alone, an error, ``[DONE]``, a comment) makes a count disagree. Five passes over
+    the bytes in C, none per event in Python."""
+    if not region.startswith(_EVENT_START) or not region.endswith(EVENT_END):
+        return None
+    parts = _IDS.split(region)
+    lists = parts[1::2]
+    events = len(lists)
+    if not events or region.count(b"\n") != 2 * events or region.count(_NEXT_EVENT) != events - 1 \
+            or region.count(_NO_FINISH) != events:
+        return None
+    ids = b",".join(lists)
+    tokens = ids.count(b",") - (events - 1) + events - lists.count(b"")
+    return Run(_NULL_IDS.join(parts[0::2]) if null_ids else region, events, tokens, ids)
+
+
+def split(region: bytes, null_ids: bool) -> tuple[Run | None, bytes]:
+    """(the ordinary events ``region`` starts with as a Run, the events after them); a
+    stream's last read usually holds a long run and then its finish, usage and
+    ``[DONE]``: only those few are parsed. (None, region) when the run does not scan."""
+    cut = len(region)
+    for _ in range(TAIL_EVENTS):
+        start = region.rfind(EVENT_END, 0, cut - len(EVENT_END)) + len(EVENT_END)
+        start = 0 if start < len(EVENT_END) else start
+        if _ordinary(region[start:cut]):
+            break
+        cut = start
+        if not cut:
+            return None, region
+    else:
+        return None, region
+    run = scan(region[:cut], null_ids)
+    return (run, region[cut:]) if run is not None else (None, region)
+
+
+def ids_of(blobs: list[bytes]) -> list[int]:
+    """The integers in Runs' ``ids`` (each comma-separated, empty fields skipped)."""
+    return [int(x) for x in b",".join(blobs).split(b",") if x]
+
+
+class IdLog:
+    """A request's output token ids in arrival order: lists as pieces bring them, Runs'
+    bytes kept as they are until someone reads ``all()`` (a continuation)."""
+
+    def __init__(self) -> None:
+        self._ids: list[int] = []
+        self._raw: list[bytes] = []
+
+    def add(self, ids: list[int]) -> None:
+        if self._raw:
+            self._settle()
+        self._ids.extend(ids)
+
+    def add_raw(self, ids: bytes) -> None:
+        self._raw.append(ids)
+
+    def all(self) -> list[int]:
+        if self._raw:
+            self._settle()
+        return self._ids
+
+    def _settle(self) -> None:
+        self._ids.extend(ids_of(self._raw))
+        self._raw.clear()
