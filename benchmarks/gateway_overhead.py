@@ -7,29 +7,28 @@ JSON and with the fields of a vLLM 0.32 leg that asked for token ids). Measured:
 - **added latency at concurrency 1**: direct-to-a-mock and through-``baton serve``
   requests *interleaved* (alternating, so machine noise lands on both), 8-token streams;
   the added latency is each gateway request minus its direct neighbour, as percentiles of
-  those paired differences (a negative figure is printed with a warning);
-- **short shape**: 8-token streams at concurrency 32 and 256, requests/s: direct (one mock),
-  the gateway (colocated, round-robin over both mocks), and vllm-router (PyPI
-  ``vllm-router``) on the same mocks when ``--with-router`` (installed into
-  ``~/.cache/baton/vllm-router-venv`` on first use) or ``$VLLM_ROUTER_BIN`` is given;
-- **long shape**: 512-token streams at concurrency 32 through the gateway: relayed tokens/s
-  and the gateway process's CPU seconds (user + sys, from /proc) per million tokens; once
-  through the default gateway, whose relay forwards the mocks' chunks verbatim (the
-  engines' model name is configured and the mocks send token ids the client did not ask
-  for, as a vLLM leg does: they are nulled in place), and once through a second gateway
-  with ``verbatim_relay: false``, which rebuilds every chunk (``*_rebuild``).
+  those paired differences (a negative figure is printed with a warning); the same for a
+  bare aiohttp relay;
+- **both shapes, 8-token and 512-token streams at concurrency 32**, through each system
+  on the same mocks: req/s, tokens/s, the serving process's CPU-ms per request and CPU-s
+  per million tokens (user + sys, from /proc). Systems: a bare aiohttp relay (read the
+  body, stream the answer back a read at a time: the HTTP stack's floor), ``baton serve``
+  (colocated, round-robin over both mocks; its relay forwards the mocks' chunks verbatim,
+  nulling the token ids the client did not ask for, by byte searches: ``gateway/scan.py``),
+  a second gateway with ``verbatim_relay: false`` (every chunk decoded and rebuilt), and
+  vllm-router (PyPI ``vllm-router``, round-robin) when ``--with-router`` (installed into
+  ``~/.cache/baton/vllm-router-venv`` on first use) or ``$VLLM_ROUTER_BIN`` is given.
 
 ``--profile DIR`` samples the default gateway with py-spy (extra ``profile``) during the
 short and the long shape, writes the raw stacks to DIR and prints the top frames.
 
 Usage: python benchmarks/gateway_overhead.py [--requests 1000] [--seconds 4] [--with-router]
                                              [--profile DIR]
-The last line is one JSON object: gateway_rps, direct_rps, vllm_router_rps,
-gateway_vs_router (short shape, concurrency 32), gateway_cpu_ms_per_request, the same at
-concurrency 256 (``*_256``), bare_relay_rps and bare_relay_cpu_ms_per_request (a relay
-with nothing but aiohttp, on the same mocks: the HTTP stack's floor; also bare_p50_overhead_ms and
-bare_p99_overhead_ms), p50_overhead_ms, p99_overhead_ms (paired, concurrency 1),
-relayed_tok_s, cpu_s_per_mtok, relayed_tok_s_rebuild, cpu_s_per_mtok_rebuild.
+The last line is one JSON object: cpu_ms_per_req_8, cpu_ms_per_req_512,
+cpu_s_per_mtok_512, rps_8, tok_s_512, p50_overhead_ms, p99_overhead_ms,
+bare_p99_overhead_ms, bare_ratio_8 (Baton's req/s over the bare relay's, 8 tokens),
+rebuild_cpu_s_per_mtok_512, with the router router_ratio_8 and router_ratio_512, and
+``rows`` (every system and shape as printed).
 """
 
 from __future__ import annotations
@@ -226,35 +225,45 @@ def _served(server, seconds: float, concurrency: int, tokens: int) -> tuple[floa
     return rps, (cpu_s(server.proc.pid) - cpu0) / (rps * (time.perf_counter() - t0))
 
 
-def _rate(server, seconds: float, concurrency: int) -> tuple[float, float]:
-    """(requests/s of 8-token streams, the server process's CPU-ms per request)."""
-    rps, cpu = _served(server, seconds, concurrency, 8)
-    return round(rps, 1), round(cpu * 1e3, 3)
+SHAPES = (8, 512)  # tokens per stream
 
 
-def _long(gw: Server, seconds: float) -> tuple[float, float]:
-    """(relayed tokens/s, gateway CPU-s per million tokens) of 512-token streams."""
-    rps, cpu = _served(gw, seconds, 32, 512)
-    return round(rps * 512, 1), round(cpu / 512 * 1e6, 2)
+def shape_row(server, seconds: float, tokens: int) -> dict:
+    """One system on one shape at concurrency 32: req/s, tokens/s, its process's CPU-ms
+    per request and CPU-s per million relayed tokens."""
+    rps, cpu = _served(server, seconds, 32, tokens)
+    return {"rps": round(rps, 1), "tok_s": round(rps * tokens, 1), "cpu_ms_per_req": round(cpu * 1e3, 3),
+            "cpu_s_per_mtok": round(cpu / tokens * 1e6, 2)}
 
 
 def measure(args, mocks, gw, rebuild, bare, router) -> dict:
-    direct, gateway = mocks[0].url + "/v1/completions", gw.url + "/v1/completions"
+    """Every figure of the run: the paired latency at concurrency 1 (gateway and bare
+    relay), and each system on each shape; ``rows[system][tokens]``."""
+    direct = mocks[0].url + "/v1/completions"
     out: dict = {}
-    for key, url in (("", gateway), ("bare_", bare.url + "/v1/completions")):
+    for key, url in (("", gw.url + "/v1/completions"), ("bare_", bare.url + "/v1/completions")):
         diffs = asyncio.run(paired_latency(direct, url, args.requests)) * 1e3
         out[f"{key}p50_overhead_ms"], out[f"{key}p99_overhead_ms"] = \
             (round(float(x), 3) for x in np.percentile(diffs, [50, 99]))
-    for conc, suffix in ((32, ""), (256, "_256")):
-        out[f"direct_rps{suffix}"] = round(asyncio.run(throughput(direct, args.seconds, conc)), 1)
-        out[f"gateway_rps{suffix}"], out[f"gateway_cpu_ms_per_request{suffix}"] = _rate(gw, args.seconds, conc)
-        out[f"bare_relay_rps{suffix}"], out[f"bare_relay_cpu_ms_per_request{suffix}"] = \
-            _rate(bare, args.seconds, conc)
-        rps = asyncio.run(throughput(router.url + "/v1/completions", args.seconds, conc)) if router else None
-        out[f"vllm_router_rps{suffix}"] = None if rps is None else round(rps, 1)
-        out[f"gateway_vs_router{suffix}"] = None if rps is None else round(out[f"gateway_rps{suffix}"] / rps, 3)
-    out["relayed_tok_s"], out["cpu_s_per_mtok"] = _long(gw, args.seconds)
-    out["relayed_tok_s_rebuild"], out["cpu_s_per_mtok_rebuild"] = _long(rebuild, args.seconds)
+    systems = {"bare aiohttp relay": bare, "baton": gw, "baton, chunks rebuilt": rebuild}
+    if router is not None:
+        systems["vllm-router"] = router
+    out["rows"] = {name: {t: shape_row(server, args.seconds, t) for t in SHAPES} for name, server in systems.items()}
+    return out
+
+
+def summary(r: dict) -> dict:
+    """The JSON line's figures (router ratios only when the router ran)."""
+    rows, baton = r["rows"], r["rows"]["baton"]
+    out = {"cpu_ms_per_req_8": baton[8]["cpu_ms_per_req"], "cpu_ms_per_req_512": baton[512]["cpu_ms_per_req"],
+           "cpu_s_per_mtok_512": baton[512]["cpu_s_per_mtok"], "rps_8": baton[8]["rps"],
+           "tok_s_512": baton[512]["tok_s"], "p50_overhead_ms": r["p50_overhead_ms"],
+           "p99_overhead_ms": r["p99_overhead_ms"], "bare_p99_overhead_ms": r["bare_p99_overhead_ms"],
+           "bare_ratio_8": round(baton[8]["rps"] / rows["bare aiohttp relay"][8]["rps"], 3),
+           "rebuild_cpu_s_per_mtok_512": rows["baton, chunks rebuilt"][512]["cpu_s_per_mtok"]}
+    if "vllm-router" in rows:
+        for t in SHAPES:
+            out[f"router_ratio_{t}"] = round(baton[t]["rps"] / rows["vllm-router"][t]["rps"], 3)
     return out
 
 
@@ -262,21 +271,19 @@ def report(r: dict) -> None:
     if r["p50_overhead_ms"] < 0 or r["p99_overhead_ms"] < 0:
         print("warning: a negative added latency: machine noise exceeds the gateway's cost here; rerun on a "
               "quieter machine", file=sys.stderr)
-    print(f"added latency at concurrency 1 (paired, interleaved): p50 {r['p50_overhead_ms']:.3f} ms, "
+    print(f"added latency at concurrency 1 (paired, interleaved, 8-token streams): p50 {r['p50_overhead_ms']:.3f} ms, "
           f"p99 {r['p99_overhead_ms']:.3f} ms (target: 0-1 ms); bare aiohttp relay p50 "
           f"{r['bare_p50_overhead_ms']:.3f} ms, p99 {r['bare_p99_overhead_ms']:.3f} ms")
-    for conc, sfx in ((32, ""), (256, "_256")):
-        router = r[f"vllm_router_rps{sfx}"]
-        versus = (f", vllm-router {router:.0f} req/s (gateway {r['gateway_vs_router' + sfx]:.2f}x router)"
-                  if router else ", vllm-router not measured (--with-router)")
-        print(f"8-token streams at concurrency {conc}: direct {r['direct_rps' + sfx]:.0f} req/s, "
-              f"gateway {r['gateway_rps' + sfx]:.0f} req/s ({r['gateway_cpu_ms_per_request' + sfx]:.3f} CPU-ms each), "
-              f"bare aiohttp relay {r['bare_relay_rps' + sfx]:.0f} req/s "
-              f"({r['bare_relay_cpu_ms_per_request' + sfx]:.3f} CPU-ms each){versus}")
-    for label, sfx in (("verbatim", ""), ("rebuilt", "_rebuild")):
-        print(f"512-token streams at concurrency 32 through the gateway, chunks {label}: "
-              f"{r['relayed_tok_s' + sfx]:.0f} tokens/s relayed, "
-              f"{r['cpu_s_per_mtok' + sfx]:.2f} gateway CPU-seconds per million tokens")
+    router = r["rows"].get("vllm-router")
+    print("concurrency 32; CPU is the serving process's own (user + sys); x router: req/s against vllm-router's"
+          + ("" if router else " (not measured: --with-router)"))
+    print(f"{'system':24s} {'tokens':>6s} {'req/s':>8s} {'tokens/s':>10s} {'CPU-ms/req':>10s} {'CPU-s/Mtok':>10s} "
+          f"{'x router':>8s}")
+    for name, by_shape in r["rows"].items():
+        for t, row in by_shape.items():
+            ratio = f"{row['rps'] / router[t]['rps']:.2f}" if router else "-"
+            print(f"{name:24s} {t:6d} {row['rps']:8.0f} {row['tok_s']:10.0f} {row['cpu_ms_per_req']:10.3f} "
+                  f"{row['cpu_s_per_mtok']:10.2f} {ratio:>8s}")
 
 
 def _top_frames(raw: Path, n: int = 15) -> list[tuple[float, float, str]]:
@@ -324,7 +331,7 @@ def main() -> None:
         if args.profile:
             profile(gw, args.profile, args.seconds)
     report(results)
-    print(json.dumps(results))
+    print(json.dumps({**summary(results), "rows": results["rows"]}))
 
 
 if __name__ == "__main__":

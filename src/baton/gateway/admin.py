@@ -124,7 +124,7 @@ def add_routes(app: web.Application, control: Control, engines: Engines, scraper
                                  status=202)
 
     async def decisions(_request: web.Request) -> web.Response:
-        return web.json_response({"decisions": list(control.decisions)})
+        return web.json_response({"decisions": control.decision_log()})
 
     app.router.add_get("/admin/requests", _guarded(config, list_requests))
     app.router.add_post("/admin/requests/{req_id}/migrate", _guarded(config, migrate))

@@ -58,7 +58,7 @@ class Control:
         self.hold = PrefillHold(cluster, scheduler.replans_prefills, config.prefill_inflight_limit)
         self.flows: dict[int, InFlight] = {}
         self.watches: dict[int, tuple[int, int]] = {}  # req id -> (stage index, context tokens)
-        self.decisions: deque[dict] = deque(maxlen=config.decisions_log_size)  # admin API, see note_decision
+        self.decisions: deque[tuple] = deque(maxlen=config.decisions_log_size)  # admin API, see note_decision
         self.outliers = OutlierDetector(config.outliers, self._may_eject)
         self.leg_errors = RateLimitedLog(log, "failed legs", logging.WARNING)
         for iid in cluster.engines:
@@ -75,9 +75,14 @@ class Control:
         """One entry of ``/admin/decisions``: when (seconds on the gateway's clock and Unix
         time), what (prefill, decode, deflect), which request and which instance (its
         configured name and its id)."""
-        self.decisions.append({"time_s": round(self.cluster.clock(), 6), "unix_time_s": round(time.time(), 6),
-                               "kind": kind, "req_id": req_id, "instance": self.cluster.engines[iid].spec.name,
-                               "instance_id": iid})
+        # kept as a tuple, made a record only when read: one or two per request on the hot path
+        self.decisions.append((self.cluster.clock(), time.time(), kind, req_id, self.cluster.engines[iid].spec.name,
+                               iid))
+
+    def decision_log(self) -> list[dict]:
+        """The decision log as ``/admin/decisions`` shows it (see ``note_decision``)."""
+        return [{"time_s": round(t, 6), "unix_time_s": round(u, 6), "kind": kind, "req_id": rid, "instance": name,
+                 "instance_id": iid} for t, u, kind, rid, name, iid in self.decisions]
 
     # --- placement -------------------------------------------------------------------------
     def plan(self, state: RequestState) -> ArrivalPlan:
