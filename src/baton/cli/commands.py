@@ -237,6 +237,23 @@ def cmd_serve(args: argparse.Namespace) -> None:
     serve(config)
 
 
+def cmd_epp(args: argparse.Namespace) -> None:
+    """``baton epp``: the endpoint picker (or, with ``--envoy-config``, Envoy's bootstrap for it)."""
+    from baton.gateway.config import load_config
+    config = load_config(args.config)
+    for key in ("host", "port", "policy", "epp_port"):
+        if getattr(args, key) is not None:
+            setattr(config, key, getattr(args, key))
+    if args.envoy_config:
+        from baton.gateway.envoy import write_bootstrap
+        write_bootstrap(Path(args.envoy_config), config, args.envoy_port, args.fail_open)
+        print(f"wrote {args.envoy_config}: Envoy on {config.host}:{args.envoy_port}, picker at "
+              f"{config.host}:{config.epp_port}, {'fail-open' if args.fail_open else 'fail-close'}")
+        return
+    from baton.gateway.epp_run import serve_epp
+    serve_epp(config)
+
+
 def cmd_reproduce(args: argparse.Namespace) -> None:
     """Every figure of a paper: claim, Baton's mean relative change and its 95% interval."""
     from baton.experiments.reproduce import ROOT, claims_of, run_claim

@@ -97,6 +97,18 @@ def parser() -> argparse.ArgumentParser:
     srv.add_argument("--host", help="listen address (overrides the config)")
     srv.add_argument("--port", type=int, help="listen port (overrides the config)")
     srv.add_argument("--policy", help="policy name (overrides the config)")
+    epp = sub.add_parser("epp", help="run Baton's policies as a Gateway API Inference Extension endpoint "
+                                     "picker (Envoy ext_proc) for Envoy, llm-d or any GIE data plane")
+    epp.add_argument("--config", required=True, help="the same YAML as baton serve (engines, policy)")
+    epp.add_argument("--host", help="listen address (overrides the config)")
+    epp.add_argument("--port", type=int, help="metrics, health and admin port (overrides the config)")
+    epp.add_argument("--epp-port", type=int, help="ext_proc gRPC port (overrides the config's epp_port)")
+    epp.add_argument("--policy", help="policy name (overrides the config)")
+    epp.add_argument("--envoy-config", metavar="FILE", help="write an Envoy bootstrap for this picker to FILE "
+                                                            "and exit (listener: --envoy-port)")
+    epp.add_argument("--envoy-port", type=int, default=8080, help="the Envoy listener --envoy-config writes")
+    epp.add_argument("--fail-open", action="store_true", help="--envoy-config: with the picker down, Envoy "
+                                                               "routes round-robin instead of answering 503")
     prof = sub.add_parser("profile", help="measure a running engine's iterations into a profile CSV "
                                           "(use the CSV as --preset)")
     prof.add_argument("--kind", choices=["engine", "qoe"], default="engine",
@@ -125,7 +137,8 @@ COMMANDS = {"simulate": commands.cmd_simulate, "compare": commands.cmd_compare, 
             "reproduce": commands.cmd_reproduce,
             "sweep": commands.cmd_sweep, "demo": commands.cmd_demo,
             "workload": commands.cmd_workload_stats, "calibrate": commands.cmd_calibrate,
-            "emulate": commands.cmd_emulate, "profile": commands.cmd_profile, "serve": commands.cmd_serve}
+            "emulate": commands.cmd_emulate, "profile": commands.cmd_profile, "serve": commands.cmd_serve,
+            "epp": commands.cmd_epp}
 
 
 def main(argv: list[str] | None = None) -> int:

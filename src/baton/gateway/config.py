@@ -119,6 +119,11 @@ class GatewayConfig:
     # model name) gets that leg's chunks as the engine wrote them (token id lists nulled
     # when the client did not ask for them); False rebuilds every chunk (the slow path)
     verbatim_relay: bool = True
+    # baton epp: the ext_proc (gRPC) port Envoy calls, and whether Envoy streams response
+    # bodies to it (token counts, a request booked until its response ends; without them
+    # a request counts as decoding from its response headers and is released there)
+    epp_port: int = 9002
+    epp_response_bodies: bool = True
     # environment variables an admin-API call may name as an engine's api_key_env (none by
     # default: any other name is refused with one message, set or not)
     admin_env_allowlist: tuple[str, ...] = ()
@@ -234,7 +239,8 @@ _SCALARS = {"host": str, "port": int, "model": str, "preset": str, "pd_protocol"
             "token_timeout_factor": (int, float), "token_timeout_min_s": (int, float),
             "header_timeout_s": (int, float), "body_timeout_s": (int, float), "max_prompt_tokens": int,
             "default_max_tokens": int, "decisions_log_size": int, "block_size": int, "seed": int,
-            "log_level": str, "access_log": bool, "verbatim_relay": bool, "ttft_slo_s": (int, float), "tpot_slo_s": (int, float),
+            "log_level": str, "access_log": bool, "verbatim_relay": bool,
+            "epp_port": int, "epp_response_bodies": bool, "ttft_slo_s": (int, float), "tpot_slo_s": (int, float),
             "prefill_inflight_limit": int, "max_body_reads": int, "max_body_reads_per_client": int,
             "slow_body_after_s": (int, float), "min_body_bytes_per_s": (int, float),
             "hidden_states_rate_per_s": (int, float), "hidden_states_max_dim": int,
@@ -275,7 +281,7 @@ def parse_config(raw: Any, source: str = "config") -> GatewayConfig:
                 "header_timeout_s", "body_timeout_s", "max_prompt_tokens", "prefill_inflight_limit",
                 "max_body_reads", "max_body_reads_per_client", "slow_body_after_s",
                 "min_body_bytes_per_s", "hidden_states_rate_per_s", "hidden_states_max_dim",
-                "kv_events_rate_per_s", "kv_events_max_bytes"):
+                "kv_events_rate_per_s", "kv_events_max_bytes", "epp_port"):
         _require(getattr(cfg, key) > 0, key, "must be positive")
     cfg.hidden_states_client_key = _client_key(raw.get("hidden_states_client_key_env"))
     for key in ("ttft_slo_s", "tpot_slo_s"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from urllib.parse import urlsplit
 
 from baton.core import bookings
 from baton.core.info import EngineSample, InfoModel, ViewMode
@@ -127,6 +128,15 @@ class LiveCluster:
 
     def url(self, iid: int) -> str:
         return self.engines[iid].spec.url
+
+    def address(self, iid: int) -> str:
+        """The engine's ``host:port``, as a data plane names endpoints (GIE's EPP protocol)."""
+        parts = urlsplit(self.engines[iid].spec.url)
+        return f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
+
+    def by_address(self, address: str) -> int | None:
+        """The engine at ``host:port`` (None if none is)."""
+        return next((iid for iid, e in self.engines.items() if not e.removed and self.address(iid) == address), None)
 
     # --- KV accounting -----------------------------------------------------------------
     def _blocks(self, tokens: int) -> int:

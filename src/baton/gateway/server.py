@@ -35,6 +35,7 @@ from baton.gateway.ratelog import RateLimitedLog
 from baton.gateway.scrape import Scraper
 from baton.core.errors import BatonError, ConfigError
 from baton.core.prefix import token_block_keys
+from baton.core.request import RequestState
 from baton.perf import presets
 from baton.policies import scheduler_for
 from baton.profiling.qoe import extras_for
@@ -290,9 +291,13 @@ class Gateway:
             raise self._overload()
         raw = await self.bodies.read(request, request.remote or "")
         if len(raw) <= INLINE_PARSE_BYTES:
-            parsed, dropped = decode_body(kind, raw)
-        else:
-            parsed, dropped = await asyncio.get_running_loop().run_in_executor(self._parsers, decode_body, kind, raw)
+            return self.parse(kind, raw)
+        return await asyncio.get_running_loop().run_in_executor(self._parsers, self.parse, kind, raw)
+
+    def parse(self, kind: str, raw: bytes) -> ParsedRequest:
+        """A body as a validated request (ApiError otherwise); the fields not forwarded are
+        counted. ``baton serve`` and ``baton epp`` read bodies with it."""
+        parsed, dropped = decode_body(kind, raw)
         for name in dropped:
             self.metrics.dropped_fields.labels(name if name in TRANSPORT_FIELDS else "other").inc()
         model = parsed.body.get("model")
@@ -301,21 +306,28 @@ class Gateway:
                            param="model", code="model_not_found")
         return parsed
 
+    def new_state(self, kind: str, parsed: ParsedRequest) -> tuple[RequestState, list[int] | None]:
+        """A parsed request's state in the cluster (its prompt estimated, its block keys when
+        the policy reads them) and its prompt ids when it sent ids; ApiError 400 when the
+        prompt is longer than ``max_prompt_tokens``."""
+        tokens, ids = estimate_prompt_tokens(kind, parsed.body)
+        if tokens > self.config.max_prompt_tokens:
+            raise ApiError(400, f"prompt of about {tokens} tokens exceeds max_prompt_tokens "
+                                f"({self.config.max_prompt_tokens})", param="prompt")
+        state = self.cluster.new_request(tokens, parsed.max_tokens or 0)
+        if self.scheduler.needs_prefix_keys:
+            state.block_keys = self.prompt_keys(kind, parsed.body, ids)
+        return state, ids
+
     async def _serve(self, request: web.Request, kind: str) -> web.StreamResponse:
         xid = request.headers.get("X-Request-Id") or self.engines.ids.next()
         try:
             parsed = await self._read(request, kind)
             if len(self.control.flows) >= self.config.max_inflight:
                 raise self._overload()
-            tokens, ids = estimate_prompt_tokens(kind, parsed.body)
-            if tokens > self.config.max_prompt_tokens:
-                raise ApiError(400, f"prompt of about {tokens} tokens exceeds max_prompt_tokens "
-                                    f"({self.config.max_prompt_tokens})", param="prompt")
+            state, ids = self.new_state(kind, parsed)
         except ApiError as err:
             return await self._refuse(request, err, xid)
-        state = self.cluster.new_request(tokens, parsed.max_tokens or 0)
-        if self.scheduler.needs_prefix_keys:
-            state.block_keys = self.prompt_keys(kind, parsed.body, ids)
         oid = self.engines.ids.next()  # our own id: the client's X-Request-Id never reaches an engine
         model = parsed.body.get("model") or self.engines.names.default()
         out = ClientOut(request, parsed, model, f"cmpl-{oid}" if kind == COMPLETIONS else f"chatcmpl-{oid}")

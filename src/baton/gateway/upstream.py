@@ -225,6 +225,16 @@ class StreamLeg:
             raise UpstreamError(f"{public_url(self.url)}: stream broke: {type(exc).__name__}: {exc}") from None
         return pieces
 
+    def feed(self, data: bytes) -> list[Piece]:
+        """Parse stream bytes from elsewhere (an endpoint picker's response body): the
+        pieces whose lines ``data`` completes; UpstreamError (malformed) as a leg would."""
+        pieces: list[Piece] = []
+        try:
+            self._feed(data, pieces)
+        except ValueError as exc:
+            raise _malformed(f"{type(exc).__name__}: {exc}") from None
+        return pieces
+
     def _feed(self, data: bytes, pieces: list[Piece]) -> None:
         """Parse the complete lines ``data`` ends; keep the rest for the next read. A line
         is joined once, when its end arrives (re-joining on every read is quadratic), and

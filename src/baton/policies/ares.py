@@ -48,6 +48,7 @@ from baton.predict import NoPrediction, build_estimator
 class Ares(Stage):
     """Decode rebalancer. See the module docstring for the algorithm and parameters."""
 
+    splices_streams = True  # returns Migrate
     name = "ares"
     needs_bookings = True
 

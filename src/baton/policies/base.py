@@ -53,6 +53,7 @@ class Stage:
     needs_qoe = False  # reads context.extras["qoe"] (a QoEModel the runtime fits for its perf model)
     needs_colocated = False  # places requests on mixed instances only (a PD cluster gives it nothing)
     needs_prefix_keys = False  # reads RequestState.block_keys (the runtime computes them only then)
+    splices_streams = False  # may return Migrate: a runtime must move a live stream (baton epp cannot)
 
     def __init__(self, context: PolicyContext) -> None:
         self.context = context

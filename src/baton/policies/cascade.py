@@ -67,6 +67,7 @@ from baton.policies.cascade_plan import PlanCost, exact_plan, heuristic_plan, sp
 class Cascade(Stage):
     """The CascadeInfer pipeline (see the module docstring)."""
 
+    splices_streams = True  # returns Migrate
     name = "cascade"
     needs_bookings = True
     needs_qoe = True

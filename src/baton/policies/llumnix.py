@@ -21,6 +21,7 @@ def freeness(view: ClusterView, i: int) -> float:
 class Llumnix(Stage):
     """Freeness placement and migration from the least to the most free instance."""
 
+    splices_streams = True  # returns Migrate
     name = "llumnix"
     needs_bookings = True
 

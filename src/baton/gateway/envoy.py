@@ -1,0 +1,103 @@
+"""An Envoy bootstrap for ``baton epp``: Envoy relays the tokens, the picker picks.
+
+One listener whose HTTP filters are, in order:
+
+1. ``header_mutation``: removes any client-sent ``x-gateway-destination-endpoint``,
+   ``x-prefiller-host-port`` and ``x-gateway-prefill-endpoints`` (a client must never
+   choose its own endpoint: only the picker's header, set after this filter, routes);
+2. ``ext_proc`` to the picker (request headers, buffered request body, response headers
+   and, with ``epp_response_bodies``, the streamed response body), accepting the picker's
+   ``envoy.lb`` dynamic metadata;
+3. the router.
+
+Routes: a request the picker placed (its ``envoy.lb`` metadata, which no client can set)
+goes to an ``ORIGINAL_DST`` cluster that connects to the address in the picker's header.
+Without it (the picker down and
+``failure_mode_allow``): fail-open routes round-robin over the configured engines;
+fail-close answers 503 (``status_on_error`` when the picker cannot be reached at all).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+from baton.gateway.config import GatewayConfig
+from baton.gateway.epp import DEST, LB_NAMESPACE
+
+STRIPPED = (DEST, "x-prefiller-host-port", "x-gateway-prefill-endpoints")
+
+
+def _address(host: str, port: int) -> dict[str, Any]:
+    return {"socket_address": {"address": host, "port_value": port}}
+
+
+def _endpoints(addresses: list[tuple[str, int]]) -> dict[str, Any]:
+    return {"endpoints": [{"lb_endpoints": [{"endpoint": {"address": _address(h, p)}} for h, p in addresses]}]}
+
+
+def _ext_proc(config: GatewayConfig, fail_open: bool) -> dict[str, Any]:
+    return {"name": "envoy.filters.http.ext_proc", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
+        "grpc_service": {"envoy_grpc": {"cluster_name": "baton_epp"}, "timeout": "10s"},
+        "failure_mode_allow": fail_open,
+        "status_on_error": {"code": 503},
+        "message_timeout": "10s",
+        "processing_mode": {"request_header_mode": "SEND", "request_body_mode": "BUFFERED",
+                            "response_header_mode": "SEND",
+                            "response_body_mode": "STREAMED" if config.epp_response_bodies else "NONE",
+                            "request_trailer_mode": "SKIP", "response_trailer_mode": "SKIP"},
+        "metadata_options": {"receiving_namespaces": {"untyped": [LB_NAMESPACE]}}}}
+
+
+def _routes(fail_open: bool) -> list[dict[str, Any]]:
+    # routed by the picker's dynamic metadata, which a client cannot set (its header is
+    # stripped before the picker runs, but a route matched on it would be cached by then)
+    picked = {"match": {"prefix": "/", "dynamic_metadata": [{"filter": LB_NAMESPACE, "path": [{"key": DEST}],
+                                                              "value": {"present_match": True}}]},
+              "route": {"cluster": "baton_picked", "timeout": "0s"}}
+    rest = {"match": {"prefix": "/"}, "route": {"cluster": "baton_fallback", "timeout": "0s"}} if fail_open else \
+        {"match": {"prefix": "/"}, "direct_response": {"status": 503, "body": {
+            "inline_string": '{"error": {"message": "no endpoint picked", "type": "server_error", '
+                             '"param": null, "code": "503"}}'}}}
+    return [picked, rest]
+
+
+def bootstrap(config: GatewayConfig, listen_port: int, fail_open: bool, admin_port: int = 0) -> dict[str, Any]:
+    """The bootstrap as a dict (``yaml.safe_dump`` it); ``admin_port`` 0: any free port."""
+    engines = [(urlsplit(e.url).hostname or "127.0.0.1", urlsplit(e.url).port or 80) for e in config.engines]
+    manager = {"@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3."
+                        "HttpConnectionManager",
+               "stat_prefix": "baton", "stream_idle_timeout": "0s",
+               "route_config": {"virtual_hosts": [{"name": "all", "domains": ["*"], "routes": _routes(fail_open)}]},
+               "http_filters": [
+                   {"name": "envoy.filters.http.header_mutation", "typed_config": {
+                       "@type": "type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation",
+                       "mutations": {"request_mutations": [{"remove": h} for h in STRIPPED]}}},
+                   _ext_proc(config, fail_open),
+                   {"name": "envoy.filters.http.router", "typed_config": {
+                       "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}]}
+    http2 = {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+        "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+        "explicit_http_config": {"http2_protocol_options": {}}}}
+    clusters = [
+        {"name": "baton_epp", "type": "STATIC", "connect_timeout": "3s", "typed_extension_protocol_options": http2,
+         "load_assignment": {"cluster_name": "baton_epp", **_endpoints([(config.host, config.epp_port)])}},
+        {"name": "baton_picked", "type": "ORIGINAL_DST", "lb_policy": "CLUSTER_PROVIDED", "connect_timeout": "3s",
+         "original_dst_lb_config": {"use_http_header": True, "http_header_name": DEST}},
+        {"name": "baton_fallback", "type": "STATIC", "lb_policy": "ROUND_ROBIN", "connect_timeout": "3s",
+         "load_assignment": {"cluster_name": "baton_fallback", **_endpoints(engines)}}]
+    return {"admin": {"address": _address("127.0.0.1", admin_port)},
+            "static_resources": {"listeners": [{"name": "baton", "address": _address(config.host, listen_port),
+                                                "filter_chains": [{"filters": [{
+                                                    "name": "envoy.filters.network.http_connection_manager",
+                                                    "typed_config": manager}]}]}],
+                                 "clusters": clusters}}
+
+
+def write_bootstrap(path: Path, config: GatewayConfig, listen_port: int, fail_open: bool) -> None:
+    """Write the bootstrap YAML (``envoy -c PATH`` runs it)."""
+    path.write_text(yaml.safe_dump(bootstrap(config, listen_port, fail_open), sort_keys=False))

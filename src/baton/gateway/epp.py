@@ -1,0 +1,251 @@
+"""``baton epp``: Baton's policies as a Gateway API Inference Extension endpoint picker.
+
+Envoy (or any data plane that speaks GIE's endpoint picker protocol) relays the tokens;
+this server only picks. Per HTTP request Envoy opens one ext_proc stream
+(``envoy.service.ext_proc.v3.ExternalProcessor/Process``) and sends the request headers,
+the buffered body, the response headers and (``epp_response_bodies``) the streamed
+response body. The picker reads the body as ``baton serve`` does (same validation, same
+prompt estimate), asks the same ``Control`` for a plan, books it in the same
+``LiveCluster``, and answers with the pick in the ``x-gateway-destination-endpoint`` header
+and in the ``envoy.lb`` dynamic metadata (``clear_route_cache`` set, so the route is chosen
+again with it). Nothing eligible: an immediate 503; an overloaded picker: 429. A subset hint
+(``envoy.lb.subset_hint``) limits the pick to those endpoints; the endpoint the data plane
+reports as served (``x-gateway-destination-endpoint-served``) corrects the booking. The
+request's bookings are released when its stream closes, which Envoy does when the HTTP
+response ends (with response bodies) or at the response headers (without).
+
+What this runtime cannot do is refused at start (``check_policy``): decisions that act on a
+live stream (``Migrate``: ARES, llumnix, CascadeInfer), and prefill/decode placement on
+separate instances (that needs a decode-side sidecar, not built yet).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from baton.core.errors import ConfigError
+from baton.core.events import PrefillDone
+from baton.core.request import Phase, RequestState
+from baton.gateway.auth import token_matches
+from baton.gateway.metrics import TokenTimes
+from baton.gateway.upstream import StreamLeg, UpstreamError
+from baton.protocol.errors import ApiError
+from baton.protocol.requests import CHAT, COMPLETIONS
+
+log = logging.getLogger("baton.epp")
+
+DEST = "x-gateway-destination-endpoint"
+SERVED = "x-gateway-destination-endpoint-served"
+LB_NAMESPACE = "envoy.lb"
+SUBSET_NAMESPACE, SUBSET_KEY = "envoy.lb.subset_hint", "x-gateway-destination-endpoint-subset"
+KINDS = {"/v1/completions": COMPLETIONS, "/v1/chat/completions": CHAT}
+
+
+def check_policy(gateway) -> None:
+    """ConfigError (one line naming ``baton serve``) for what EPP mode cannot carry out."""
+    splicing = [s.name for s in gateway.scheduler.stages if getattr(s, "splices_streams", False)]
+    if splicing:
+        raise ConfigError(f"policy {gateway.scheduler.name!r} moves live streams ({', '.join(splicing)}), "
+                          "which an endpoint picker cannot do: run it with `baton serve`")
+    split = [e.name for e in gateway.config.engines if e.role.value != "mixed"]
+    if split:
+        raise ConfigError(f"engines {', '.join(split)} are not mixed: prefill/decode placement on separate "
+                          "instances needs a decode-side sidecar, not built yet; run it with `baton serve`")
+
+
+@dataclass(slots=True)
+class Pick:
+    """One request picked by the EPP: what ``Control`` keeps of a request in flight."""
+
+    state: RequestState
+    client_xid: str
+    kind: str
+    path: str = "colocated"
+    times: TokenTimes = field(default_factory=TokenTimes)
+    tokens: int = 0
+    status: int | None = None
+    finished: bool = False
+
+    def request_migration(self, target: int) -> None:
+        """Never asked: policies that move streams are refused at start (``check_policy``)."""
+
+
+class Exchange:
+    """One ext_proc stream: one HTTP request from headers to the end of its response."""
+
+    def __init__(self, gateway, pb) -> None:
+        self.gw, self.pb = gateway, pb
+        self.headers: dict[str, str] = {}
+        self.body = bytearray()
+        self.pick: Pick | None = None
+        self.reader: StreamLeg | None = None
+
+    # --- request ---------------------------------------------------------------------------
+    def answer(self, req) -> Any:
+        which = req.WhichOneof("request")
+        try:
+            if which == "request_headers":
+                return self._headers(req)
+            if which == "request_body":
+                return self._body(req)
+            if which == "response_headers":
+                return self._response_headers(req)
+            if which == "response_body":
+                return self._response_body(req)
+        except ApiError as err:
+            return self._immediate(err)
+        return self.pb.ProcessingResponse()
+
+    def _headers(self, req) -> Any:
+        for h in req.request_headers.headers.headers:
+            self.headers[h.key.lower()] = h.raw_value.decode("utf-8", "replace") if h.raw_value else h.value
+        path = self.headers.get(":path", "").split("?", 1)[0]
+        if path not in KINDS:
+            raise ApiError(404, f"no endpoint picking for {path or 'this path'}: /v1/completions and "
+                                "/v1/chat/completions are served")
+        keys = self.gw.config.api_keys
+        if keys and not token_matches(self.headers.get("authorization"), keys):
+            raise ApiError(401, "a valid API key is required (Authorization: Bearer <key>)",
+                           err_type="invalid_request_error", code="invalid_api_key")
+        if req.request_headers.end_of_stream:
+            raise ApiError(400, "a request body is required")
+        return self.pb.ProcessingResponse(request_headers=self.pb.HeadersResponse())
+
+    def _body(self, req) -> Any:
+        self.body += req.request_body.body
+        if len(self.body) > self.gw.config.max_body_bytes:
+            raise ApiError(413, f"request body exceeds {self.gw.config.max_body_bytes} bytes (max_body_bytes)",
+                           code="request_too_large")
+        if not req.request_body.end_of_stream:
+            return self.pb.ProcessingResponse(request_body=self.pb.BodyResponse())
+        addr = self._place(KINDS[self.headers[":path"].split("?", 1)[0]], bytes(self.body), self._subset(req))
+        mutation = self.pb.HeaderMutation(set_headers=[self.pb.HeaderValueOption(
+            header=self.pb.HeaderValue(key=DEST, raw_value=addr.encode()),
+            append_action=self.pb.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD)])
+        meta = self.pb.Struct()
+        meta.update({LB_NAMESPACE: {DEST: addr}})
+        return self.pb.ProcessingResponse(
+            request_body=self.pb.BodyResponse(response=self.pb.CommonResponse(header_mutation=mutation,
+                                                                              clear_route_cache=True)),
+            dynamic_metadata=meta)
+
+    def _place(self, kind: str, raw: bytes, subset: set[str] | None) -> str:
+        """Parse, check and place the request; its endpoint as ``host:port``."""
+        gw = self.gw
+        if len(gw.control.flows) >= gw.config.max_inflight:
+            raise gw._overload()
+        parsed = gw.parse(kind, raw)
+        state, ids = gw.new_state(kind, parsed)
+        pick = Pick(state, self.headers.get("x-request-id") or gw.engines.ids.next(), kind)
+        gw.control.admit(pick)
+        self.pick = pick  # from here on the stream's end releases it
+        plan = gw.control.plan(state)
+        p, d = plan.prefill_instance, plan.decode_instance
+        if d is not None and d != p:
+            raise ApiError(503, "the policy placed prefill and decode apart; EPP mode serves colocated "
+                                "placements only", err_type="server_error")
+        if subset is not None and gw.cluster.address(p) not in subset:
+            p = self._within(subset)
+        gw.cluster.bind(state, p, None, None)
+        gw.cluster.expect_decode(state, p)
+        if gw.config.epp_response_bodies:
+            self.reader = StreamLeg(p, kind, "", {}, {})
+        return gw.cluster.address(p)
+
+    def _within(self, subset: set[str]) -> int:
+        """The policy's pick was outside the data plane's subset: the least-loaded healthy
+        instance inside it (503 when none)."""
+        cluster = self.gw.cluster
+        ids = [i for i in cluster.view.decode_ids if cluster.address(i) in subset]
+        if not ids:
+            raise ApiError(503, "no healthy instance in the endpoint subset", err_type="server_error")
+        return min(ids, key=cluster.view.token_load)
+
+    @staticmethod
+    def _subset(req) -> set[str] | None:
+        meta = req.metadata_context.filter_metadata
+        if SUBSET_NAMESPACE not in meta or SUBSET_KEY not in meta[SUBSET_NAMESPACE].fields:
+            return None
+        value = meta[SUBSET_NAMESPACE].fields[SUBSET_KEY]
+        items = [v.string_value for v in value.list_value.values] if value.HasField("list_value") \
+            else value.string_value.split(",")
+        return {s.strip() for s in items if s.strip()}
+
+    # --- response --------------------------------------------------------------------------
+    def _response_headers(self, req) -> Any:
+        pick = self.pick
+        if pick is not None:
+            for h in req.response_headers.headers.headers:
+                if h.key == ":status":
+                    pick.status = int((h.raw_value or h.value.encode()).decode() or 0)
+            served = self._served(req)
+            iid = self.gw.cluster.by_address(served) if served else None
+            if iid is not None and iid != pick.state.prefill_instance:  # a retry landed elsewhere
+                self.gw.cluster.rebind_prefill(pick.state, iid)
+                self.gw.cluster.expect_decode(pick.state, iid)
+                if self.reader is not None:
+                    self.reader.instance_id = iid
+            if self.reader is None and pick.status == 200:  # no bodies: it counts as decoding now
+                self._joined()
+        return self.pb.ProcessingResponse(response_headers=self.pb.HeadersResponse())
+
+    @staticmethod
+    def _served(req) -> str | None:
+        meta = req.metadata_context.filter_metadata
+        if LB_NAMESPACE in meta and SERVED in meta[LB_NAMESPACE].fields:
+            return meta[LB_NAMESPACE].fields[SERVED].string_value or None
+        return None
+
+    def _response_body(self, req) -> Any:
+        pick, reader = self.pick, self.reader
+        if pick is not None and reader is not None and pick.status == 200:
+            try:
+                pieces = reader.feed(req.response_body.body)
+            except UpstreamError as err:  # not an SSE stream we can count: stop counting
+                log.debug("request %s: response not counted: %s", pick.client_xid, err)
+                self.reader = None
+                pieces = []
+            tokens = sum(p.tokens for p in pieces)
+            pick.finished = pick.finished or reader.finished or any(p.finish_reason for p in pieces)
+            if tokens:
+                self._relayed(tokens)
+        return self.pb.ProcessingResponse(response_body=self.pb.BodyResponse())
+
+    def _joined(self) -> None:
+        st, control = self.pick.state, self.gw.control
+        if st.phase is Phase.DECODE:
+            return
+        if st.req_id in self.gw.cluster.instances[st.prefill_instance].prefill_queue:
+            self.gw.cluster.prefill_done(st)
+            control.observe(PrefillDone(st.req_id, st.prefill_instance, self.gw.cluster.now()))
+        self.gw.cluster.start_decode(st)
+
+    def _relayed(self, tokens: int) -> None:
+        pick, control = self.pick, self.gw.control
+        self._joined()
+        pick.tokens += tokens
+        control.metrics.tokens_relayed(pick.times, self.gw.cluster.clock(), pick.path,
+                                       self.gw.engines.name(pick.state.decode_instance), pick.state.request.arrival_s)
+        self.gw.cluster.token(pick.state, tokens)
+        control.check_watch(pick.state)
+
+    def _immediate(self, err: ApiError) -> Any:
+        import orjson
+        self.gw.metrics.responses.labels(str(err.status), err.err_type).inc()
+        return self.pb.ProcessingResponse(immediate_response=self.pb.ImmediateResponse(
+            status=self.pb.HttpStatus(code=err.status), body=orjson.dumps(err.body()),
+            headers=self.pb.HeaderMutation(set_headers=[self.pb.HeaderValueOption(
+                header=self.pb.HeaderValue(key="content-type", raw_value=b"application/json"))]),
+            details=err.message[:200]))
+
+    def close(self) -> None:
+        """The stream closed: release whatever the request holds."""
+        pick = self.pick
+        if pick is None:
+            return
+        self.pick = None
+        ok = pick.status == 200 and (self.reader is None or pick.finished or pick.tokens > 0)
+        outcome = "ok" if ok else "error" if pick.status is not None else "client_abort"
+        self.gw.control.end(pick, outcome, pick.tokens)

