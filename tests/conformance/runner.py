@@ -80,17 +80,20 @@ async def _settle(session: aiohttp.ClientSession, c: Cluster, live: Live) -> Non
         live.engine_hits_tokens += total(await scrape(session, url), "vllm:prefix_cache_hits_total")
 
 
-async def run_live(case: Case) -> Live:
-    """The case's trace through gateway + emulators, then the settle."""
+async def run_live(case: Case, runtime: str = "gateway") -> Live:
+    """The case's trace through gateway (or Envoy + endpoint picker) + emulators, then
+    the settle."""
     CASE.set(case.name)
     live, t0 = Live(), time.monotonic()
     slo = case.slo()
     gateway = {"policy": case.policy, "scrape_interval_s": SCRAPE_INTERVAL_S,
                **({"ttft_slo_s": slo[0], "tpot_slo_s": slo[1]} if slo else {})}
-    async with cluster(case.engines(), gateway, case.preset, case.kv_events) as c, \
+    async with cluster(case.engines(), gateway, case.preset, case.kv_events, runtime) as c, \
             aiohttp.ClientSession() as session:
         live.policy = await get_json(session, c.url + "/admin/policy")
-        live.answers = await send_all(session, c.url, case.requests(), c.started)
+        # behind Envoy every request streams: a picker sees a non-streamed answer only when it
+        # ends (booked as a queued prefill until then), which the simulator does not model
+        live.answers = await send_all(session, c.front, case.requests(), c.started, streamed=runtime == "epp")
         live.decisions = [(d["kind"], d["req_id"], d["instance_id"])
                           for d in (await get_json(session, c.url + "/admin/decisions"))["decisions"]]
         await _settle(session, c, live)
@@ -130,32 +133,32 @@ class Outcome:
     error: str = ""  # the harness could not finish the live run
 
 
-async def _guarded(case: Case, slots: asyncio.Semaphore) -> tuple[Live, str]:
+async def _guarded(case: Case, slots: asyncio.Semaphore, runtime: str) -> tuple[Live, str]:
     async with slots:
         try:
-            return await asyncio.wait_for(run_live(case), CASE_TIMEOUT_S), ""
+            return await asyncio.wait_for(run_live(case, runtime), CASE_TIMEOUT_S), ""
         except Exception as exc:  # noqa: BLE001 - reported by every rule of the case
             return Live(), f"{type(exc).__name__}: {exc}"
 
 
-async def _live_all(cases: list[Case]) -> tuple[list[tuple[Live, str]], list[str]]:
+async def _live_all(cases: list[Case], runtime: str) -> tuple[list[tuple[Live, str]], list[str]]:
     """Every case's live run, ``CONCURRENCY`` at a time, longest first; then the tasks
     still pending on the loop (a clean shutdown leaves none)."""
     slots = asyncio.Semaphore(CONCURRENCY)
     order = sorted(cases, key=lambda c: -c.time_scale)
-    done = dict(zip([c.name for c in order], await asyncio.gather(*(_guarded(c, slots) for c in order))))
+    done = dict(zip([c.name for c in order], await asyncio.gather(*(_guarded(c, slots, runtime) for c in order))))
     await asyncio.sleep(0)
     leaked = [repr(t) for t in asyncio.all_tasks() if t is not asyncio.current_task()]
     return [done[c.name] for c in cases], leaked
 
 
-def run_all(cases: list[Case]) -> tuple[dict[str, Outcome], list[str]]:
+def run_all(cases: list[Case], runtime: str = "gateway") -> tuple[dict[str, Outcome], list[str]]:
     """Outcomes by case name, and the tasks left behind by the live runs. What gateways
     fit at construction (CascadeInfer's QoE model, cached per process) is fitted first: a
     fit inside the event loop would stall every case running then."""
     for c in cases:
         extras_for(c.policy, c.preset)
     with CaseLogs() as logs:
-        lives, leaked = asyncio.run(_live_all(cases))
+        lives, leaked = asyncio.run(_live_all(cases, runtime))
     out = {c.name: Outcome(c, live, run_sim(c), logs.of(c.name), error) for c, (live, error) in zip(cases, lives)}
     return out, leaked

@@ -17,8 +17,8 @@ import yaml
 from baton.core.errors import ConfigError
 from baton.gateway.config import parse_config
 from baton.gateway.envoy import bootstrap
-from tests.live import (BIN, Server, Stream, decision_log, free_port, get, post, servers, start_emulator,
-                        wait_until)
+from tests.live import (BIN, Server, Stream, decision_log, free_port, get, metric, post, servers,
+                        start_emulator, wait_until)
 
 pytest.importorskip("grpc")
 pytest.importorskip("envoy.service.ext_proc.v3.external_processor_pb2")
@@ -38,7 +38,7 @@ class Envoy(Server):
         path = tmp / f"envoy-{port}.yaml"
         boot = bootstrap(parse_config(config), port, fail_open, admin)
         path.write_text(yaml.safe_dump(boot))
-        super().__init__(["-c", str(path), "--base-id", str(port), "-l", "warning"], port,
+        super().__init__(["-c", str(path), "--disable-hot-restart", "--concurrency", "2", "-l", "warning"], port,
                          tmp / f"envoy-{port}.log", cmd=[ENVOY])
         self.admin = admin
 
@@ -91,7 +91,10 @@ def test_requests_go_where_the_picker_placed_them(tmp_path):
         answers = [post(envoy.url + "/v1/completions", {"prompt": IDS, "max_tokens": 4}) for _ in range(6)]
         served = [finished(a), finished(b)]
         log = placed(epp)
+        counted = metric(epp.url, 'baton_ttft_seconds_count{path="colocated"}')
+        ok = metric(epp.url, 'baton_requests_total{outcome="ok",path="colocated"}')
     assert [s for s, _ in answers] == [200] * 6
+    assert counted == 6 and ok == 6  # non-streamed answers: their usage read when they end
     assert all(len(body["choices"][0]["text"]) > 0 for _, body in answers)
     assert log == [0, 1, 0, 1, 0, 1] and served == [3, 3]  # three requests on each emulator, as placed
 

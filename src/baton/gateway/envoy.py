@@ -66,13 +66,17 @@ def _routes(fail_open: bool) -> list[dict[str, Any]]:
     return [picked, rest]
 
 
-def bootstrap(config: GatewayConfig, listen_port: int, fail_open: bool, admin_port: int = 0) -> dict[str, Any]:
-    """The bootstrap as a dict (``yaml.safe_dump`` it); ``admin_port`` 0: any free port."""
+def bootstrap(config: GatewayConfig, listen_port: int, fail_open: bool, admin_port: int = 0,
+              picker: bool = True) -> dict[str, Any]:
+    """The bootstrap as a dict (``yaml.safe_dump`` it); ``admin_port`` 0: any free port.
+    ``picker=False``: plain Envoy, round-robin over the engines (a baseline to measure the
+    picker against)."""
     engines = [(urlsplit(e.url).hostname or "127.0.0.1", urlsplit(e.url).port or 80) for e in config.engines]
     manager = {"@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3."
                         "HttpConnectionManager",
                "stat_prefix": "baton", "stream_idle_timeout": "0s",
-               "route_config": {"virtual_hosts": [{"name": "all", "domains": ["*"], "routes": _routes(fail_open)}]},
+               "route_config": {"virtual_hosts": [{"name": "all", "domains": ["*"],
+                                                   "routes": _routes(fail_open) if picker else _routes(True)[1:]}]},
                "http_filters": [
                    {"name": "envoy.filters.http.header_mutation", "typed_config": {
                        "@type": "type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation",
@@ -80,6 +84,8 @@ def bootstrap(config: GatewayConfig, listen_port: int, fail_open: bool, admin_po
                    _ext_proc(config, fail_open),
                    {"name": "envoy.filters.http.router", "typed_config": {
                        "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}]}
+    if not picker:
+        manager["http_filters"] = manager["http_filters"][-1:]
     http2 = {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
         "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
         "explicit_http_config": {"http2_protocol_options": {}}}}

