@@ -206,7 +206,15 @@ async def _epp(config: dict[str, Any], sock: socket.socket, stack) -> str:
     from baton.gateway.epp import check_policy
     from baton.gateway.epp_run import picker_servicer
     from baton.gateway.server import Gateway
-    parsed = parse_config({**config, "epp_port": _free_port()}, "conformance")
+    from baton.gateway.sidecar import Sidecar
+    decoders = [e["name"] for e in config["engines"] if e["role"] == "decode"]
+    socks = {name: _bound_socket() for name in decoders}
+    engines = [{**e, **({"sidecar": f"http://127.0.0.1:{socks[e['name']].getsockname()[1]}"}
+                        if e["name"] in socks else {})} for e in config["engines"]]
+    parsed = parse_config({**config, "engines": engines, "epp_port": _free_port()}, "conformance")
+    for name, side_sock in socks.items():  # a sidecar beside each decode engine, as llm-d runs them
+        side = await _serve(Sidecar(parsed, name).app(), side_sock)
+        stack.push_async_callback(side.cleanup)
     gw = Gateway(parsed)
     check_policy(gw)
     runner = await _serve(gw.app(), sock)

@@ -70,9 +70,9 @@ def stack(tmp: Path, policy: str = "least-loaded", fail_open: bool = False, **ex
     return a, b, start_epp(tmp, config), Envoy(tmp, config, fail_open), config
 
 
-def finished(engine: Server) -> float:
-    """Requests an emulator finished (its ``vllm:request_success_total``)."""
-    lines = [ln for ln in get(engine.url + "/metrics")[1].splitlines() if ln.startswith("vllm:request_success_total")]
+def finished(engine: Server, name: str = "vllm:request_success_total") -> float:
+    """Requests an emulator finished (its ``vllm:request_success_total``, or ``name``)."""
+    lines = [ln for ln in get(engine.url + "/metrics")[1].splitlines() if ln.startswith(name)]
     return sum(float(ln.rsplit(" ", 1)[1]) for ln in lines)
 
 
@@ -178,3 +178,59 @@ def test_check_policy_names_the_stage(tmp_path):
     cfg = parse_config({"policy": "llumnix", "engines": [{"name": "a", "url": "http://127.0.0.1:9", "role": "mixed"}]})
     with pytest.raises(ConfigError, match="llumnix"):
         check_policy(Gateway(cfg))
+
+
+def pd_stack(tmp: Path, policy: str = "pd"):
+    """A prefill and a decode emulator, a sidecar beside the decode one, the picker and Envoy."""
+    p, d = start_emulator(tmp), start_emulator(tmp)
+    side_port = free_port()
+    config = {**FAST, "policy": policy, "port": free_port(), "epp_port": free_port(),
+              "engines": [{"name": "p", "url": p.url, "role": "prefill"},
+                          {"name": "d", "url": d.url, "role": "decode", "sidecar": f"http://127.0.0.1:{side_port}"}]}
+    path = tmp / "pd.yaml"
+    path.write_text(yaml.safe_dump(config))
+    sidecar = Server(["sidecar", "--config", str(path), "--engine", "d", "--port", str(side_port)], side_port,
+                     tmp / "sidecar.log")
+    return p, d, sidecar, start_epp(tmp, config), Envoy(tmp, config, False)
+
+
+def test_pd_through_the_sidecar_prefills_on_the_named_engine_and_decodes_beside_it(tmp_path):
+    p, d, sidecar, epp, envoy = pd_stack(tmp_path)
+    with servers(p, d, sidecar, epp, envoy):
+        plain = [post(envoy.url + "/v1/completions", {"prompt": IDS, "max_tokens": 6}) for _ in range(3)]
+        stream = Stream(envoy.url + "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi there"}],
+                                                             "max_tokens": 5, "stream": True})
+        chunks = list(stream.events())
+        stream.close()
+        served = [finished(p, "vllm:prompt_tokens_total"), finished(d, "vllm:prompt_tokens_total"), finished(d)]
+        log = decision_log(epp.url)
+        idle = wait_until(lambda: all(v == 0 for v in in_flight(epp).values()), timeout_s=5)
+    assert [s for s, _ in plain] == [200] * 3
+    assert all(body["usage"]["completion_tokens"] == 6 for _, body in plain)
+    assert sum(1 for c in chunks for ch in c["choices"] if (ch.get("delta") or {}).get("content")) == 5
+    assert served[0] >= 3 * len(IDS) and served[2] == 4  # every prompt computed on p, every answer from d
+    assert [(kind, iid) for kind, _, iid in log] == [("prefill", 0), ("decode", 1)] * 4
+    assert idle
+
+
+def test_the_sidecar_refuses_a_prefill_endpoint_outside_the_cluster(tmp_path):
+    p, d, sidecar, epp, envoy = pd_stack(tmp_path)
+    rogue = start_emulator(tmp_path)
+    with servers(p, d, sidecar, rogue):
+        refused = post(sidecar.url + "/v1/completions", {"prompt": IDS, "max_tokens": 2},
+                       headers={"x-prefiller-host-port": f"127.0.0.1:{rogue.port}"})
+        allowed = post(sidecar.url + "/v1/completions", {"prompt": IDS, "max_tokens": 2},
+                       headers={"x-prefiller-host-port": f"127.0.0.1:{p.port}"})
+        prompts = [finished(e, "vllm:prompt_tokens_total") for e in (rogue, p)]
+        answered = finished(d)
+    assert refused[0] == 403 and refused[1]["error"]["code"] == "prefiller_not_allowed"
+    assert allowed[0] == 200 and prompts == [0, len(IDS)] and answered == 1
+
+
+def test_a_failed_prefill_leg_is_decoded_locally(tmp_path):
+    p, d, sidecar, epp, envoy = pd_stack(tmp_path)
+    with servers(p, d, sidecar, epp, envoy):
+        p.kill()
+        answer = post(sidecar.url + "/v1/completions", {"prompt": IDS, "max_tokens": 4},
+                      headers={"x-prefiller-host-port": f"127.0.0.1:{p.port}"})
+    assert answer[0] == 200 and answer[1]["usage"]["completion_tokens"] == 4

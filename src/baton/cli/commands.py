@@ -254,6 +254,13 @@ def cmd_epp(args: argparse.Namespace) -> None:
     serve_epp(config)
 
 
+def cmd_sidecar(args: argparse.Namespace) -> None:
+    """``baton sidecar``: PD legs beside one decode engine, for an endpoint picker."""
+    from baton.gateway.config import load_config
+    from baton.gateway.sidecar import serve_sidecar
+    serve_sidecar(load_config(args.config), args.engine, args.host, args.port)
+
+
 def cmd_reproduce(args: argparse.Namespace) -> None:
     """Every figure of a paper: claim, Baton's mean relative change and its 95% interval."""
     from baton.experiments.reproduce import ROOT, claims_of, run_claim

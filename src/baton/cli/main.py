@@ -109,6 +109,12 @@ def parser() -> argparse.ArgumentParser:
     epp.add_argument("--envoy-port", type=int, default=8080, help="the Envoy listener --envoy-config writes")
     epp.add_argument("--fail-open", action="store_true", help="--envoy-config: with the picker down, Envoy "
                                                                "routes round-robin instead of answering 503")
+    side = sub.add_parser("sidecar", help="run beside one decode engine: PD through an endpoint picker "
+                                          "(prefill leg to the engine the picker names, then decode here)")
+    side.add_argument("--config", required=True, help="the picker's YAML (its engines are the allowlist)")
+    side.add_argument("--engine", required=True, help="the name (in the config) of the engine this sidecar serves")
+    side.add_argument("--host", default="127.0.0.1", help="listen address")
+    side.add_argument("--port", type=int, required=True, help="listen port (the engine's sidecar URL in the config)")
     prof = sub.add_parser("profile", help="measure a running engine's iterations into a profile CSV "
                                           "(use the CSV as --preset)")
     prof.add_argument("--kind", choices=["engine", "qoe"], default="engine",
@@ -138,7 +144,7 @@ COMMANDS = {"simulate": commands.cmd_simulate, "compare": commands.cmd_compare, 
             "sweep": commands.cmd_sweep, "demo": commands.cmd_demo,
             "workload": commands.cmd_workload_stats, "calibrate": commands.cmd_calibrate,
             "emulate": commands.cmd_emulate, "profile": commands.cmd_profile, "serve": commands.cmd_serve,
-            "epp": commands.cmd_epp}
+            "epp": commands.cmd_epp, "sidecar": commands.cmd_sidecar}
 
 
 def main(argv: list[str] | None = None) -> int:

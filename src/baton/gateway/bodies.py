@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from baton.protocol.errors import ApiError
+from baton.protocol.requests import ParsedRequest, parse_json, parse_request, split_fields
 
 CHECK_EVERY_S = 0.25  # how often a slow body's rate is judged
 
@@ -109,3 +110,11 @@ class BodyReads:
     def too_large(self) -> ApiError:
         return ApiError(413, f"request body exceeds {self.limits.max_body_bytes} bytes (max_body_bytes)",
                         code="request_too_large")
+
+
+def decode_body(kind: str, raw: bytes) -> tuple[ParsedRequest, list[str]]:
+    """(the validated request with only the allowed fields, the names of those dropped);
+    ApiError 400 if the body is not a valid request. Runs on any thread."""
+    parsed = parse_request(kind, parse_json(raw))
+    parsed.body, dropped = split_fields(parsed.body)
+    return parsed, dropped

@@ -49,6 +49,7 @@ class EngineSpec:
     hidden_states_key: str | None = None  # its CURVE public key (Z85); None: unauthenticated feed
     kv_events: str | None = None  # ZMQ address of its KV-event publisher (vLLM's --kv-events-config endpoint)
     kv_events_topic: str = ""     # the topic its batches carry ("" accepts any)
+    sidecar: str | None = None    # baton epp: its `baton sidecar` URL (a PD decode leg goes there)
 
     @property
     def host(self) -> str:
@@ -167,7 +168,8 @@ def parse_engine(raw: Any, where: str, env_allowlist: frozenset[str] | None = No
     _require(isinstance(raw, Mapping), where, "expected a mapping with url and role")
     unknown = sorted(set(raw) - {"url", "role", "name", "type", "model", "kv_blocks", "bootstrap_port",
                                  "metric_names", "api_key", "api_key_env", "hidden_states",
-                                 "hidden_states_key", "hidden_states_key_file", "kv_events", "kv_events_topic"})
+                                 "hidden_states_key", "hidden_states_key_file", "kv_events", "kv_events_topic",
+                                 "sidecar"})
     _require(not unknown, f"{where}.{unknown[0] if unknown else ''}", "unknown key")
     url = raw.get("url")
     _require(isinstance(url, str) and urlparse(url).scheme in ("http", "https") and bool(urlparse(url).netloc),
@@ -205,9 +207,15 @@ def parse_engine(raw: Any, where: str, env_allowlist: frozenset[str] | None = No
              f"{where}.kv_events", f"expected the ZMQ address to connect to, such as tcp://127.0.0.1:5557, got {kv!r}")
     topic = raw.get("kv_events_topic", "")
     _require(isinstance(topic, str), f"{where}.kv_events_topic", "expected a string")
+    sidecar = raw.get("sidecar")
+    _require(sidecar is None or (isinstance(sidecar, str) and urlparse(sidecar).scheme == "http"
+                                 and bool(urlparse(sidecar).port)),
+             f"{where}.sidecar", f"expected the sidecar's http://host:port URL, got {sidecar!r}")
+    _require(sidecar is None or role.decodes, f"{where}.sidecar", "only an engine that decodes has a sidecar")
     return EngineSpec(url.rstrip("/"), role, name, etype, raw.get("model"), raw.get("kv_blocks"),
                       raw.get("bootstrap_port"), names, key, hidden,
-                      _hidden_key(raw, where, admin=env_allowlist is not None), kv, topic)
+                      _hidden_key(raw, where, admin=env_allowlist is not None), kv, topic,
+                      sidecar.rstrip("/") if sidecar else None)
 
 
 def _hidden_key(raw: Mapping[str, Any], where: str, admin: bool) -> str | None:

@@ -14,9 +14,15 @@ reports as served (``x-gateway-destination-endpoint-served``) corrects the booki
 request's bookings are released when its stream closes, which Envoy does when the HTTP
 response ends (with response bodies) or at the response headers (without).
 
+Prefill/decode placement goes through ``baton sidecar`` (``gateway.sidecar``): the pick is
+the decode engine's sidecar, and the prefill engine is named in ``x-prefiller-host-port``
+and ``x-gateway-prefill-endpoints``, as llm-d does it. A picker routes at arrival, so a
+late-binding policy's decode instance is chosen at arrival here (``choose_decode``), not
+when the prefill ends. The sidecar's answer headers mark the prefill done.
+
 What this runtime cannot do is refused at start (``check_policy``): decisions that act on a
-live stream (``Migrate``: ARES, llumnix, CascadeInfer), and prefill/decode placement on
-separate instances (that needs a decode-side sidecar, not built yet).
+live stream (``Migrate``: ARES, llumnix, CascadeInfer), decode engines without a sidecar,
+and SGLang's PD protocol.
 """
 
 from __future__ import annotations
@@ -24,11 +30,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 
 from baton.core.errors import ConfigError
 from baton.core.events import PrefillDone
+from baton.core.instance import Role
 from baton.core.request import Phase, RequestState
 from baton.gateway.auth import token_matches
 from baton.gateway.metrics import TokenTimes
@@ -39,6 +47,7 @@ from baton.protocol.requests import CHAT, COMPLETIONS
 log = logging.getLogger("baton.epp")
 
 DEST = "x-gateway-destination-endpoint"
+PREFILL_HEADERS = ("x-prefiller-host-port", "x-gateway-prefill-endpoints")  # llm-d's and GIE's
 SERVED = "x-gateway-destination-endpoint-served"
 LB_NAMESPACE = "envoy.lb"
 SUBSET_NAMESPACE, SUBSET_KEY = "envoy.lb.subset_hint", "x-gateway-destination-endpoint-subset"
@@ -51,10 +60,22 @@ def check_policy(gateway) -> None:
     if splicing:
         raise ConfigError(f"policy {gateway.scheduler.name!r} moves live streams ({', '.join(splicing)}), "
                           "which an endpoint picker cannot do: run it with `baton serve`")
-    split = [e.name for e in gateway.config.engines if e.role.value != "mixed"]
-    if split:
-        raise ConfigError(f"engines {', '.join(split)} are not mixed: prefill/decode placement on separate "
-                          "instances needs a decode-side sidecar, not built yet; run it with `baton serve`")
+    bare = [e.name for e in gateway.config.engines if e.role is Role.DECODE and not e.sidecar]
+    if bare:
+        raise ConfigError(f"decode engines {', '.join(bare)} have no sidecar: prefill/decode placement behind a "
+                          "picker needs `baton sidecar` beside each (engines[i].sidecar), or run with `baton serve`")
+    if gateway.config.pd_protocol != "nixl" and any(e.role is not Role.MIXED for e in gateway.config.engines):
+        raise ConfigError("pd_protocol sglang behind a picker is not supported yet: run it with `baton serve`")
+
+
+def sidecar_address(cluster, iid: int) -> str:
+    """``host:port`` of a decode engine's sidecar (503 when it has none)."""
+    url = cluster.engines[iid].spec.sidecar
+    if url is None:
+        raise ApiError(503, f"the policy chose {cluster.engines[iid].spec.name} to decode, which has no sidecar",
+                       err_type="server_error")
+    parts = urlsplit(url)
+    return f"{parts.hostname}:{parts.port}"
 
 
 @dataclass(slots=True)
@@ -84,15 +105,17 @@ class Exchange:
         self.pick: Pick | None = None
         self.reader: StreamLeg | None = None  # a streamed answer's parser (epp_response_bodies)
         self.whole: bytearray | None = None  # a non-streamed answer, read at its end for its usage
+        self.prefiller: str | None = None  # a PD request's prefill endpoint (its decode sidecar is the pick)
+        self.admitted: int | None = None  # the instance whose prefill hold let this request go
 
     # --- request ---------------------------------------------------------------------------
-    def answer(self, req) -> Any:
+    async def answer(self, req) -> Any:
         which = req.WhichOneof("request")
         try:
             if which == "request_headers":
                 return self._headers(req)
             if which == "request_body":
-                return self._body(req)
+                return await self._body(req)
             if which == "response_headers":
                 return self._response_headers(req)
             if which == "response_body":
@@ -116,7 +139,7 @@ class Exchange:
             raise ApiError(400, "a request body is required")
         return self.pb.ProcessingResponse(request_headers=self.pb.HeadersResponse())
 
-    def _body(self, req) -> Any:
+    async def _body(self, req) -> Any:
         self.body += req.request_body.body
         if len(self.body) > self.gw.config.max_body_bytes:
             raise ApiError(413, f"request body exceeds {self.gw.config.max_body_bytes} bytes (max_body_bytes)",
@@ -124,9 +147,12 @@ class Exchange:
         if not req.request_body.end_of_stream:
             return self.pb.ProcessingResponse(request_body=self.pb.BodyResponse())
         addr = self._place(KINDS[self.headers[":path"].split("?", 1)[0]], bytes(self.body), self._subset(req))
+        if self.prefiller is not None and self.gw.control.hold.enabled:
+            addr = await self._held(addr)
+        sets = [(DEST, addr)] + [(h, self.prefiller) for h in PREFILL_HEADERS if self.prefiller]
         mutation = self.pb.HeaderMutation(set_headers=[self.pb.HeaderValueOption(
-            header=self.pb.HeaderValue(key=DEST, raw_value=addr.encode()),
-            append_action=self.pb.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD)])
+            header=self.pb.HeaderValue(key=key, raw_value=value.encode()),
+            append_action=self.pb.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD) for key, value in sets])
         meta = self.pb.Struct()
         meta.update({LB_NAMESPACE: {DEST: addr}})
         return self.pb.ProcessingResponse(
@@ -146,16 +172,44 @@ class Exchange:
         self.pick = pick  # from here on the stream's end releases it
         plan = gw.control.plan(state)
         p, d = plan.prefill_instance, plan.decode_instance
-        if d is not None and d != p:
-            raise ApiError(503, "the policy placed prefill and decode apart; EPP mode serves colocated "
-                                "placements only", err_type="server_error")
-        if subset is not None and gw.cluster.address(p) not in subset:
-            p = self._within(subset)
-        gw.cluster.bind(state, p, None, None)
-        state.decode_instance = p  # a colocated leg, booked as baton serve books one
+        cluster = gw.cluster
+        if d is None and not cluster.instances[p].role.decodes:  # the picker routes now: decode chosen now
+            d = gw.control.choose_decode(state)
+        if d is not None and d != p:  # PD: to the decode engine's sidecar, naming the prefill engine
+            cluster.bind(state, p, d, plan.prefill_chunk_limit_tokens)
+            self.prefiller, self.pick.path = cluster.address(p), "pd"
+            addr = sidecar_address(cluster, d)
+        else:
+            if subset is not None and cluster.address(p) not in subset:
+                p = self._within(subset)
+            cluster.bind(state, p, None, plan.prefill_chunk_limit_tokens)
+            state.decode_instance = p  # a colocated leg, booked as baton serve books one
+            if plan.prefill_chunk_limit_tokens is not None:
+                self._deflected()
+            addr = cluster.address(p)
         if gw.config.epp_response_bodies:
-            self.reader = StreamLeg(p, kind, "", {}, {})
-        return gw.cluster.address(p)
+            self.reader = StreamLeg(state.decode_instance, kind, "", {}, {})
+        return addr
+
+    async def _held(self, addr: str) -> str:
+        """Kairos-style policies re-plan queued prefills: the answer to Envoy waits while the
+        prefill engine is busy (``gateway.holding``), and a re-plan sends the request whole
+        to the decode-capable instance instead (deflection, no sidecar leg)."""
+        gw, st = self.gw, self.pick.state
+        replan = await gw.control.hold.admit(st.prefill_instance, st.req_id)
+        if replan is None:
+            self.admitted = st.prefill_instance
+            return addr
+        gw.cluster.deflect(st, replan.instance, replan.chunk_limit_tokens)
+        self._deflected()
+        self.prefiller = None
+        if self.reader is not None:
+            self.reader.instance_id = replan.instance
+        return gw.cluster.address(replan.instance)
+
+    def _deflected(self) -> None:
+        self.pick.path = "deflected"
+        self.gw.control.metrics.deflections.inc()
 
     def _within(self, subset: set[str]) -> int:
         """The policy's pick was outside the data plane's subset: the least-loaded healthy
@@ -186,7 +240,9 @@ class Exchange:
                     pick.status = int(value) if value.isdigit() else 0
                 elif h.key == "content-type" and self.reader is not None and "event-stream" not in value:
                     self.reader, self.whole = None, bytearray()  # not streamed: whole, at its end
-            served = self._served(req)
+            if self.prefiller is not None and pick.status == 200:  # the sidecar's prefill leg is over
+                self._prefilled()
+            served = self._served(req) if self.prefiller is None else None
             iid = self.gw.cluster.by_address(served) if served else None
             if iid is not None and iid != pick.state.prefill_instance:  # a retry landed elsewhere
                 self.gw.cluster.rebind_prefill(pick.state, iid)
@@ -238,6 +294,21 @@ class Exchange:
                 self._relayed(tokens)
         return self.pb.ProcessingResponse(response_body=self.pb.BodyResponse())
 
+    def _prefilled(self) -> None:
+        self._sent_done()
+        st, cluster = self.pick.state, self.gw.cluster
+        p = st.prefill_instance
+        if st.req_id in cluster.instances[p].prefill_queue:
+            cluster.prefill_done(st)
+            self.gw.control.observe(PrefillDone(st.req_id, p, cluster.now()))
+            cluster.expect_decode(st, st.decode_instance)
+
+    def _sent_done(self) -> None:
+        """The held prefill's leg is over (or never will be): the next may go."""
+        if self.admitted is not None:
+            self.gw.control.hold.sent_done(self.admitted)
+            self.admitted = None
+
     def _joined(self) -> None:
         st, control = self.pick.state, self.gw.control
         if st.phase is Phase.DECODE:
@@ -266,6 +337,7 @@ class Exchange:
 
     def close(self) -> None:
         """The stream closed: release whatever the request holds."""
+        self._sent_done()
         pick = self.pick
         if pick is None:
             return

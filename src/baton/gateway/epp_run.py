@@ -45,7 +45,7 @@ def picker_servicer(gateway: Gateway):
             exchange = Exchange(gateway, pb)
             try:
                 async for req in request_iterator:
-                    yield exchange.answer(req)
+                    yield await exchange.answer(req)
             finally:
                 exchange.close()
 

@@ -55,6 +55,15 @@ def decode_body(parsed: ParsedRequest, transfer_params: dict[str, Any] | None, w
     return body
 
 
+def relayed_decode_body(parsed: ParsedRequest, transfer_params: dict[str, Any] | None) -> dict[str, Any]:
+    """A decode leg whose answer goes to the client as the engine writes it (``baton
+    sidecar``): the client's own body (streamed or not) plus the prefill's transfer params."""
+    body = _clean(parsed.body)
+    if transfer_params:
+        body["kv_transfer_params"] = transfer_params
+    return body
+
+
 def colocated_body(parsed: ParsedRequest, with_ids: bool) -> dict[str, Any]:
     return _streamed(parsed.body, with_ids)
 

@@ -3,6 +3,11 @@ by status code and error type with its rate-limited log of refused requests."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
+import aiohttp
+import aiohttp.http_exceptions
 from aiohttp import web
 
 from baton.gateway.auth import token_matches
@@ -10,6 +15,7 @@ from baton.gateway.metrics import GatewayMetrics
 from baton.gateway.ratelog import RateLimitedLog
 from baton.protocol.errors import ApiError
 
+log = logging.getLogger("baton.gateway")
 ERROR_TYPE = "baton_error_type"  # where a response carries its OpenAI error type, for the count
 
 
@@ -51,3 +57,27 @@ def counted(metrics: GatewayMetrics, refusals: RateLimitedLog):
             refusals.note(f"{status} {error_type}".strip(), f"{request.method} {request.path} from {request.remote}")
         return resp
     return count
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler):
+    """Every error a client can get is an OpenAI-style JSON body: aiohttp's own (unknown
+    route, wrong method, body too large), an undecodable body (bad Content-Encoding), and
+    anything unforeseen."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        err = ApiError(exc.status, exc.reason or "error", err_type="invalid_request_error"
+                       if exc.status < 500 else "server_error")
+    except (web.RequestPayloadError, aiohttp.http_exceptions.HttpProcessingError) as exc:  # e.g. broken gzip
+        err = ApiError(400, f"request body cannot be read: {exc}")
+    except ApiError as exc:
+        err = exc
+    except (asyncio.CancelledError, ConnectionResetError):
+        raise
+    except Exception:  # noqa: BLE001
+        log.exception("unhandled error on %s", request.path)
+        err = ApiError(500, "internal gateway error", err_type="server_error")
+    return mark_error(web.json_response(err.body(), status=err.status), err)

@@ -12,13 +12,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import aiohttp
-import aiohttp.http_exceptions
 from aiohttp import web
 
 from baton import __version__
 from baton.gateway import admin
-from baton.gateway.bodies import BodyLimits, BodyReads
+from baton.gateway.bodies import BodyLimits, BodyReads, decode_body
 from baton.gateway.client import ClientOut
 from baton.gateway.config import GatewayConfig
 from baton.gateway.control import Control
@@ -30,7 +28,7 @@ from baton.gateway.kv_feed import KvEventFeed, KvFeedLimits, KvSource
 from baton.gateway.kv_index import KvEventIndex
 from baton.gateway.live import LiveCluster
 from baton.gateway.metrics import GatewayMetrics
-from baton.gateway.middleware import client_keys, counted, mark_error
+from baton.gateway.middleware import client_keys, counted, json_errors, mark_error
 from baton.gateway.ratelog import RateLimitedLog
 from baton.gateway.scrape import Scraper
 from baton.core.errors import BatonError, ConfigError
@@ -40,8 +38,7 @@ from baton.perf import presets
 from baton.policies import scheduler_for
 from baton.profiling.qoe import extras_for
 from baton.protocol.errors import ApiError
-from baton.protocol.requests import (TRANSPORT_FIELDS, split_fields, CHAT, COMPLETIONS, ParsedRequest, parse_json,
-                                     parse_request)
+from baton.protocol.requests import TRANSPORT_FIELDS, CHAT, COMPLETIONS, ParsedRequest
 
 log = logging.getLogger("baton.gateway")
 
@@ -55,14 +52,6 @@ INLINE_PARSE_BYTES = 64 * 1024
 PARSE_THREADS = 1  # the GIL serialises the work anyway; more threads only contend with the loop
 
 
-def decode_body(kind: str, raw: bytes) -> tuple[ParsedRequest, list[str]]:
-    """(the validated request with only the allowed fields, the names of those dropped);
-    ApiError 400 if the body is not a valid request. Runs on any thread."""
-    parsed = parse_request(kind, parse_json(raw))
-    parsed.body, dropped = split_fields(parsed.body)
-    return parsed, dropped
-
-
 def estimate_prompt_tokens(kind: str, body: dict[str, Any]) -> tuple[int, list[int] | None]:
     """Prompt length before any engine has tokenised it: exact for token-id prompts,
     else about four characters per token (corrected when the engine reports usage)."""
@@ -73,30 +62,6 @@ def estimate_prompt_tokens(kind: str, body: dict[str, Any]) -> tuple[int, list[i
     chars = sum(len(m.get("content") or "") if isinstance(m.get("content"), str) else 64
                 for m in body["messages"])
     return max(1, chars // 4 + 4 * len(body["messages"])), None
-
-
-@web.middleware
-async def json_errors(request: web.Request, handler):
-    """Every error a client can get is an OpenAI-style JSON body: aiohttp's own (unknown
-    route, wrong method, body too large), an undecodable body (bad Content-Encoding), and
-    anything unforeseen."""
-    try:
-        return await handler(request)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        err = ApiError(exc.status, exc.reason or "error", err_type="invalid_request_error"
-                       if exc.status < 500 else "server_error")
-    except (web.RequestPayloadError, aiohttp.http_exceptions.HttpProcessingError) as exc:  # e.g. broken gzip
-        err = ApiError(400, f"request body cannot be read: {exc}")
-    except ApiError as exc:
-        err = exc
-    except (asyncio.CancelledError, ConnectionResetError):
-        raise
-    except Exception:  # noqa: BLE001
-        log.exception("unhandled error on %s", request.path)
-        err = ApiError(500, "internal gateway error", err_type="server_error")
-    return mark_error(web.json_response(err.body(), status=err.status), err)
 
 
 class Gateway:
