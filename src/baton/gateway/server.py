@@ -59,9 +59,24 @@ def estimate_prompt_tokens(kind: str, body: dict[str, Any]) -> tuple[int, list[i
         return len(body["prompt"]), list(body["prompt"])
     if kind == COMPLETIONS:
         return max(1, len(body["prompt"]) // 4), None
-    chars = sum(len(m.get("content") or "") if isinstance(m.get("content"), str) else 64
-                for m in body["messages"])
+    chars = sum(content_chars(m.get("content")) for m in body["messages"])
     return max(1, chars // 4 + 4 * len(body["messages"])), None
+
+
+MEDIA_PART_CHARS = 64  # an image, audio, video or file part: its token cost is the model's, not known here
+
+
+def content_chars(content: Any) -> int:
+    """Characters of a chat message's content: a string, or every text (and refusal) part
+    of the parts form the OpenAI SDKs send (validated before: ``protocol.requests``); a
+    media part counts ``MEDIA_PART_CHARS``. (Counting 64 for any parts list booked a
+    200k-word prompt as about 20 tokens: deadlines of seconds, and no max_prompt_tokens.)"""
+    if isinstance(content, str):
+        return len(content)
+    if not isinstance(content, list):
+        return 0
+    return sum(len(part.get("text") or part.get("refusal") or "") if part.get("type") in ("text", "refusal")
+               else MEDIA_PART_CHARS for part in content)
 
 
 class Gateway:
