@@ -180,8 +180,9 @@ def test_check_policy_names_the_stage(tmp_path):
         check_policy(Gateway(cfg))
 
 
-def pd_stack(tmp: Path, policy: str = "pd"):
-    """A prefill and a decode emulator, a sidecar beside the decode one, the picker and Envoy."""
+def pd_stack(tmp: Path, policy: str = "pd", front: bool = True):
+    """A prefill and a decode emulator, a sidecar beside the decode one, and (``front``)
+    the picker and Envoy (each started here: pass every one to ``servers``)."""
     p, d = start_emulator(tmp), start_emulator(tmp)
     side_port = free_port()
     config = {**FAST, "policy": policy, "port": free_port(), "epp_port": free_port(),
@@ -191,6 +192,8 @@ def pd_stack(tmp: Path, policy: str = "pd"):
     path.write_text(yaml.safe_dump(config))
     sidecar = Server(["sidecar", "--config", str(path), "--engine", "d", "--port", str(side_port)], side_port,
                      tmp / "sidecar.log")
+    if not front:
+        return p, d, sidecar
     return p, d, sidecar, start_epp(tmp, config), Envoy(tmp, config, False)
 
 
@@ -214,7 +217,7 @@ def test_pd_through_the_sidecar_prefills_on_the_named_engine_and_decodes_beside_
 
 
 def test_the_sidecar_refuses_a_prefill_endpoint_outside_the_cluster(tmp_path):
-    p, d, sidecar, epp, envoy = pd_stack(tmp_path)
+    p, d, sidecar = pd_stack(tmp_path, front=False)
     rogue = start_emulator(tmp_path)
     with servers(p, d, sidecar, rogue):
         refused = post(sidecar.url + "/v1/completions", {"prompt": IDS, "max_tokens": 2},
@@ -228,8 +231,8 @@ def test_the_sidecar_refuses_a_prefill_endpoint_outside_the_cluster(tmp_path):
 
 
 def test_a_failed_prefill_leg_is_decoded_locally(tmp_path):
-    p, d, sidecar, epp, envoy = pd_stack(tmp_path)
-    with servers(p, d, sidecar, epp, envoy):
+    p, d, sidecar = pd_stack(tmp_path, front=False)
+    with servers(p, d, sidecar):
         p.kill()
         answer = post(sidecar.url + "/v1/completions", {"prompt": IDS, "max_tokens": 4},
                       headers={"x-prefiller-host-port": f"127.0.0.1:{p.port}"})
