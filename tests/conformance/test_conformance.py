@@ -41,20 +41,32 @@ STALE = "baton_stale_decisions_total"
 NAMES = [c.name for c in CASES]
 
 
+def wanted_cases(request, module=None) -> set:
+    """The case names the selected tests (of ``module``, if given) need; None among them
+    when a selected test needs every case."""
+    return {getattr(item, "callspec", None) and item.callspec.params.get("name") for item in request.session.items
+            if module is None or item.module is module}
+
+
+def outcome(runs: tuple[dict[str, Outcome], list[str]], request) -> Outcome:
+    """The run of the requesting test's case; the test fails if its live run did not finish."""
+    out = runs[0][request.node.callspec.params["name"]]
+    if out.error:
+        pytest.fail(f"the live run did not finish: {out.error}")
+    return out
+
+
 @pytest.fixture(scope="session")
 def runs(request) -> tuple[dict[str, Outcome], list[str]]:
     """The live and simulated runs of every case a selected test needs (all of them
     unless ``-k`` narrows the selection)."""
-    wanted = {getattr(item, "callspec", None) and item.callspec.params.get("name") for item in request.session.items}
+    wanted = wanted_cases(request)
     return run_all([c for c in CASES if c.name in wanted or None in wanted])
 
 
 @pytest.fixture
 def run(runs, request) -> Outcome:
-    out = runs[0][request.node.callspec.params["name"]]
-    if out.error:
-        pytest.fail(f"the live run did not finish: {out.error}")
-    return out
+    return outcome(runs, request)
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -40,17 +40,13 @@ EPP_NAMES = [c.name for c in CASES if epp_capable(c)]
 
 @pytest.fixture(scope="module")
 def epp_runs(request) -> tuple[dict[str, Outcome], list[str]]:
-    wanted = {getattr(item, "callspec", None) and item.callspec.params.get("name") for item in request.session.items
-              if item.module is request.module}
+    wanted = rules.wanted_cases(request, request.module)
     return run_all([c for c in CASES if c.name in EPP_NAMES and (c.name in wanted or None in wanted)], "epp")
 
 
 @pytest.fixture
 def run(epp_runs, request) -> Outcome:
-    out = epp_runs[0][request.node.callspec.params["name"]]
-    if out.error:
-        pytest.fail(f"the live run did not finish: {out.error}")
-    return out
+    return rules.outcome(epp_runs, request)
 
 
 def test_the_picker_carries_every_policy_that_moves_no_live_stream() -> None:
@@ -59,28 +55,16 @@ def test_the_picker_carries_every_policy_that_moves_no_live_stream() -> None:
     assert not {"llumnix", "cascade", "ares", "sibyl+ares-none"} & set(EPP_NAMES)
 
 
-@pytest.mark.parametrize("name", EPP_NAMES)
-def test_every_request_is_answered_exactly(run: Outcome, name: str) -> None:
-    rules.test_every_request_is_answered_exactly(run, name)
+def _rule(rule, names: list[str]):
+    """The gateway's rule ``rule`` for the picker's runs of ``names``."""
+    @pytest.mark.parametrize("name", names)
+    def check(run: Outcome, name: str) -> None:
+        rule(run, name)
+    check.__doc__ = rule.__doc__
+    return check
 
 
-@pytest.mark.parametrize("name", EPP_NAMES)
-def test_the_picker_logs_no_error(run: Outcome, name: str) -> None:
-    rules.test_the_gateway_logs_no_error(run, name)
-
-
-@pytest.mark.parametrize("name", EPP_NAMES)
-def test_policy_ticks_still_run_after_the_trace(run: Outcome, name: str) -> None:
-    rules.test_policy_ticks_still_run_after_the_trace(run, name)
-
-
-@pytest.mark.parametrize("name", EPP_NAMES)
-def test_nothing_is_left_behind(run: Outcome, name: str) -> None:
-    rules.test_nothing_is_left_behind(run, name)
-
-
-@pytest.mark.parametrize("name", EPP_NAMES)
-def test_placements_agree_with_the_simulator(run: Outcome, name: str) -> None:
+def _as_distribution(run: Outcome, name: str) -> None:
     """As the gateway's rule, except that PD placements of EXACT policies are compared as
     distributions: a picker routes at arrival, so a late-binding policy's decode instance
     is chosen when the request arrives, where the simulator (and ``baton serve``) choose it
@@ -90,14 +74,16 @@ def test_placements_agree_with_the_simulator(run: Outcome, name: str) -> None:
     rules.test_placements_agree_with_the_simulator(run, name)
 
 
-@pytest.mark.parametrize("name", EPP_NAMES)
-def test_the_policy_acts_on_its_trace_and_does_nothing_else(run: Outcome, name: str) -> None:
-    rules.test_the_policy_acts_on_its_trace_and_does_nothing_else(run, name)
-
-
-@pytest.mark.parametrize("name", [n for n in EPP_NAMES if next(c for c in CASES if c.name == n).kv_events])
-def test_prefix_cache_hits_agree_with_the_simulator(run: Outcome, name: str) -> None:
-    rules.test_prefix_cache_hits_agree_with_the_simulator(run, name)
+WITH_PREFIXES = [n for n in EPP_NAMES if next(c for c in CASES if c.name == n).kv_events]
+test_every_request_is_answered_exactly = _rule(rules.test_every_request_is_answered_exactly, EPP_NAMES)
+test_the_picker_logs_no_error = _rule(rules.test_the_gateway_logs_no_error, EPP_NAMES)
+test_policy_ticks_still_run_after_the_trace = _rule(rules.test_policy_ticks_still_run_after_the_trace, EPP_NAMES)
+test_nothing_is_left_behind = _rule(rules.test_nothing_is_left_behind, EPP_NAMES)
+test_placements_agree_with_the_simulator = _rule(_as_distribution, EPP_NAMES)
+test_the_policy_acts_on_its_trace_and_does_nothing_else = _rule(
+    rules.test_the_policy_acts_on_its_trace_and_does_nothing_else, EPP_NAMES)
+test_prefix_cache_hits_agree_with_the_simulator = _rule(rules.test_prefix_cache_hits_agree_with_the_simulator,
+                                                        WITH_PREFIXES)
 
 
 def test_every_case_shuts_down_cleanly(epp_runs) -> None:
