@@ -164,7 +164,7 @@ class Exchange:
         """Parse, check and place the request; its endpoint as ``host:port``."""
         gw = self.gw
         if len(gw.control.flows) >= gw.config.max_inflight:
-            raise gw._overload()
+            raise gw.overload()
         parsed = gw.parse(kind, raw)
         state, ids = gw.new_state(kind, parsed)
         pick = Pick(state, self.headers.get("x-request-id") or gw.engines.ids.next(), kind)

@@ -304,15 +304,12 @@ class Flow:
         return n
 
     def _on_run(self, run: Run) -> int:
-        """Relay a run of ordinary events of a verbatim leg (``gateway.scan``): no finish,
-        no usage, every token's id known."""
-        n = run.tokens
-        if n:
-            if self.state.phase is not Phase.DECODE:
-                self._joined()
-            self.output_ids.add_raw(run.ids)
-        self.out.add_run(run, n)
-        return n
+        """Relay a verbatim leg's ordinary events (``gateway.scan``: every token's id known)."""
+        if run.tokens and self.state.phase is not Phase.DECODE:
+            self._joined()
+        self.output_ids.add_raw(run.ids)
+        self.out.add_run(run, run.tokens)
+        return run.tokens
 
     def _joined(self) -> None:
         """First token from the current decode leg."""

@@ -268,7 +268,7 @@ class Gateway:
         towards ``max_inflight``; bodies still arriving are judged by their rate
         (``gateway.bodies``)."""
         if len(self.control.flows) >= self.config.max_inflight:
-            raise self._overload()
+            raise self.overload()
         raw = await self.bodies.read(request, request.remote or "")
         if len(raw) <= INLINE_PARSE_BYTES:
             return self.parse(kind, raw)
@@ -304,7 +304,7 @@ class Gateway:
         try:
             parsed = await self._read(request, kind)
             if len(self.control.flows) >= self.config.max_inflight:
-                raise self._overload()
+                raise self.overload()
             state, ids = self.new_state(kind, parsed)
         except ApiError as err:
             return await self._refuse(request, err, xid)
@@ -327,7 +327,8 @@ class Gateway:
                 request.transport.close()
         return resp
 
-    def _overload(self) -> ApiError:
+    def overload(self) -> ApiError:
+        """The 429 for a request over ``max_inflight`` (counted as a refusal)."""
         self.metrics.rejected.labels("overload").inc()
         return ApiError(429, f"gateway at capacity ({self.config.max_inflight} requests in flight); "
                              "retry later", err_type="rate_limit_exceeded", code="429")
