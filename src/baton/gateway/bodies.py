@@ -76,6 +76,7 @@ class BodyReads:
         done, _ = await asyncio.wait({reading}, timeout=lim.slow_after_s)
         if done:
             return await self._whole(reading)
+        self.check_room(client)  # bodies that started together turn slow together: the caps hold then too
         self._count(client, +1)
         try:
             while True:

@@ -242,9 +242,10 @@ class Control:
     def admit(self, flow: InFlight) -> None:
         self.flows[flow.state.req_id] = flow
 
-    def end(self, flow: InFlight, outcome: str, output_tokens: int) -> None:
+    def end(self, flow: InFlight, outcome: str, output_tokens: int, length_known: bool = True) -> None:
         """Release everything a request holds (bookings first), tell the policy a finished
-        request's true length while its placement is still readable, then forget it."""
+        request's true length while its placement is still readable (unless it is not
+        known: an endpoint picker that does not see answers), then forget it."""
         st = flow.state
         # what admits new requests goes first, so a failure below cannot leak a slot
         self.flows.pop(st.req_id, None)
@@ -253,7 +254,7 @@ class Control:
         self.metrics.child(self.metrics.requests, flow.path, outcome).inc()
         try:
             self.cluster.end(st, None if outcome == "ok" else outcome)
-            if outcome == "ok":
+            if outcome == "ok" and length_known:
                 self.metrics.finished(flow.times, flow.path, output_tokens)
                 self.observe(Completed(st.req_id, output_tokens, self.cluster.clock()))
         finally:

@@ -98,6 +98,8 @@ def bootstrap(config: GatewayConfig, listen_port: int, fail_open: bool, admin_po
          "load_assignment": {"cluster_name": "baton_fallback", **_endpoints(engines)}}]
     return {"admin": {"address": _address("127.0.0.1", admin_port)},
             "static_resources": {"listeners": [{"name": "baton", "address": _address(config.host, listen_port),
+                                                # a body the picker buffers may be max_body_bytes (Envoy: 1 MiB)
+                                                "per_connection_buffer_limit_bytes": config.max_body_bytes + 65536,
                                                 "filter_chains": [{"filters": [{
                                                     "name": "envoy.filters.network.http_connection_manager",
                                                     "typed_config": manager}]}]}],

@@ -107,6 +107,7 @@ class Exchange:
         self.whole: bytearray | None = None  # a non-streamed answer, read at its end for its usage
         self.prefiller: str | None = None  # a PD request's prefill endpoint (its decode sidecar is the pick)
         self.admitted: int | None = None  # the instance whose prefill hold let this request go
+        self.failed = False  # its answer carried an error (or could not be read)
 
     # --- request ---------------------------------------------------------------------------
     async def answer(self, req) -> Any:
@@ -267,9 +268,9 @@ class Exchange:
         if pick is not None and reader is not None and pick.status == 200:
             try:
                 pieces = reader.feed(req.response_body.body)
-            except UpstreamError as err:  # not an SSE stream we can count: stop counting
+            except UpstreamError as err:  # an error event, or not a stream we can read: it failed
                 log.debug("request %s: response not counted: %s", pick.client_xid, err)
-                self.reader = None
+                self.reader, self.failed = None, True
                 pieces = []
             tokens = sum(p.tokens for p in pieces)
             pick.finished = pick.finished or reader.finished or any(p.finish_reason for p in pieces)
@@ -342,7 +343,11 @@ class Exchange:
         if pick is None:
             return
         self.pick = None
-        counted = self.reader is not None or self.whole is not None
-        ok = pick.status == 200 and (not counted or pick.finished or pick.tokens > 0)
-        outcome = "ok" if ok else "error" if pick.status is not None else "client_abort"
-        self.gw.control.end(pick, outcome, pick.tokens)
+        seen = self.gw.config.epp_response_bodies  # the picker reads answers: their ends and lengths
+        if pick.status != 200 or self.failed:
+            outcome = "error" if pick.status is not None else "client_abort"
+        elif seen and not pick.finished:
+            outcome = "client_abort"  # the stream closed before the answer's end
+        else:
+            outcome = "ok"
+        self.gw.control.end(pick, outcome, pick.tokens, length_known=seen)

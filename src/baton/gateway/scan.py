@@ -26,7 +26,10 @@ _EVENT_START = b"data: {"
 _NEXT_EVENT = EVENT_END + _EVENT_START  # a raw newline cannot be inside JSON: this is framing
 _NO_FINISH = b'"finish_reason":null'
 _IDS_KEY = b'"token_ids":['
-_IDS = re.compile(rb'"token_ids":\[([0-9,]*)\]')
+_ID = rb'(?:0|[1-9][0-9]{0,18})'  # a JSON integer orjson reads (no leading zero, 64 bits)
+_IDS = re.compile(rb'"token_ids":\[((?:' + _ID + rb'(?:,' + _ID + rb')*)?)\]')
+_FINISH = b'"finish_reason":'
+_REFUSED = (b'"error"', b'"usage":{', b'"prompt_token_ids":[')
 _NULL_IDS = b'"token_ids":null'
 _NOT_ORDINARY = (b'"usage":{', b'"error"')
 TAIL_EVENTS = 8  # at most this many events at a region's end are parsed (finish, usage, [DONE])
@@ -53,15 +56,17 @@ def scan(region: bytes, null_ids: bool) -> Run | None:
     """``region`` (whole events, ending with a blank line) as a Run, or None when any
     event in it is not ordinary: each event is ``data: {`` framed by blank lines, has a
     ``"finish_reason":null`` and one id list, so an event without them (a finish, usage
-    alone, an error, ``[DONE]``, a comment) makes a count disagree. Five passes over
-    the bytes in C, none per event in Python."""
+    alone, an error, ``[DONE]``, a comment) makes a count disagree, and an error, usage or
+    prompt ids anywhere make it give up. Passes over the bytes in C, none per event in
+    Python."""
     if not region.startswith(_EVENT_START) or not region.endswith(EVENT_END):
         return None
     parts = _IDS.split(region)
     lists = parts[1::2]
     events = len(lists)
     if not events or region.count(b"\n") != 2 * events or region.count(_NEXT_EVENT) != events - 1 \
-            or region.count(_NO_FINISH) != events:
+            or region.count(_NO_FINISH) != events or region.count(_FINISH) != events \
+            or region.count(_IDS_KEY) != events or any(n in region for n in _REFUSED):
         return None
     ids = b",".join(lists)
     tokens = ids.count(b",") - (events - 1) + events - lists.count(b"")

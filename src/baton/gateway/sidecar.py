@@ -25,6 +25,7 @@ from aiohttp import web
 from baton.core.errors import ConfigError
 from baton.gateway import handoff
 from baton.gateway.config import EngineSpec, GatewayConfig
+from baton.gateway.framing import upstream_connector
 from baton.gateway.bodies import decode_body
 from baton.gateway.middleware import json_errors
 from baton.gateway.upstream import UpstreamError, endpoint, post_json
@@ -70,7 +71,9 @@ class Sidecar:
         return app
 
     async def _start(self, _app: web.Application) -> None:
-        self.session = aiohttp.ClientSession(auto_decompress=False)
+        # no pool cap (a stream holds its connection), and never a connection an engine wrote past
+        self.session = aiohttp.ClientSession(connector=upstream_connector(limit=0, ttl_dns_cache=300),
+                                             auto_decompress=False)
 
     async def _stop(self, _app: web.Application) -> None:
         if self.session is not None:
@@ -118,8 +121,11 @@ class Sidecar:
         return await self._relay(request, kind, body)
 
     async def _relay(self, request: web.Request, kind: str, body: bytes) -> web.StreamResponse:
-        """The engine's answer to the client as the engine writes it."""
+        """The engine's answer to the client as the engine writes it. An engine that fails
+        before answering is a 502; one that breaks off a started answer ends the client's
+        connection (a truncated answer, never a second response inside the first)."""
         url = self.engine.url + endpoint(kind)
+        resp: web.StreamResponse | None = None
         try:
             async with self.session.post(url, data=body, headers=self.headers(self.engine), timeout=self.timeout) as up:
                 resp = web.StreamResponse(status=up.status, headers={
@@ -129,9 +135,14 @@ class Sidecar:
                     await resp.write(data)
                 await resp.write_eof()
                 return resp
-        except aiohttp.ClientConnectorError as exc:
-            raise ApiError(502, f"decode engine {self.engine.name} unreachable: {exc}", err_type="server_error",
-                           code="backend_error") from None
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            if resp is None:
+                raise ApiError(502, f"decode engine {self.engine.name}: {type(exc).__name__}: {exc}",
+                               err_type="server_error", code="backend_error") from None
+            log.warning("decode engine %s broke off an answer: %s", self.engine.name, exc)
+            if request.transport is not None:
+                request.transport.close()
+            return resp
 
     async def health(self, _request: web.Request) -> web.Response:
         try:
@@ -147,4 +158,4 @@ def serve_sidecar(config: GatewayConfig, engine: str, host: str, port: int) -> N
     sidecar = Sidecar(config, engine)
     log.info("baton sidecar of %s on http://%s:%d; prefill engines allowed: %s", engine, host, port,
              ", ".join(sorted(sidecar.allowed)) or "none")
-    web.run_app(sidecar.app(), host=host, port=port, print=None, access_log=None)
+    web.run_app(sidecar.app(), host=host, port=port, print=None, access_log=None, handler_cancellation=True)
