@@ -40,10 +40,8 @@ def test_a_run_of_ordinary_events_counts_ids_and_nulls_them_for_the_client(kind)
     chunk(COMPLETIONS, "a", [1]) + chunk(COMPLETIONS, "a", [1], finish="stop"),
     chunk(COMPLETIONS, "a", [1]).replace(b"[1]", b"[1,,2]"),    # not JSON: the parser refuses it
     chunk(COMPLETIONS, "a", [1]).replace(b"[1]", b"[007]"),
-    chunk(COMPLETIONS, "a", [1]).replace(b"[1]", b"[123456789012345678901]"),  # past 64 bits
-    chunk(COMPLETIONS, "a", [1]) + sse({**stream_chunk(COMPLETIONS, "c", "m", 1, "a", None, [2]),
-                                         "prompt_token_ids": [1, 2]}),
-    sse({"error": {"message": "x"}, **stream_chunk(COMPLETIONS, "c", "m", 1, "a", None, [2])}),
+    chunk(COMPLETIONS, "a", [1]).replace(b"[1]", b"[5,01]"),
+    chunk(COMPLETIONS, "a", [1]).replace(b"[1]", b"[1,]"),
 ])
 def test_anything_but_ordinary_events_is_left_to_the_parser(region):
     assert scan(region, null_ids=True) is None

@@ -26,10 +26,8 @@ _EVENT_START = b"data: {"
 _NEXT_EVENT = EVENT_END + _EVENT_START  # a raw newline cannot be inside JSON: this is framing
 _NO_FINISH = b'"finish_reason":null'
 _IDS_KEY = b'"token_ids":['
-_ID = rb'(?:0|[1-9][0-9]{0,18})'  # a JSON integer orjson reads (no leading zero, 64 bits)
-_IDS = re.compile(rb'"token_ids":\[((?:' + _ID + rb'(?:,' + _ID + rb')*)?)\]')
-_FINISH = b'"finish_reason":'
-_REFUSED = (b'"error"', b'"usage":{', b'"prompt_token_ids":[')
+_IDS = re.compile(rb'"token_ids":\[([0-9,]*)\]')
+_LEADING_ZERO = re.compile(rb'(?:^|,)0[0-9]')  # not a JSON integer
 _NULL_IDS = b'"token_ids":null'
 _NOT_ORDINARY = (b'"usage":{', b'"error"')
 TAIL_EVENTS = 8  # at most this many events at a region's end are parsed (finish, usage, [DONE])
@@ -56,21 +54,32 @@ def scan(region: bytes, null_ids: bool) -> Run | None:
     """``region`` (whole events, ending with a blank line) as a Run, or None when any
     event in it is not ordinary: each event is ``data: {`` framed by blank lines, has a
     ``"finish_reason":null`` and one id list, so an event without them (a finish, usage
-    alone, an error, ``[DONE]``, a comment) makes a count disagree, and an error, usage or
-    prompt ids anywhere make it give up. Passes over the bytes in C, none per event in
-    Python."""
+    alone, an error, ``[DONE]``, a comment) makes a count disagree, and id lists orjson
+    would not read make it give up. Three counts and one split over the bytes in C, none
+    per event in Python. (A chunk with two choices, or prompt ids after the first chunk,
+    would pass: neither is in the one-choice format the gateway asks engines for.)"""
     if not region.startswith(_EVENT_START) or not region.endswith(EVENT_END):
         return None
     parts = _IDS.split(region)
     lists = parts[1::2]
     events = len(lists)
     if not events or region.count(b"\n") != 2 * events or region.count(_NEXT_EVENT) != events - 1 \
-            or region.count(_NO_FINISH) != events or region.count(_FINISH) != events \
-            or region.count(_IDS_KEY) != events or any(n in region for n in _REFUSED):
+            or region.count(_NO_FINISH) != events:
         return None
-    ids = b",".join(lists)
-    tokens = ids.count(b",") - (events - 1) + events - lists.count(b"")
-    return Run(_NULL_IDS.join(parts[0::2]) if null_ids else region, events, tokens, ids)
+    ids = b",".join(x for x in lists if x) if b"" in lists else b",".join(lists)  # empty lists are rare
+    if not _json_integers(ids):
+        return None
+    return Run(_NULL_IDS.join(parts[0::2]) if null_ids else region, events, ids.count(b",") + 1 if ids else 0, ids)
+
+
+def _json_integers(ids: bytes) -> bool:
+    """Whether comma-separated ``ids`` are integers as JSON writes them (no empty element,
+    no leading zero), by byte searches on the ids alone (a regular expression over them
+    cost 0.17 us a token). Integers past 64 bits are not caught: orjson would refuse them,
+    and a continuation carrying one is refused by the engine."""
+    if b",," in ids or ids[:1] == b"," or ids[-1:] == b",":
+        return False
+    return not ((b",0" in ids or ids[:1] == b"0") and _LEADING_ZERO.search(ids))
 
 
 def split(region: bytes, null_ids: bool) -> tuple[Run | None, bytes]:
