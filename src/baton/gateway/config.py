@@ -157,6 +157,12 @@ def public_url(url: str) -> str:
     return parts._replace(netloc=netloc).geturl()
 
 
+def endpoint_address(url: str) -> str:
+    """``host:port`` of a base URL, as a data plane names endpoints (GIE's EPP protocol)."""
+    parts = urlparse(url)
+    return f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
+
+
 def _require(cond: bool, where: str, msg: str) -> None:
     if not cond:
         raise ConfigError(f"{where}: {msg}")

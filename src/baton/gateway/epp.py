@@ -30,7 +30,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 import orjson
 
@@ -39,6 +38,7 @@ from baton.core.events import PrefillDone
 from baton.core.instance import Role
 from baton.core.request import Phase, RequestState
 from baton.gateway.auth import token_matches
+from baton.gateway.config import endpoint_address
 from baton.gateway.metrics import TokenTimes
 from baton.gateway.upstream import MAX_ANSWER_BYTES, StreamLeg, UpstreamError
 from baton.protocol.errors import ApiError
@@ -74,8 +74,7 @@ def sidecar_address(cluster, iid: int) -> str:
     if url is None:
         raise ApiError(503, f"the policy chose {cluster.engines[iid].spec.name} to decode, which has no sidecar",
                        err_type="server_error")
-    parts = urlsplit(url)
-    return f"{parts.hostname}:{parts.port}"
+    return endpoint_address(url)
 
 
 @dataclass(slots=True)

@@ -11,14 +11,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from urllib.parse import urlsplit
 
 from baton.core import bookings
 from baton.core.info import EngineSample, InfoModel, ViewMode
 from baton.core.instance import InstanceState, Role
 from baton.core.request import Phase, Request, RequestState
 from baton.core.view import ClusterView
-from baton.gateway.config import EngineSpec, public_url
+from baton.gateway.config import EngineSpec, endpoint_address, public_url
 
 _RATE_SMOOTHING = 0.1  # EMA weight of each observed token gap in an instance's iteration time
 
@@ -131,8 +130,7 @@ class LiveCluster:
 
     def address(self, iid: int) -> str:
         """The engine's ``host:port``, as a data plane names endpoints (GIE's EPP protocol)."""
-        parts = urlsplit(self.engines[iid].spec.url)
-        return f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
+        return endpoint_address(self.engines[iid].spec.url)
 
     def by_address(self, address: str) -> int | None:
         """The engine at ``host:port`` (None if none is)."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
@@ -24,7 +23,7 @@ from aiohttp import web
 
 from baton.core.errors import ConfigError
 from baton.gateway import handoff
-from baton.gateway.config import EngineSpec, GatewayConfig
+from baton.gateway.config import EngineSpec, GatewayConfig, endpoint_address
 from baton.gateway.framing import upstream_connector
 from baton.gateway.bodies import decode_body
 from baton.gateway.middleware import json_errors
@@ -35,12 +34,6 @@ from baton.protocol.requests import CHAT, COMPLETIONS
 log = logging.getLogger("baton.sidecar")
 PREFILLER = "x-prefiller-host-port"
 PREFILL_ENDPOINTS = "x-gateway-prefill-endpoints"
-
-
-def address(url: str) -> str:
-    """``host:port`` of an engine URL (as a picker names endpoints)."""
-    parts = urlsplit(url)
-    return f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
 
 
 class Sidecar:
@@ -57,7 +50,7 @@ class Sidecar:
             raise ConfigError(f"--engine: {engine} is a {spec.role.value} engine; a sidecar runs beside one that decodes")
         self.config, self.engine = config, spec
         # every other engine of the cluster: roles flip (Arrow), addresses outside never pass
-        self.allowed = {address(e.url): e for e in config.engines if e is not spec}
+        self.allowed = {endpoint_address(e.url): e for e in config.engines if e is not spec}
         self.session: aiohttp.ClientSession | None = None
         self.timeout = aiohttp.ClientTimeout(total=config.upstream_timeout_s, sock_connect=config.connect_timeout_s)
 
