@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from baton.gateway.server import MEDIA_PART_CHARS, estimate_prompt_tokens
+from baton.gateway.front import MEDIA_PART_CHARS, estimate_prompt_tokens
 from baton.protocol.requests import CHAT, COMPLETIONS
 from tests.gateway.test_chaos import FAST
 from tests.live import post, servers, start_emulator, start_gateway

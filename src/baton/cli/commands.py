@@ -228,12 +228,13 @@ def _profile_qoe(args: argparse.Namespace) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> None:
     """``baton serve``: the live gateway."""
-    from baton.gateway.config import load_config
+    from baton.gateway.config import check_workers, load_config
     from baton.gateway.run import serve
     config = load_config(args.config)
-    for key in ("host", "port", "policy"):
+    for key in ("host", "port", "policy", "workers"):
         if getattr(args, key) is not None:
             setattr(config, key, getattr(args, key))
+    check_workers(config)
     serve(config)
 
 

@@ -15,6 +15,19 @@ from baton.emulator.run import add_emulate_args
 from baton.workload import FORMATS
 
 
+def _workers(value: str) -> int | str:
+    """``--workers``: a count, or "auto"."""
+    if value == "auto":
+        return value
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of relay processes or 'auto', got {value!r}")
+    return n
+
+
 def _policy_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policies", help="comma-separated policy names, e.g. round-robin,least-loaded")
     p.add_argument("--configs", nargs="+", metavar="YAML",
@@ -97,6 +110,8 @@ def parser() -> argparse.ArgumentParser:
     srv.add_argument("--host", help="listen address (overrides the config)")
     srv.add_argument("--port", type=int, help="listen port (overrides the config)")
     srv.add_argument("--policy", help="policy name (overrides the config)")
+    srv.add_argument("--workers", type=_workers, help="relay processes accepting on the port, with one control "
+                     "process (0 or 'auto': one per core; default: the config's workers, 1)")
     epp = sub.add_parser("epp", help="run Baton's policies as a Gateway API Inference Extension endpoint "
                                      "picker (Envoy ext_proc) for Envoy, llm-d or any GIE data plane")
     epp.add_argument("--config", required=True, help="the same YAML as baton serve (engines, policy)")

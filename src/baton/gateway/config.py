@@ -125,6 +125,10 @@ class GatewayConfig:
     # a request counts as decoding from its response headers and is released there)
     epp_port: int = 9002
     epp_response_bodies: bool = True
+    # baton serve: relay worker processes (gateway.workers; 1: one process does everything,
+    # 0 or "auto": one per core) and how often a relay reports decode progress to control
+    workers: int | str = 1
+    relay_report_interval_s: float = 0.005
     # environment variables an admin-API call may name as an engine's api_key_env (none by
     # default: any other name is refused with one message, set or not)
     admin_env_allowlist: tuple[str, ...] = ()
@@ -254,7 +258,7 @@ _SCALARS = {"host": str, "port": int, "model": str, "preset": str, "pd_protocol"
             "header_timeout_s": (int, float), "body_timeout_s": (int, float), "max_prompt_tokens": int,
             "default_max_tokens": int, "decisions_log_size": int, "block_size": int, "seed": int,
             "log_level": str, "access_log": bool, "verbatim_relay": bool,
-            "epp_port": int, "epp_response_bodies": bool, "ttft_slo_s": (int, float), "tpot_slo_s": (int, float),
+            "epp_port": int, "epp_response_bodies": bool, "workers": (int, str), "relay_report_interval_s": (int, float), "ttft_slo_s": (int, float), "tpot_slo_s": (int, float),
             "prefill_inflight_limit": int, "max_body_reads": int, "max_body_reads_per_client": int,
             "slow_body_after_s": (int, float), "min_body_bytes_per_s": (int, float),
             "hidden_states_rate_per_s": (int, float), "hidden_states_max_dim": int,
@@ -297,11 +301,31 @@ def parse_config(raw: Any, source: str = "config") -> GatewayConfig:
                 "min_body_bytes_per_s", "hidden_states_rate_per_s", "hidden_states_max_dim",
                 "kv_events_rate_per_s", "kv_events_max_bytes", "epp_port"):
         _require(getattr(cfg, key) > 0, key, "must be positive")
+    _require(cfg.relay_report_interval_s > 0, "relay_report_interval_s", "must be positive")
+    check_workers(cfg)
     cfg.hidden_states_client_key = _client_key(raw.get("hidden_states_client_key_env"))
     for key in ("ttft_slo_s", "tpot_slo_s"):
         _require(getattr(cfg, key) is None or getattr(cfg, key) > 0, key, "must be positive")
     cfg.admin_token = cfg.admin_token or os.environ.get("BATON_ADMIN_TOKEN") or None
     return cfg
+
+
+def check_workers(cfg: GatewayConfig) -> None:
+    """``workers``: a count of relay processes, or "auto"; and nothing a relay cannot carry."""
+    w = cfg.workers
+    _require(w == "auto" or (isinstance(w, int) and not isinstance(w, bool) and w >= 0), "workers",
+             f"expected a number of relay processes (0 or 'auto': one per core), got {w!r}")
+    if relay_workers(cfg) > 1:
+        tagged = [e.name for e in cfg.engines if e.hidden_states]
+        _require(not tagged, "workers", f"engines with a hidden-state feed ({', '.join(tagged)}) need workers: 1 "
+                 "(the feed's tags live in the process that sent the leg)")
+
+
+def relay_workers(cfg: GatewayConfig) -> int:
+    """The number of relay processes ``workers`` asks for (1: no separate control process)."""
+    if cfg.workers == "auto" or cfg.workers == 0:
+        return max(1, os.cpu_count() or 1)
+    return int(cfg.workers)
 
 
 def _typed(value: Any, typ: Any, where: str) -> Any:

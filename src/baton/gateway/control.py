@@ -18,7 +18,7 @@ from typing import Protocol
 
 from baton.core.decisions import (ArrivalPlan, ChangeRole, Decision, DecisionError, Deflect, Migrate, Watch,
                                   apply_decode_choice, apply_plan, dispatch)
-from baton.core.events import Completed, DecodeProgress, HiddenState, Observation
+from baton.core.events import Completed, DecodeProgress, HiddenState, Observation, PrefillDone
 from baton.core.instance import Role
 from baton.core.request import RequestState
 from baton.gateway.config import GatewayConfig
@@ -129,6 +129,54 @@ class Control:
         choice = min(ids, key=lambda i: self.cluster.instances[i].prefill_queue_tokens)
         self.cluster.rebind_prefill(state, choice)
         return choice
+
+    # --- a request's steps (gateway.flow calls these; so does a relay worker's hub) --------------
+    async def place(self, state: RequestState) -> ArrivalPlan:
+        """``plan`` and the placement booked (its prompt queued on the prefill instance)."""
+        plan = self.plan(state)
+        self.cluster.bind(state, plan.prefill_instance, plan.decode_instance, plan.prefill_chunk_limit_tokens)
+        return plan
+
+    async def admit_prefill(self, state: RequestState, p: int) -> tuple[int, int, Deflect | None]:
+        """Wait until a PD prefill may go to ``p`` (``gateway.holding``): the instance it
+        goes to, the one whose hold admitted it (``prefill_sent`` tells that one), or a
+        re-plan onto a decode instance (``Deflect``, booked here) instead."""
+        replan = await self.hold.admit(p, state.req_id)
+        if replan is not None:
+            self.cluster.deflect(state, replan.instance, replan.chunk_limit_tokens)
+            return p, p, replan
+        if self.hold.enabled and not (self.cluster.healthy(p) and self.cluster.role(p).prefills):
+            return self.fallback_prefill(state), p, None  # held on an instance that left the prefill side
+        return p, p, None
+
+    def prefill_sent(self, admitted: int) -> None:
+        """The prefill leg admitted on ``admitted`` was answered or failed."""
+        self.hold.sent_done(admitted)
+
+    def prefill_done(self, state: RequestState, p: int) -> None:
+        """The prompt is prefilled on ``p`` (its leg returned, or the first token came)."""
+        self.cluster.prefill_done(state)
+        self.observe(PrefillDone(state.req_id, p, self.cluster.now()))
+
+    async def pick_decode(self, state: RequestState, exclude: frozenset[int] = frozenset()) -> int:
+        """``choose_decode`` as a step of a request."""
+        return self.choose_decode(state, exclude)
+
+    async def pick_prefill(self, state: RequestState, exclude: frozenset[int] = frozenset()) -> int:
+        """``fallback_prefill`` as a step of a request."""
+        return self.fallback_prefill(state, exclude)
+
+    async def at_fault(self, failed_on: list[int]) -> bool:
+        """``request_at_fault`` as a step of a request."""
+        return self.request_at_fault(failed_on)
+
+    def tokens(self, state: RequestState, count: int) -> None:
+        """``count`` tokens relayed for a decoding request (one upstream read)."""
+        self.cluster.token(state, count)
+        self.check_watch(state)
+
+    def path_changed(self, flow: InFlight) -> None:
+        """A request's decision path changed (the flow itself is what admin reads here)."""
 
     def observe(self, observation: Observation) -> None:
         if self.scheduler.observes:
@@ -246,16 +294,20 @@ class Control:
         """Release everything a request holds (bookings first), tell the policy a finished
         request's true length while its placement is still readable (unless it is not
         known: an endpoint picker that does not see answers), then forget it."""
-        st = flow.state
+        self.metrics.child(self.metrics.requests, flow.path, outcome).inc()
+        if outcome == "ok" and length_known:
+            self.metrics.finished(flow.times, flow.path, output_tokens)
+        self.release(flow.state, outcome, output_tokens, length_known)
+
+    def release(self, st: RequestState, outcome: str, output_tokens: int, length_known: bool = True) -> None:
+        """``end`` without the request's metrics (a relay worker counts its own)."""
         # what admits new requests goes first, so a failure below cannot leak a slot
         self.flows.pop(st.req_id, None)
         self.watches.pop(st.req_id, None)
         self.tags.drop(st.req_id)
-        self.metrics.child(self.metrics.requests, flow.path, outcome).inc()
         try:
             self.cluster.end(st, None if outcome == "ok" else outcome)
             if outcome == "ok" and length_known:
-                self.metrics.finished(flow.times, flow.path, output_tokens)
                 self.observe(Completed(st.req_id, output_tokens, self.cluster.clock()))
         finally:
             self.cluster.forget(st)

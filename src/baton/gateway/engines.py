@@ -117,8 +117,7 @@ class Engines:
         """A leg's first-token deadline on instance ``iid``: its own prefill and the
         prefill work queued there before it and the contexts heading there (continuations
         re-prefill theirs; the gateway's own bookings), so a burst is not taken for a hang."""
-        inst = self.cluster.instances[iid]
-        return self.first_token_timeout_s(context_tokens + inst.prefill_queue_tokens + inst.incoming_tokens)
+        return self.first_token_timeout_s(context_tokens + self.cluster.pending_tokens(iid))
 
     def first_token_timeout_s(self, context_tokens: int) -> float:
         """How long a leg may take to its first token when a prefill of ``context_tokens``
@@ -140,9 +139,9 @@ class Engines:
         the engine's pace, plus the prefill work the gateway has just sent it (continuations
         arriving after another engine failed stall its running streams while it prefills
         their contexts; a burst of them is not a hang)."""
-        c, inst = self.config, self.cluster.instances[iid]
-        pace_s = max(c.token_timeout_min_s, c.token_timeout_factor * inst.recent_token_interval_s)
-        queued = inst.prefill_queue_tokens + inst.incoming_tokens
+        c = self.config
+        pace_s = max(c.token_timeout_min_s, c.token_timeout_factor * self.cluster.token_interval_s(iid))
+        queued = self.cluster.pending_tokens(iid)
         if not queued:
             return pace_s
         return pace_s + self.first_token_timeout_s(queued) - c.first_token_timeout_base_s

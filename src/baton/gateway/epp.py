@@ -34,7 +34,6 @@ from typing import Any
 import orjson
 
 from baton.core.errors import ConfigError
-from baton.core.events import PrefillDone
 from baton.core.instance import Role
 from baton.core.request import Phase, RequestState
 from baton.gateway.auth import token_matches
@@ -183,7 +182,7 @@ class Exchange:
             if subset is not None and cluster.address(p) not in subset:
                 p = self._within(subset)
             cluster.bind(state, p, None, plan.prefill_chunk_limit_tokens)
-            state.decode_instance = p  # a colocated leg, booked as baton serve books one
+            cluster.colocate(state, p)  # a colocated leg, booked as baton serve books one
             if plan.prefill_chunk_limit_tokens is not None:
                 self._deflected()
             addr = cluster.address(p)
@@ -196,11 +195,12 @@ class Exchange:
         prefill engine is busy (``gateway.holding``), and a re-plan sends the request whole
         to the decode-capable instance instead (deflection, no sidecar leg)."""
         gw, st = self.gw, self.pick.state
-        replan = await gw.control.hold.admit(st.prefill_instance, st.req_id)
+        p, self.admitted, replan = await gw.control.admit_prefill(st, st.prefill_instance)
         if replan is None:
-            self.admitted = st.prefill_instance
+            if p != self.admitted:  # held on an instance that left the prefill side: another prefills
+                self.prefiller = gw.cluster.address(p)
             return addr
-        gw.cluster.deflect(st, replan.instance, replan.chunk_limit_tokens)
+        self.admitted = None  # a re-plan is no leg of the hold's
         self._deflected()
         self.prefiller = None
         if self.reader is not None:
@@ -298,24 +298,22 @@ class Exchange:
         self._sent_done()
         st, cluster = self.pick.state, self.gw.cluster
         p = st.prefill_instance
-        if st.req_id in cluster.instances[p].prefill_queue:
-            cluster.prefill_done(st)
-            self.gw.control.observe(PrefillDone(st.req_id, p, cluster.now()))
+        if cluster.in_prefill_queue(st):
+            self.gw.control.prefill_done(st, p)
             cluster.expect_decode(st, st.decode_instance)
 
     def _sent_done(self) -> None:
         """The held prefill's leg is over (or never will be): the next may go."""
         if self.admitted is not None:
-            self.gw.control.hold.sent_done(self.admitted)
+            self.gw.control.prefill_sent(self.admitted)
             self.admitted = None
 
     def _joined(self) -> None:
         st, control = self.pick.state, self.gw.control
         if st.phase is Phase.DECODE:
             return
-        if st.req_id in self.gw.cluster.instances[st.prefill_instance].prefill_queue:
-            self.gw.cluster.prefill_done(st)
-            control.observe(PrefillDone(st.req_id, st.prefill_instance, self.gw.cluster.now()))
+        if self.gw.cluster.in_prefill_queue(st):
+            control.prefill_done(st, st.prefill_instance)
         self.gw.cluster.start_decode(st)
 
     def _relayed(self, tokens: int) -> None:

@@ -22,7 +22,7 @@ A 4xx other than 404 is the engine refusing this request: its answer goes to the
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from baton.gateway.control import Control
 from baton.gateway.upstream import UpstreamError
@@ -40,7 +40,7 @@ class LegFaults:
         self.hung_on: set[int] = set()    # instances whose leg failed only by a read deadline
         self.suspects: dict[int, UpstreamError] = {}  # HTTP error answers not yet attributed
 
-    def failed(self, iid: int, err: UpstreamError, what: str, leg_age_s: float = 0.0) -> None:
+    async def failed(self, iid: int, err: UpstreamError, what: str, leg_age_s: float = 0.0) -> None:
         """Book a failed leg on ``iid`` that was sent ``leg_age_s`` seconds ago. Returns
         when the leg may be sent again elsewhere; raises ApiError when the request must end
         (the engine's own 4xx, a quarantine, or ``max_engine_deaths`` engine faults that
@@ -59,7 +59,7 @@ class LegFaults:
             raise err.client_error(what)
         self.suspects[iid] = err
         if len(self.suspects) >= 2:
-            self._second_opinion(err, what)
+            await self._second_opinion(err, what)
         return None
 
     def _engine_fault(self, iid: int, err: UpstreamError, leg_age_s: float) -> None:
@@ -70,9 +70,9 @@ class LegFaults:
             raise ApiError(502, f"engines failed {self.deaths} times while serving this request; "
                                 "not retrying it", err_type="server_error", code="backend_error")
 
-    def _second_opinion(self, err: UpstreamError, what: str) -> None:
+    async def _second_opinion(self, err: UpstreamError, what: str) -> None:
         engines = sorted(self.suspects)
-        if self.control.request_at_fault(engines):
+        if await self.control.at_fault(engines):
             self.suspects.clear()
             self.control.metrics.quarantined.inc()
             names = ", ".join(self.control.cluster.engines[i].spec.name for i in engines)
@@ -93,18 +93,19 @@ class LegFaults:
             self.control.blame(iid)
         self.suspects.clear()
 
-    def elsewhere(self, err: UpstreamError, what: str, choose: Callable[[frozenset[int]], int]) -> int:
+    async def elsewhere(self, err: UpstreamError, what: str,
+                        choose: Callable[[frozenset[int]], Awaitable[int]]) -> int:
         """Another instance for a failed leg (``choose(exclude)``). When every instance is
         excluded, those whose legs only missed a deadline are tried again (an engine stalled
         by a burst is better than none); when none is left at all, the client gets the
         engine's own answer rather than "no healthy instance"."""
         try:
-            return choose(frozenset(self.failed_on))
+            return await choose(frozenset(self.failed_on))
         except ApiError as none_left:
             hard = self.failed_on - self.hung_on
             if hard != self.failed_on:
                 try:
-                    return choose(frozenset(hard))
+                    return await choose(frozenset(hard))
                 except ApiError:
                     pass
             raise self.last_answer(err, none_left, what) from None

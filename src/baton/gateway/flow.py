@@ -12,7 +12,6 @@ import logging
 from typing import Any
 
 from baton.core.decisions import Deflect
-from baton.core.events import PrefillDone
 from baton.core.instance import Role
 from baton.core.request import Phase, RequestState
 from baton.gateway import handoff
@@ -111,14 +110,13 @@ class Flow:
 
     # --- placement and first legs --------------------------------------------------------
     async def _place(self) -> None:
-        plan = self.control.plan(self.state)
+        plan = await self.control.place(self.state)
         p, d = plan.prefill_instance, plan.decode_instance
         if plan.prefill_chunk_limit_tokens is not None:
             self._count_deflection()
         elif d is not None:
-            self.path = "pd-early"
-        self.cluster.bind(self.state, p, d, plan.prefill_chunk_limit_tokens)
-        if d == p or (d is None and self.cluster.is_role(p, Role.MIXED)):
+            self._set_path("pd-early")
+        if d == p or (d is None and self.cluster.role(p) is Role.MIXED):
             await self._colocated(p)
         elif self.control.config.pd_protocol == "sglang":
             await self._sglang(p, d)
@@ -127,40 +125,39 @@ class Flow:
 
     async def _colocated(self, iid: int) -> None:
         if self.path != "deflected":
-            self.path = "colocated"
-        self.state.decode_instance = iid
+            self._set_path("colocated")
+        self.cluster.colocate(self.state, iid)
         await self._open_decode(iid, handoff.colocated_body(self.parsed, self.engines.wants_ids(iid)), self.parsed.kind)
 
     async def _nixl(self, p: int, d: int | None) -> None:
-        replan = await self.control.hold.admit(p, self.state.req_id)
+        p, admitted, replan = await self.control.admit_prefill(self.state, p)
         if replan is not None:
             return await self._deflected(replan)
-        admitted = p  # the hold counted this leg here; a fallback below does not change that
-        inst = self.cluster.instances[p]
-        if self.control.hold.enabled and (not inst.healthy or not inst.role.prefills):
-            p = self.control.fallback_prefill(self.state)  # held on an instance that left the prefill side
-        self.state.phase = Phase.PREFILL  # sent: no longer movable
+        self.cluster.begin_prefill(self.state)  # sent: no longer movable
         try:
             p, params = await self._prefill_leg(p)
         finally:
-            self.control.hold.sent_done(admitted)
-        self.cluster.prefill_done(self.state)
-        self.control.observe(PrefillDone(self.state.req_id, p, self.cluster.now()))
-        target = d if d is not None and self.cluster.instances[d].healthy else self.control.choose_decode(self.state)
+            self.control.prefill_sent(admitted)
+        self.control.prefill_done(self.state, p)
+        target = d if d is not None and self.cluster.healthy(d) else await self.control.pick_decode(self.state)
         self.cluster.expect_decode(self.state, target)
         await self._open_decode(target, handoff.decode_body(self.parsed, params, self.engines.wants_ids(target)),
                                 self.parsed.kind)
 
     async def _deflected(self, replan: Deflect) -> None:
-        """A held prefill re-planned onto a decode instance: one colocated leg there (its
-        engine's own chunk budget applies; vLLM has no per-request limit)."""
-        self.cluster.deflect(self.state, replan.instance, replan.chunk_limit_tokens)
+        """A held prefill re-planned onto a decode instance (booked by ``admit_prefill``):
+        one colocated leg there (its engine's own chunk budget applies; vLLM has no
+        per-request limit)."""
         self._count_deflection()
         await self._colocated(replan.instance)
 
     def _count_deflection(self) -> None:
-        self.path = "deflected"
+        self._set_path("deflected")
         self.control.metrics.deflections.inc()
+
+    def _set_path(self, path: str) -> None:
+        self.path = path
+        self.control.path_changed(self)
 
     async def _prefill_leg(self, p: int) -> tuple[int, dict[str, Any] | None]:
         """Run the prefill leg, moving to another prefill instance on engine faults."""
@@ -170,12 +167,12 @@ class Flow:
             try:
                 resp = await within(
                     self.engines.first_token_deadline_s(p, self.state.request.prompt_tokens), f"prefill on {self._name(p)}",
-                    post_json(self.engines.session, self.cluster.url(p) + endpoint(self.parsed.kind),
+                    post_json(self.engines.session, self.engines.url(p) + endpoint(self.parsed.kind),
                               self._body(p, body), self.engines.headers(p), self.engines.upstream_timeout))
             except UpstreamError as err:
-                self.faults.failed(p, err, "prefill", self.cluster.clock() - self.leg_sent_s)
+                await self.faults.failed(p, err, "prefill", self.cluster.clock() - self.leg_sent_s)
                 self.control.metrics.child(self.control.metrics.retries, "prefill").inc()
-                p = self.faults.elsewhere(err, "prefill", lambda ex: self.control.fallback_prefill(self.state, ex))
+                p = await self.faults.elsewhere(err, "prefill", lambda ex: self.control.pick_prefill(self.state, ex))
                 continue
             self.faults.succeeded(p)
             counted = plausible_prompt_tokens((resp.get("usage") or {}).get("prompt_tokens"), self.prompt_ids,
@@ -187,12 +184,12 @@ class Flow:
         raise ApiError(502, "prefill failed on every instance tried", err_type="server_error", code="backend_error")
 
     async def _sglang(self, p: int, d: int | None) -> None:
-        target = d if d is not None else self.control.choose_decode(self.state)
+        target = d if d is not None else await self.control.pick_decode(self.state)
         spec = self.cluster.engines[p].spec
         room = self.engines.bootstrap_room()
         pre, dec = handoff.sglang_bodies(self.parsed, spec.host, spec.bootstrap_port, room,
                                          self.engines.wants_ids(target))
-        url = self.cluster.url(p) + endpoint(self.parsed.kind)
+        url = self.engines.url(p) + endpoint(self.parsed.kind)
         self._prefill_task = asyncio.create_task(
             post_json(self.engines.session, url, self._body(p, pre), self.engines.headers(p), self.engines.upstream_timeout))
         self._prefill_task.add_done_callback(lambda t: self._sglang_prefill_done(p, t))
@@ -205,13 +202,12 @@ class Flow:
         if task.exception() is not None:
             self.control.backend_error(p, task.exception())  # the decode leg then fails or times out
             return
-        self.cluster.prefill_done(self.state)
-        self.control.observe(PrefillDone(self.state.req_id, p, self.cluster.now()))
+        self.control.prefill_done(self.state, p)
 
     def _first_leg(self, iid: int, kind: str, body: dict[str, Any]) -> StreamLeg:
         """A leg that starts the client's response: relayed verbatim when it turns out to
         speak the client's format (decided at its first chunk)."""
-        leg = StreamLeg(iid, kind, self.cluster.url(iid) + endpoint(kind), self._body(iid, body), self.engines.headers(iid))
+        leg = StreamLeg(iid, kind, self.engines.url(iid) + endpoint(kind), self._body(iid, body), self.engines.headers(iid))
         if self.control.config.verbatim_relay and self.parsed.stream and kind == self.parsed.kind and not self.out.started:
             leg.verbatim, leg.client_model, leg.null_ids = None, self.out.model, not self.out.with_ids
         return leg
@@ -246,8 +242,7 @@ class Flow:
             if tokens:  # the accounting once per read: one gap, not a burst of zero gaps
                 self.control.metrics.tokens_relayed(self.times, self.cluster.clock(), self.path,
                                                     self._name(leg.instance_id), self.state.request.arrival_s)
-                self.cluster.token(self.state, tokens)
-                self.control.check_watch(self.state)
+                self.control.tokens(self.state, tokens)
             if self.leg.done:  # what this read brought goes out with the response's end
                 return await self.out.finish(self.reason)
             await self.out.flush()
@@ -313,10 +308,8 @@ class Flow:
 
     def _joined(self) -> None:
         """First token from the current decode leg."""
-        if self.state.prefill_instance is not None and self.state.req_id in \
-                self.cluster.instances[self.state.prefill_instance].prefill_queue:
-            self.cluster.prefill_done(self.state)
-            self.control.observe(PrefillDone(self.state.req_id, self.state.prefill_instance, self.cluster.now()))
+        if self.cluster.in_prefill_queue(self.state):
+            self.control.prefill_done(self.state, self.state.prefill_instance)
         self.cluster.start_decode(self.state)
 
     # --- migration and recovery ---------------------------------------------------------------
@@ -326,34 +319,33 @@ class Flow:
                                          context_tokens=self.engines.names.context_tokens.get(target))
         if not self.out.prompt_tokens and self.prompt_ids:
             self.out.prompt_tokens = len(self.prompt_ids)
-        return StreamLeg(target, COMPLETIONS, self.cluster.url(target) + endpoint(COMPLETIONS),
+        return StreamLeg(target, COMPLETIONS, self.engines.url(target) + endpoint(COMPLETIONS),
                          self._body(target, body), self.engines.headers(target))
 
     def _move_to(self, target: int, leg: StreamLeg) -> None:
         if self.leg is not None:
             self.leg.close()
         self.out.leg_changed()
-        self.cluster.leave_decode(self.state)
-        self.state.phase = Phase.TRANSFER
-        self.cluster.expect_decode(self.state, target)
+        self.cluster.move_decode(self.state, target)
         self.leg = leg
 
     async def _migrate(self) -> None:
         """Make before break: open the continuation on the target while the source keeps
         its place; only a target that answers 200 replaces the source."""
         target, self.migrate_to = self.migrate_to, None
+        moved = False
         try:  # the request counts as migrating until it moved or stayed put
-            await self._migrate_to(target)
+            moved = await self._migrate_to(target)
         finally:
-            self.state.migrating = False
+            self.cluster.migration_over(self.state, moved)
 
-    async def _migrate_to(self, target: int | None) -> None:
+    async def _migrate_to(self, target: int | None) -> bool:
         source = self.leg.instance_id if self.leg else None
-        if target is None or target == source or not self.can_continue or not self.cluster.instances[target].healthy:
+        if target is None or target == source or not self.can_continue or not self.cluster.healthy(target):
             self.control.metrics.migrations.labels("refused").inc()
             log.info("request %s: migration to %s refused", self.client_xid,
                      "nowhere" if target is None else self._name(target))
-            return
+            return False
         leg, sent_s = self._continuation(target), self.leg_sent_s
         try:
             await self._open(leg)
@@ -362,20 +354,20 @@ class Flow:
             self.control.backend_error(target, err)
             self.control.metrics.migrations.labels("failed").inc()
             log.info("request %s: migration to %s failed; it stays put", self.client_xid, self._name(target))
-            return
+            return False
         self._move_to(target, leg)
         self.leg_sent_s = float("-inf")  # a move the policy chose: its engine dying is no sign of a poison request
-        self.state.migrations += 1
         self.control.metrics.migrations.labels("ok").inc()
         log.info("request %s: migrated from %s to %s after %d tokens", self.client_xid,
                  "?" if source is None else self._name(source), self._name(target), self.out.tokens)
+        return True
 
     async def _recover(self, iid: int, err: UpstreamError) -> None:
         """The decode leg on ``iid`` failed: continue elsewhere when that is safe, else
         fail the request."""
-        self.faults.failed(iid, err, "decode", self.cluster.clock() - self.leg_sent_s)
+        await self.faults.failed(iid, err, "decode", self.cluster.clock() - self.leg_sent_s)
         for _ in range(self.control.config.max_recoveries):  # attempts for this one failure
-            target = self.faults.elsewhere(err, "decode", lambda ex: self.control.choose_decode(self.state, ex))
+            target = await self.faults.elsewhere(err, "decode", lambda ex: self.control.pick_decode(self.state, ex))
             self.out.discard_unsent()  # a failed leg's chunks not yet sent go with it
             if self.can_continue:
                 leg = self._continuation(target)
@@ -388,7 +380,7 @@ class Flow:
             try:
                 await self._open(leg)
             except UpstreamError as err2:
-                self.faults.failed(target, err2, "decode", self.cluster.clock() - self.leg_sent_s)
+                await self.faults.failed(target, err2, "decode", self.cluster.clock() - self.leg_sent_s)
                 err = err2
                 continue
             self.control.metrics.recoveries.inc()

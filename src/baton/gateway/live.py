@@ -128,6 +128,23 @@ class LiveCluster:
     def url(self, iid: int) -> str:
         return self.engines[iid].spec.url
 
+    def healthy(self, iid: int) -> bool:
+        """Whether ``iid`` takes new work."""
+        return self.instances[iid].healthy
+
+    def role(self, iid: int) -> Role:
+        return self.instances[iid].role
+
+    def pending_tokens(self, iid: int) -> int:
+        """Prefill work booked on ``iid`` before a new leg's: queued prompts and contexts
+        heading there (tokens; the leg deadlines of ``gateway.engines`` read it)."""
+        inst = self.instances[iid]
+        return inst.prefill_queue_tokens + inst.incoming_tokens
+
+    def token_interval_s(self, iid: int) -> float:
+        """The recent gap between two relayed tokens of one stream on ``iid`` (seconds)."""
+        return self.instances[iid].recent_token_interval_s
+
     def address(self, iid: int) -> str:
         """The engine's ``host:port``, as a data plane names endpoints (GIE's EPP protocol)."""
         return endpoint_address(self.engines[iid].spec.url)
@@ -168,12 +185,15 @@ class LiveCluster:
                                      inst.recent_token_interval_s))
 
     # --- requests ----------------------------------------------------------------------
-    def new_request(self, prompt_tokens: int, max_tokens: int) -> RequestState:
-        """A request arriving now. ``output_tokens`` holds the cap (the true length is unknown live)."""
-        rid = self._next_request
-        self._next_request += 1
-        state = RequestState(Request(rid, self.now(), prompt_tokens, max_tokens))
-        self.requests[rid] = state
+    def new_request(self, prompt_tokens: int, max_tokens: int, req_id: int | None = None,
+                    arrival_s: float | None = None) -> RequestState:
+        """A request arriving now (or at ``arrival_s``, under a relay worker's ``req_id``).
+        ``output_tokens`` holds the cap (the true length is unknown live)."""
+        if req_id is None:
+            req_id, self._next_request = self._next_request, self._next_request + 1
+        now = self.now()
+        state = RequestState(Request(req_id, now if arrival_s is None else arrival_s, prompt_tokens, max_tokens))
+        self.requests[req_id] = state
         return state
 
     def set_prompt_tokens(self, state: RequestState, prompt_tokens: int) -> None:
@@ -211,6 +231,31 @@ class LiveCluster:
             booked = self.instances[p].prefill_queue[state.req_id]  # the length it was booked with
             self.instances[p].drop_prefill(state.req_id)
             self._own(p, -self._blocks(booked))
+
+    def in_prefill_queue(self, state: RequestState) -> bool:
+        """Whether the request's prompt is still booked on its prefill instance."""
+        p = state.prefill_instance
+        return p is not None and state.req_id in self.instances[p].prefill_queue
+
+    def begin_prefill(self, state: RequestState) -> None:
+        """The prefill leg was sent: the request can no longer be moved or deflected."""
+        state.phase = Phase.PREFILL
+
+    def colocate(self, state: RequestState, instance: int) -> None:
+        """The request decodes where it prefills (one leg on ``instance``)."""
+        state.decode_instance = instance
+
+    def move_decode(self, state: RequestState, target: int) -> None:
+        """The request's decode moves to ``target`` (a migration or a recovery): off its
+        instance, its context on the way to ``target``."""
+        self.leave_decode(state)
+        state.phase = Phase.TRANSFER
+        self.expect_decode(state, target)
+
+    def migration_over(self, state: RequestState, moved: bool) -> None:
+        """A migration the policy asked for ended: moved, or stayed put."""
+        state.migrating = False
+        state.migrations += int(moved)
 
     def prefill_done(self, state: RequestState) -> None:
         """The prefill leg returned (PD) or the first token arrived (colocated)."""

@@ -121,8 +121,45 @@ class GatewayMetrics:
         """Export the policy's own figures (``Scheduler.report``) at each scrape."""
         self.registry.register(_PolicyReport(scheduler))
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+    def counts(self) -> list[list]:
+        """This registry's counters and histograms as ``[family, sample, labels, value]``
+        (what a relay worker reports to control's /metrics)."""
+        return [[fam.name, s.name, s.labels, s.value] for fam in self.registry.collect()
+                if fam.type in ("counter", "histogram") for s in fam.samples if not s.name.endswith("_created")]
+
+    def render(self, extra: list[list] | None = None) -> bytes:
+        """The exposition text; ``extra``: other processes' ``counts``, added in."""
+        if not extra:
+            return generate_latest(self.registry)
+        return generate_latest(_Added(self.registry, extra))
+
+
+class _Added:
+    """A registry's families with other processes' counts added to the same series (and
+    their series this process has not seen appended)."""
+
+    def __init__(self, registry, extra: list[list]) -> None:
+        self.registry = registry
+        self.add: dict[tuple, float] = {}
+        self.by_family: dict[str, list[tuple]] = {}
+        for family, name, labels, value in extra:
+            key = (name, tuple(sorted(labels.items())))
+            if key not in self.add:
+                self.by_family.setdefault(family, []).append(key)
+            self.add[key] = self.add.get(key, 0.0) + value
+
+    def collect(self):
+        from prometheus_client.samples import Sample
+        for fam in self.registry.collect():
+            seen, samples = set(), []
+            for s in fam.samples:
+                key = (s.name, tuple(sorted(s.labels.items())))
+                if key in self.add:
+                    s, _ = s._replace(value=s.value + self.add[key]), seen.add(key)
+                samples.append(s)
+            samples += [Sample(k[0], dict(k[1]), self.add[k]) for k in self.by_family.get(fam.name, ()) if k not in seen]
+            fam.samples = samples
+            yield fam
 
 
 class _EngineGauges:

@@ -6,12 +6,17 @@ import logging
 
 from aiohttp import web
 
-from baton.gateway.config import GatewayConfig
+from baton.gateway.config import GatewayConfig, relay_workers
 from baton.gateway.server import Gateway
 
 
 def serve(config: GatewayConfig) -> None:
-    """Serve until interrupted (uvloop when installed)."""
+    """Serve until interrupted (uvloop when installed); with ``workers`` other than 1, as a
+    supervisor of relay workers and a control process (``gateway.workers``)."""
+    if relay_workers(config) > 1:
+        from baton.gateway.workers import serve_workers
+        serve_workers(config)
+        return
     gw = Gateway(config)
     try:
         import uvloop  # noqa: F401  (optional speed-up)

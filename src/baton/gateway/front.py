@@ -1,0 +1,179 @@
+"""The client side of a gateway process: the OpenAI endpoints, reading, parsing and
+validating bodies, a request's state before placement, and refusals. ``baton serve``'s one
+process (``server.Gateway``) and its relay workers (``relay.Relay``) are both a ``Front``
+over a control: the one in the process, or one reached over IPC (``relay_control``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from aiohttp import web
+
+from baton.core.errors import BatonError, ConfigError
+from baton.core.prefix import token_block_keys
+from baton.core.request import RequestState
+from baton.gateway.bodies import BodyLimits, BodyReads, decode_body
+from baton.gateway.client import ClientOut
+from baton.gateway.config import GatewayConfig
+from baton.gateway.engines import Engines
+from baton.gateway.flow import Flow
+from baton.gateway.live import LiveCluster
+from baton.gateway.metrics import GatewayMetrics
+from baton.gateway.middleware import mark_error
+from baton.protocol.errors import ApiError
+from baton.protocol.requests import CHAT, COMPLETIONS, TRANSPORT_FIELDS, ParsedRequest
+
+# Decoding and validating a token-id body costs 40-80 ns per byte here (a 1.9 MB body
+# 75-150 ms). Up to 64 KiB (a few ms) it runs inline; larger bodies go to one parse
+# thread, so the event loop runs between them instead of behind every body that arrived
+# at once. The validation is Python code, which yields the GIL to the loop every 5 ms;
+# orjson's decode holds it (about half the time), so each decode still pauses the loop
+# for up to 20 ns per byte: max_body_bytes bounds that pause (about 40 ms at 2 MiB).
+INLINE_PARSE_BYTES = 64 * 1024
+PARSE_THREADS = 1  # the GIL serialises the work anyway; more threads only contend with the loop
+
+
+def estimate_prompt_tokens(kind: str, body: dict[str, Any]) -> tuple[int, list[int] | None]:
+    """Prompt length before any engine has tokenised it: exact for token-id prompts,
+    else about four characters per token (corrected when the engine reports usage)."""
+    if kind == COMPLETIONS and isinstance(body["prompt"], list):
+        return len(body["prompt"]), list(body["prompt"])
+    if kind == COMPLETIONS:
+        return max(1, len(body["prompt"]) // 4), None
+    chars = sum(content_chars(m.get("content")) for m in body["messages"])
+    return max(1, chars // 4 + 4 * len(body["messages"])), None
+
+
+MEDIA_PART_CHARS = 64  # an image, audio, video or file part: its token cost is the model's, not known here
+
+
+def content_chars(content: Any) -> int:
+    """Characters of a chat message's content: a string, or every text (and refusal) part
+    of the parts form the OpenAI SDKs send (validated before: ``protocol.requests``); a
+    media part counts ``MEDIA_PART_CHARS``. (Counting 64 for any parts list booked a
+    200k-word prompt as about 20 tokens: deadlines of seconds, and no max_prompt_tokens.)"""
+    if isinstance(content, str):
+        return len(content)
+    if not isinstance(content, list):
+        return 0
+    return sum(len(part.get("text") or part.get("refusal") or "") if part.get("type") in ("text", "refusal")
+               else MEDIA_PART_CHARS for part in content)
+
+
+class Front:
+    """Client requests into flows over ``control`` (``control.Control`` or a relay's
+    ``relay_control.RemoteControl``): they share every rule about what a request is."""
+
+    def __init__(self, config: GatewayConfig, cluster: LiveCluster, engines: Engines, control,
+                 needs_prefix_keys: bool) -> None:
+        self.config, self.cluster, self.engines, self.control = config, cluster, engines, control
+        self.needs_prefix_keys = needs_prefix_keys
+        c = config
+        self.bodies = BodyReads(BodyLimits(c.max_body_bytes, c.body_timeout_s, c.max_body_reads,
+                                           c.max_body_reads_per_client, c.slow_body_after_s, c.min_body_bytes_per_s),
+                                lambda reason: self.metrics.rejected.labels(reason).inc())
+        self.tokenizer = self._tokenizer()
+        self._parsers = ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="baton-parse")  # large bodies
+
+    @property
+    def metrics(self) -> GatewayMetrics:
+        return self.control.metrics
+
+    def close_parsers(self) -> None:
+        self._parsers.shutdown(wait=False, cancel_futures=True)
+
+    def _tokenizer(self):
+        """The tokenizer text prompts are keyed with (``tokenizer``), for prefix-aware policies."""
+        if self.config.tokenizer is None:
+            return None
+        from baton.workload.tokens import HFTokenizer
+        try:
+            return HFTokenizer(self.config.tokenizer)
+        except BatonError as err:
+            raise ConfigError(f"tokenizer: {err}") from None
+
+    def prompt_keys(self, kind: str, body: dict[str, Any], ids: list[int] | None) -> tuple[int, ...]:
+        """The prompt's block keys for prefix-aware policies: from its token ids, or from a
+        text prompt with the configured tokenizer; none for chat (no chat template here)."""
+        if ids is None and kind == COMPLETIONS and self.tokenizer is not None:
+            ids = self.tokenizer.ids(body["prompt"], special=True)
+        return tuple(token_block_keys(ids, self.config.block_size)) if ids else ()
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, COMPLETIONS)
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, CHAT)
+
+    async def _read(self, request: web.Request, kind: str):
+        """Read, parse and validate a body. Only requests whose body has arrived count
+        towards ``max_inflight``; bodies still arriving are judged by their rate
+        (``gateway.bodies``)."""
+        if len(self.control.flows) >= self.config.max_inflight:
+            raise self.overload()
+        raw = await self.bodies.read(request, request.remote or "")
+        if len(raw) <= INLINE_PARSE_BYTES:
+            return self.parse(kind, raw)
+        return await asyncio.get_running_loop().run_in_executor(self._parsers, self.parse, kind, raw)
+
+    def parse(self, kind: str, raw: bytes) -> ParsedRequest:
+        """A body as a validated request (ApiError otherwise); the fields not forwarded are
+        counted. ``baton serve`` and ``baton epp`` read bodies with it."""
+        parsed, dropped = decode_body(kind, raw)
+        for name in dropped:
+            self.metrics.dropped_fields.labels(name if name in TRANSPORT_FIELDS else "other").inc()
+        model = parsed.body.get("model")
+        if not self.engines.names.accepts(model):
+            raise ApiError(404, f"The model `{model}` does not exist.", err_type="NotFoundError",
+                           param="model", code="model_not_found")
+        return parsed
+
+    def new_state(self, kind: str, parsed: ParsedRequest) -> tuple[RequestState, list[int] | None]:
+        """A parsed request's state in the cluster (its prompt estimated, its block keys when
+        the policy reads them) and its prompt ids when it sent ids; ApiError 400 when the
+        prompt is longer than ``max_prompt_tokens``."""
+        tokens, ids = estimate_prompt_tokens(kind, parsed.body)
+        if tokens > self.config.max_prompt_tokens:
+            raise ApiError(400, f"prompt of about {tokens} tokens exceeds max_prompt_tokens "
+                                f"({self.config.max_prompt_tokens})", param="prompt")
+        state = self.cluster.new_request(tokens, parsed.max_tokens or 0)
+        if self.needs_prefix_keys:
+            state.block_keys = self.prompt_keys(kind, parsed.body, ids)
+        return state, ids
+
+    async def _serve(self, request: web.Request, kind: str) -> web.StreamResponse:
+        xid = request.headers.get("X-Request-Id") or self.engines.ids.next()
+        try:
+            parsed = await self._read(request, kind)
+            if len(self.control.flows) >= self.config.max_inflight:
+                raise self.overload()
+            state, ids = self.new_state(kind, parsed)
+        except ApiError as err:
+            return await self._refuse(request, err, xid)
+        oid = self.engines.ids.next()  # our own id: the client's X-Request-Id never reaches an engine
+        model = parsed.body.get("model") or self.engines.names.default()
+        out = ClientOut(request, parsed, model, f"cmpl-{oid}" if kind == COMPLETIONS else f"chatcmpl-{oid}")
+        out.headers["X-Request-Id"] = xid
+        flow = Flow(self.control, self.engines, parsed, out, state, xid, ids)
+        self.control.admit(flow)
+        return await flow.run()
+
+    @staticmethod
+    async def _refuse(request: web.Request, err: ApiError, xid: str) -> web.StreamResponse:
+        resp = mark_error(web.json_response(err.body(), status=err.status, headers={"X-Request-Id": xid}), err)
+        if err.status == 408:  # answer, then drop the connection: the rest of the body is not awaited
+            resp.force_close()
+            await resp.prepare(request)
+            await resp.write_eof()
+            if request.transport is not None:
+                request.transport.close()
+        return resp
+
+    def overload(self) -> ApiError:
+        """The 429 for a request over ``max_inflight`` (counted as a refusal)."""
+        self.metrics.rejected.labels("overload").inc()
+        return ApiError(429, f"gateway at capacity ({self.config.max_inflight} requests in flight); "
+                             "retry later", err_type="rate_limit_exceeded", code="429")

@@ -1,0 +1,305 @@
+"""Control's side of ``baton serve --workers N``: one ROUTER socket that every relay worker
+talks to (``gateway.ipc``). It applies the relays' request steps to control's cluster,
+answers their calls with ``control.Control``'s verbs, sends them control's view every
+``ipc.SNAPSHOT_S`` and the migrations a policy orders for their streams, and releases
+every request of a relay that exits (the supervisor says so) or goes silent.
+
+A control that starts again (new ``epoch``) books the requests the relays still carry from
+their hellos (``adopt``); the policy has not seen those requests placed, so they end
+without telling it their length."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from baton.core.request import Phase, RequestState
+from baton.gateway import ipc
+from baton.gateway.control import Control
+from baton.gateway.metrics import TokenTimes
+from baton.gateway.relay_control import snapshot_specs
+from baton.protocol.errors import ApiError
+
+log = logging.getLogger("baton.gateway")
+
+
+@dataclass(slots=True)
+class RelayFlow:
+    """A request a relay carries, as control's ``InFlight`` (admin reads it; migrations
+    go through it to the relay)."""
+
+    state: RequestState
+    client_xid: str
+    relay: bytes
+    hub: "ControlHub"
+    path: str = "pd"
+    adopted: bool = False  # booked from a relay's hello after control restarted
+    times: TokenTimes = field(default_factory=TokenTimes)
+
+    def request_migration(self, target: int) -> None:
+        self.hub.send(self.relay, ["migrate", self.state.req_id, target])
+
+
+@dataclass(slots=True)
+class RelayInfo:
+    last_seen_s: float
+    introduced: bool = False  # said hello in this epoch: its steps and calls count
+    flows: set[int] = field(default_factory=set)
+
+
+class ControlHub:
+    """See the module docstring. ``address``: the ROUTER's ZMQ endpoint."""
+
+    def __init__(self, control: Control, address: str) -> None:
+        self.control, self.cluster, self.address = control, control.cluster, address
+        self.epoch = secrets.randbits(62)
+        self.relays: dict[bytes, RelayInfo] = {}
+        self.pulls: dict[int, tuple[asyncio.Future, set[bytes], list]] = {}
+        self.last_counts: dict[bytes, list] = {}  # each relay's counts at the last /metrics
+        self.retired: dict[tuple, list] = {}  # counts of relays that exited: (family, sample, labels) -> sample
+        self._next_pull = 0
+        self._tasks: list[asyncio.Task] = []
+        self.sock: Any = None
+
+    async def start(self) -> None:
+        import zmq
+        import zmq.asyncio
+        self.context = zmq.asyncio.Context()
+        self.sock = self.context.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 0)  # a relay that is gone: its messages are dropped
+        self.sock.bind(self.address)
+        self._tasks = [asyncio.create_task(self._read()), asyncio.create_task(self._snapshots())]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.sock is not None:
+            self.sock.close(0)
+            self.context.term()
+
+    def send(self, relay: bytes, message: list) -> None:
+        self.sock.send_multipart([relay, ipc.pack(message)])
+
+    # --- reading ---------------------------------------------------------------------------
+    async def _read(self) -> None:
+        while True:
+            relay, frame = await self.sock.recv_multipart()
+            try:
+                self._handle(relay, ipc.unpack(frame))
+            except Exception:  # noqa: BLE001 - one bad message must not stop control's reader
+                log.exception("control: a message from %s could not be handled", relay)
+
+    def _handle(self, relay: bytes, message: list) -> None:
+        kind = message[0]
+        if kind == "dead":  # from the supervisor: message[1] exited
+            return self.relay_gone(message[1].encode(), "exited")
+        info = self.relays.get(relay)
+        if info is None:
+            info = self.relays[relay] = RelayInfo(time.monotonic())
+            self._snapshot_to(relay)
+        info.last_seen_s = time.monotonic()
+        if kind == "hi":
+            self._hello(relay, info, message)
+        elif not info.introduced:
+            if kind == "call":  # sent before this control's epoch reached it: not acted on
+                self.send(relay, ["ret", message[1], False, ipc.error_fields(_unavailable())])
+        elif kind == "ops":
+            self._ops(relay, info, message[1])
+        elif kind == "call":
+            asyncio.get_running_loop().create_task(self._call(relay, info, message))
+        elif kind == "metrics":
+            self._metrics(relay, message)
+
+    def _hello(self, relay: bytes, info: RelayInfo, message: list) -> None:
+        _, slot, generation, records = message
+        info.introduced = True
+        for record in records:
+            if record[0] not in self.cluster.requests:
+                self._adopt(relay, info, record)
+        log.info("control: relay %s (slot %s, start %s) joined with %d requests in flight", relay.decode(), slot,
+                 generation, len(records))
+
+    def _adopt(self, relay: bytes, info: RelayInfo, record: list) -> None:
+        """Book a request a relay carried while control was away (``relay_control.records``)."""
+        rid, xid, path, arrival_s, prompt, max_tokens, p, d, phase, generated, queued = record
+        st = self.cluster.new_request(prompt, max_tokens, rid, arrival_s)
+        flow = RelayFlow(st, xid, relay, self, path, adopted=True)
+        self.control.admit(flow)
+        info.flows.add(rid)
+        if p is None:
+            return
+        self.cluster.bind(st, p, d if d != p else None, None)
+        if d is not None and d == p:
+            self.cluster.colocate(st, p)
+        if queued:
+            return
+        self.cluster.prefill_done(st)
+        st.generated_tokens = generated
+        if d is not None:
+            self.cluster.expect_decode(st, d)
+            if phase == Phase.DECODE.value:
+                self.cluster.start_decode(st)
+
+    # --- steps -------------------------------------------------------------------------------
+    def _ops(self, relay: bytes, info: RelayInfo, ops: list) -> None:
+        for op in ops:
+            try:
+                self._op(relay, info, op)
+            except Exception:  # noqa: BLE001 - a step that cannot be applied is logged, the rest go on
+                log.exception("control: step %r from %s could not be applied", op[:2], relay.decode())
+
+    def _op(self, relay: bytes, info: RelayInfo, op: list) -> None:
+        kind, key, args = op[0], op[1], op[2:]
+        c, cluster = self.control, self.cluster
+        engine_steps = {"ps": c.prefill_sent, "ok": c.leg_ok, "bl": c.blame}
+        if kind in engine_steps:
+            return engine_steps[kind](key)
+        if kind == "be":
+            return c.backend_error(key, ipc.upstream_error(args[0]), args[1])
+        flow = c.flows.get(key)
+        if not isinstance(flow, RelayFlow) or flow.relay != relay:
+            return  # a request control released already (its relay was taken for gone)
+        st = flow.state
+        if kind == "end":
+            info.flows.discard(key)
+            outcome, tokens, length_known = args
+            return c.release(st, outcome, tokens, length_known and not flow.adopted)
+        if kind == "path":
+            flow.path = args[0]
+            return None
+        steps = {"tk": c.tokens, "pd": c.prefill_done, "ed": cluster.expect_decode, "sd": cluster.start_decode,
+                 "pt": cluster.set_prompt_tokens, "bp": cluster.begin_prefill, "co": cluster.colocate,
+                 "md": cluster.move_decode, "mo": cluster.migration_over}
+        return steps[kind](st, *args)
+
+    async def _call(self, relay: bytes, info: RelayInfo, message: list) -> None:
+        _, call_id, verb, *args = message
+        try:
+            value = await getattr(self, f"_{verb}")(relay, info, *args) if verb in CALLS else _bad(verb)
+            answer = ["ret", call_id, True, value]
+        except ApiError as err:
+            answer = ["ret", call_id, False, ipc.error_fields(err)]
+        self.send(relay, answer)
+
+    async def _place(self, relay: bytes, info: RelayInfo, rid: int, xid: str, arrival_s: float, prompt: int,
+                     max_tokens: int, block_keys: list) -> list:
+        c = self.control
+        if len(c.flows) >= c.config.max_inflight:
+            c.metrics.rejected.labels("overload").inc()
+            raise ApiError(429, f"gateway at capacity ({c.config.max_inflight} requests in flight); retry later",
+                           err_type="rate_limit_exceeded", code="429")
+        st = self.cluster.new_request(prompt, max_tokens, rid, arrival_s)
+        st.block_keys = tuple(block_keys)
+        c.admit(RelayFlow(st, xid, relay, self))
+        info.flows.add(rid)
+        try:
+            plan = await c.place(st)
+        except ApiError:
+            info.flows.discard(rid)
+            c.release(st, "rejected", 0)
+            raise
+        return [plan.prefill_instance, plan.decode_instance, plan.prefill_chunk_limit_tokens]
+
+    def _state(self, relay: bytes, rid: int) -> RequestState:
+        flow = self.control.flows.get(rid)
+        if not isinstance(flow, RelayFlow) or flow.relay != relay:
+            raise ApiError(503, "request no longer tracked by control", err_type="server_error")
+        return flow.state
+
+    async def _admit_prefill(self, relay: bytes, info: RelayInfo, rid: int, p: int) -> list:
+        go, admitted, replan = await self.control.admit_prefill(self._state(relay, rid), p)
+        return [go, admitted, None if replan is None else [replan.instance, replan.chunk_limit_tokens]]
+
+    async def _pick_decode(self, relay: bytes, info: RelayInfo, rid: int, exclude: list) -> int:
+        return await self.control.pick_decode(self._state(relay, rid), frozenset(exclude))
+
+    async def _pick_prefill(self, relay: bytes, info: RelayInfo, rid: int, exclude: list) -> int:
+        return await self.control.pick_prefill(self._state(relay, rid), frozenset(exclude))
+
+    async def _at_fault(self, relay: bytes, info: RelayInfo, failed_on: list) -> bool:
+        return await self.control.at_fault(failed_on)
+
+    # --- relays coming and going ---------------------------------------------------------------
+    def relay_gone(self, relay: bytes, why: str) -> None:
+        """Release every request ``relay`` carried: its client connections and engine legs
+        closed with its process (an engine aborts a request whose connection closes)."""
+        info = self.relays.pop(relay, None)
+        if info is None:
+            return
+        for rid in list(info.flows):
+            flow = self.control.flows.get(rid)
+            if isinstance(flow, RelayFlow) and flow.relay == relay:
+                self.control.end(flow, "relay_lost", flow.state.generated_tokens, length_known=False)
+        for pull in self.pulls.values():
+            pull[1].discard(relay)
+        for family, name, labels, value in self.last_counts.pop(relay, ()):  # what it counted up to then
+            key = (family, name, tuple(sorted(labels.items())))
+            self.retired.setdefault(key, [family, name, labels, 0.0])[3] += value
+        log.warning("control: relay %s %s; %d requests it carried released", relay.decode(), why, len(info.flows))
+
+    async def _snapshots(self) -> None:
+        while True:
+            await asyncio.sleep(ipc.SNAPSHOT_S)
+            now = time.monotonic()
+            for relay, info in list(self.relays.items()):
+                if now - info.last_seen_s > ipc.RELAY_SILENT_S:
+                    self.relay_gone(relay, f"silent for {now - info.last_seen_s:.1f} s")
+                else:
+                    self._snapshot_to(relay)
+
+    def _snapshot_to(self, relay: bytes) -> None:
+        c = self.cluster
+        instances = [[iid, inst.healthy, inst.role.value, c.engines[iid].removed, c.pending_tokens(iid),
+                      c.token_interval_s(iid)] for iid, inst in c.instances.items()]
+        specs = snapshot_specs([e.spec for e in c.engines.values()])
+        self.send(relay, ["snap", self.epoch, time.monotonic() - c.clock(), self.control.hold.enabled,
+                          self.control.scheduler.needs_prefix_keys, instances, specs])
+
+    # --- metrics -------------------------------------------------------------------------------
+    async def relay_samples(self, timeout_s: float = 1.0) -> list:
+        """Every live relay's counters and histograms (``[family, sample, labels, value]``),
+        plus those of relays that exited since control started."""
+        relays = {r for r, info in self.relays.items() if info.introduced}
+        pull_id, self._next_pull = self._next_pull, self._next_pull + 1
+        future = asyncio.get_running_loop().create_future()
+        self.pulls[pull_id] = (future, set(relays), [])
+        for relay in relays:
+            self.send(relay, ["pull", pull_id])
+        try:
+            if relays:
+                await asyncio.wait_for(asyncio.shield(future), timeout_s)
+        except asyncio.TimeoutError:
+            log.warning("control: %d relays did not report metrics within %.1f s", len(self.pulls[pull_id][1]),
+                        timeout_s)
+        finally:
+            _, _, samples = self.pulls.pop(pull_id)
+        return samples + list(self.retired.values())
+
+    def _metrics(self, relay: bytes, message: list) -> None:
+        pull = self.pulls.get(message[1])
+        if pull is None or relay not in pull[1]:
+            return
+        future, waiting, samples = pull
+        samples.extend(message[2])
+        self.last_counts[relay] = message[2]
+        waiting.discard(relay)
+        if not waiting and not future.done():
+            future.set_result(None)
+
+
+CALLS = frozenset({"place", "admit_prefill", "pick_decode", "pick_prefill", "at_fault"})
+
+
+def _bad(verb: str):
+    raise ApiError(500, f"unknown call {verb!r} from a relay worker", err_type="server_error")
+
+
+def _unavailable() -> ApiError:
+    return ApiError(503, "the gateway's control process restarted; retry", err_type="server_error",
+                    code="control_unavailable")

@@ -1,0 +1,78 @@
+"""The wire between ``baton serve --workers N``'s relay workers and its control process:
+ZMQ (a DEALER per relay, one ROUTER in control, over ``ipc://``) carrying msgpack lists.
+
+Relay -> control:
+
+- ``["hi", slot, generation, flows]``: a relay (re)connected, or control restarted; ``flows``
+  lists the requests it carries (``flow_record``), so a new control can book them again;
+- ``["ops", [[op, req_id, *args], ...]]``: a request's steps, in order (``relay_control``);
+  a batch goes out on the event loop's next turn, decode progress (``tk``) at most every
+  ``report_interval_s``;
+- ``["call", call_id, verb, *args]``: a step that needs an answer (placement, a decode or
+  prefill instance chosen again, whether a request is at fault); answered with
+  ``["ret", call_id, ok, value]``;
+- ``["metrics", call_id, samples]``: the answer to a ``pull``;
+- ``["hb"]``: alive, when nothing else went out for ``HEARTBEAT_S``.
+
+Control -> relay: ``["snap", epoch, t0, hold_enabled, needs_keys, instances, specs]`` every
+``SNAPSHOT_S`` (what a relay's deadlines and health checks read), ``["ret", ...]``,
+``["migrate", req_id, target]`` and ``["pull", call_id]``.
+
+The supervisor (``gateway.workers``) tells control ``["dead", identity]`` when a relay exits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from baton.gateway.upstream import UpstreamError
+from baton.protocol.errors import ApiError
+
+HEARTBEAT_S = 0.2         # a relay with nothing to say says so this often
+SNAPSHOT_S = 0.05         # control's view of health, roles and load goes to every relay this often
+CONTROL_SILENT_S = 1.0    # a relay takes control for gone after this long without a snapshot
+RELAY_SILENT_S = 3.0      # control takes a relay for gone after this long without a word (the
+                          # supervisor's notice of an exit comes first; this catches a hung one)
+
+
+def pack(message: list) -> bytes:
+    import msgpack
+    return msgpack.packb(message, use_bin_type=True)
+
+
+def unpack(frame: bytes) -> Any:
+    import msgpack
+    return msgpack.unpackb(frame, raw=False, strict_map_key=False)
+
+
+def check_available() -> None:
+    """pyzmq and msgpack are there (the ``workers`` extra), or a clear error."""
+    from baton.core.errors import ConfigError
+    try:
+        import msgpack  # noqa: F401
+        import zmq  # noqa: F401
+    except ImportError as err:
+        raise ConfigError(f"workers > 1 needs pyzmq and msgpack (pip install 'baton[workers]'): {err}") from None
+
+
+def error_fields(err: ApiError) -> list:
+    return [err.status, err.message, err.err_type, err.param, err.code]
+
+
+def api_error(fields: list) -> ApiError:
+    status, message, err_type, param, code = fields
+    return ApiError(status, message, err_type, param, code)
+
+
+def upstream_fields(err: BaseException) -> list:
+    """What control's health and outlier accounting read of a failed leg."""
+    if not isinstance(err, UpstreamError):
+        return [str(err), False, None, False, False, False]
+    return [str(err), err.connect, err.status, err.malformed, err.timed_out, True]
+
+
+def upstream_error(fields: list) -> BaseException:
+    message, connect, status, malformed, timed_out, upstream = fields
+    if not upstream:
+        return ConnectionError(message)
+    return UpstreamError(message, connect=connect, status=status, malformed=malformed, timed_out=timed_out)

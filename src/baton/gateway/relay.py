@@ -1,0 +1,104 @@
+"""One relay worker of ``baton serve --workers N``: accepts client connections on the
+gateway's port (SO_REUSEPORT: the kernel spreads connections over the relays), reads and
+validates bodies, and relays each request's legs itself (``flow.Flow``); placement and
+every other policy step go to the control process (``relay_control``). Everything else
+(``/metrics``, ``/health``, ``/admin/*``, ``/v1/models``, ``/version``) is control's: a
+relay passes those requests through to control's private HTTP port."""
+
+from __future__ import annotations
+
+import logging
+
+import aiohttp
+from aiohttp import web
+
+from baton.gateway.config import GatewayConfig
+from baton.gateway.engines import Engines
+from baton.gateway.front import Front
+from baton.gateway.guards import json_bodies_only
+from baton.gateway.middleware import client_keys, counted, json_errors
+from baton.gateway.ratelog import RateLimitedLog
+from baton.gateway.relay_control import Link, RelayCluster, RemoteControl
+from baton.perf import presets
+from baton.protocol.errors import error_body
+
+log = logging.getLogger("baton.gateway")
+
+ID_BITS = 40  # a relay's request ids: its start number above these bits (unique across restarts)
+_HOP_HEADERS = frozenset({"host", "connection", "keep-alive", "transfer-encoding", "content-length",
+                          "upgrade", "proxy-connection", "te", "trailer"})
+
+
+class Relay(Front):
+    """A relay worker (see the module docstring). ``slot``: its place among the workers;
+    ``generation``: how many relays the supervisor started before it (ids and identity)."""
+
+    def __init__(self, config: GatewayConfig, slot: int, generation: int, control_address: str,
+                 control_url: str) -> None:
+        perf = presets.build(config.preset)
+        self.slot, self.generation, self.control_url = slot, generation, control_url
+        link = Link(control_address, f"relay-{slot}-{generation}".encode(), config.relay_report_interval_s,
+                    self._on_message, self._hello)
+        cluster = RelayCluster(link, generation << ID_BITS, perf.kv_capacity_tokens // config.block_size,
+                               config.block_size, config.scrape_interval_s)
+        engines = Engines(config, cluster, perf)
+        for spec in config.engines:
+            engines.add(spec)
+        super().__init__(config, cluster, engines, RemoteControl(config, cluster, link), needs_prefix_keys=False)
+        self.link = link
+        self._control_session: aiohttp.ClientSession | None = None
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.config.max_body_bytes,
+                              middlewares=[counted(self.metrics, RateLimitedLog(log, "refused requests")),
+                                           json_errors, json_bodies_only, client_keys(self.config.api_keys)])
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_route("*", "/{tail:.*}", self.to_control)
+        app.on_startup.append(self._start)
+        app.on_cleanup.append(self._stop)
+        return app
+
+    async def _start(self, _app: web.Application) -> None:
+        self.engines.open_session()
+        self._control_session = aiohttp.ClientSession(auto_decompress=False,
+                                                      timeout=aiohttp.ClientTimeout(total=30, sock_connect=2))
+        await self.link.start()
+
+    async def _stop(self, _app: web.Application) -> None:
+        await self.link.close()
+        await self.engines.close_session()
+        if self._control_session is not None:
+            await self._control_session.close()
+        self.close_parsers()
+
+    # --- control's messages ------------------------------------------------------------------
+    def _hello(self) -> list:
+        return [self.slot, self.generation, self.control.records()]
+
+    def _on_message(self, message: list) -> None:
+        kind = message[0]
+        if kind == "snap":
+            self.cluster.apply_snapshot(message[:4] + message[5:], self.engines.add)
+            self.needs_prefix_keys = message[4]
+        elif kind == "migrate":
+            self.control.migrate(message[1], message[2])
+        elif kind == "pull":
+            self.link.send(["metrics", message[1], self.metrics.counts()])
+
+    # --- everything but the two OpenAI endpoints: control's ------------------------------------
+    async def to_control(self, request: web.Request) -> web.StreamResponse:
+        """Pass a request through to control's HTTP port (admin, metrics, health, models)."""
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
+        body = await request.read() if request.can_read_body else None
+        assert self._control_session is not None
+        try:
+            async with self._control_session.request(request.method, self.control_url + request.path_qs,
+                                                     headers=headers, data=body, allow_redirects=False) as resp:
+                payload = await resp.read()
+                out = {k: v for k, v in resp.headers.items() if k.lower() not in _HOP_HEADERS}
+                return web.Response(status=resp.status, body=payload, headers=out)
+        except (aiohttp.ClientError, TimeoutError) as err:
+            log.warning("relay %d: control did not answer %s %s: %s", self.slot, request.method, request.path, err)
+            return web.json_response(error_body("the gateway's control process is not answering; retry",
+                                                "server_error", None, "control_unavailable"), status=503)
