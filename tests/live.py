@@ -150,10 +150,11 @@ def post(url: str, body: Any, timeout: float = 30.0, headers: dict[str, str] | N
 class Stream:
     """A streamed completion read event by event; ``close()`` drops the connection."""
 
-    def __init__(self, url: str, body: dict[str, Any], timeout: float = 30.0) -> None:
+    def __init__(self, url: str, body: dict[str, Any], timeout: float = 30.0,
+                 headers: dict[str, str] | None = None) -> None:
         self.conn, path = _conn(url, timeout)
         self.conn.request("POST", path, body=json.dumps(body).encode(),
-                          headers={"Content-Type": "application/json"})
+                          headers={"Content-Type": "application/json", **(headers or {})})
         self.resp = self.conn.getresponse()
         self.status = self.resp.status
 

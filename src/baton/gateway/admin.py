@@ -45,8 +45,13 @@ def _instance(control: Control, request: web.Request) -> int:
     return iid
 
 
-def add_routes(app: web.Application, control: Control, engines: Engines, scraper: Scraper, kv_index=None) -> None:
+def add_routes(app: web.Application, control: Control, engines: Engines, scraper: Scraper, kv_index=None,
+               hub=None) -> None:
     cluster, config = control.cluster, control.config
+
+    async def workers(_request: web.Request) -> web.Response:
+        """The relay workers (``baton serve --workers N``) and their pids."""
+        return web.json_response(hub.describe())
 
     async def kv_state(_request: web.Request) -> web.Response:
         """What the engines' KV events built, per engine (``gateway.kv_index``)."""
@@ -135,6 +140,8 @@ def add_routes(app: web.Application, control: Control, engines: Engines, scraper
     app.router.add_patch("/admin/instances/{key}", _guarded(config, change_role))
     app.router.add_get("/admin/policy", _guarded(config, policy))
     app.router.add_get("/admin/kv", _guarded(config, kv_state))
+    if hub is not None:
+        app.router.add_get("/admin/workers", _guarded(config, workers))
 
 
 def _describe(flow: InFlight, now_s: float) -> dict:

@@ -133,6 +133,10 @@ class Control:
     # --- a request's steps (gateway.flow calls these; so does a relay worker's hub) --------------
     async def place(self, state: RequestState) -> ArrivalPlan:
         """``plan`` and the placement booked (its prompt queued on the prefill instance)."""
+        return self.place_now(state)
+
+    def place_now(self, state: RequestState) -> ArrivalPlan:
+        """``place`` at once (a relay's placement is answered in order with its steps)."""
         plan = self.plan(state)
         self.cluster.bind(state, plan.prefill_instance, plan.decode_instance, plan.prefill_chunk_limit_tokens)
         return plan

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -49,6 +50,9 @@ class RelayInfo:
     last_seen_s: float
     introduced: bool = False  # said hello in this epoch: its steps and calls count
     flows: set[int] = field(default_factory=set)
+    slot: int = -1
+    pid: int = 0
+    asked_s: float = float("-inf")  # when control last asked it for a hello
 
 
 class ControlHub:
@@ -62,6 +66,7 @@ class ControlHub:
         self.last_counts: dict[bytes, list] = {}  # each relay's counts at the last /metrics
         self.retired: dict[tuple, list] = {}  # counts of relays that exited: (family, sample, labels) -> sample
         self._next_pull = 0
+        self.waiting: dict[int, asyncio.Task] = {}  # held prefills (admit_prefill) by request id
         self._tasks: list[asyncio.Task] = []
         self.sock: Any = None
 
@@ -109,16 +114,19 @@ class ControlHub:
         elif not info.introduced:
             if kind == "call":  # sent before this control's epoch reached it: not acted on
                 self.send(relay, ["ret", message[1], False, ipc.error_fields(_unavailable())])
+            if info.last_seen_s - info.asked_s > ipc.HEARTBEAT_S:  # one taken for gone: it says hello again
+                info.asked_s = info.last_seen_s
+                self.send(relay, ["hello?"])
         elif kind == "ops":
             self._ops(relay, info, message[1])
         elif kind == "call":
-            asyncio.get_running_loop().create_task(self._call(relay, info, message))
+            self._call(relay, info, message)
         elif kind == "metrics":
             self._metrics(relay, message)
 
     def _hello(self, relay: bytes, info: RelayInfo, message: list) -> None:
-        _, slot, generation, records = message
-        info.introduced = True
+        _, slot, generation, pid, records = message
+        info.introduced, info.slot, info.pid = True, slot, pid
         for record in records:
             if record[0] not in self.cluster.requests:
                 self._adopt(relay, info, record)
@@ -168,6 +176,7 @@ class ControlHub:
         st = flow.state
         if kind == "end":
             info.flows.discard(key)
+            self._stop_waiting(key)
             outcome, tokens, length_known = args
             return c.release(st, outcome, tokens, length_known and not flow.adopted)
         if kind == "path":
@@ -178,17 +187,35 @@ class ControlHub:
                  "md": cluster.move_decode, "mo": cluster.migration_over}
         return steps[kind](st, *args)
 
-    async def _call(self, relay: bytes, info: RelayInfo, message: list) -> None:
+    def _call(self, relay: bytes, info: RelayInfo, message: list) -> None:
+        """A relay's call, answered in order with its steps; only a prefill held by the
+        policy (``admit_prefill``) waits, in a task that the request's end cancels."""
         _, call_id, verb, *args = message
+        if verb == "admit_prefill":
+            task = asyncio.get_running_loop().create_task(self._admit_prefill(relay, call_id, *args))
+            self.waiting[args[0]] = task
+            task.add_done_callback(lambda _t: self.waiting.pop(args[0], None))
+            return
         try:
-            value = await getattr(self, f"_{verb}")(relay, info, *args) if verb in CALLS else _bad(verb)
-            answer = ["ret", call_id, True, value]
+            answer = ["ret", call_id, True, self._answer(relay, info, verb, args)]
         except ApiError as err:
             answer = ["ret", call_id, False, ipc.error_fields(err)]
         self.send(relay, answer)
 
-    async def _place(self, relay: bytes, info: RelayInfo, rid: int, xid: str, arrival_s: float, prompt: int,
-                     max_tokens: int, block_keys: list) -> list:
+    def _answer(self, relay: bytes, info: RelayInfo, verb: str, args: list) -> Any:
+        c = self.control
+        if verb == "place":
+            return self._place(relay, info, *args)
+        if verb == "pick_decode":
+            return c.choose_decode(self._state(relay, args[0]), frozenset(args[1]))
+        if verb == "pick_prefill":
+            return c.fallback_prefill(self._state(relay, args[0]), frozenset(args[1]))
+        if verb == "at_fault":
+            return c.request_at_fault(args[0])
+        raise ApiError(500, f"unknown call {verb!r} from a relay worker", err_type="server_error")
+
+    def _place(self, relay: bytes, info: RelayInfo, rid: int, xid: str, arrival_s: float, prompt: int,
+               max_tokens: int, block_keys: list) -> list:
         c = self.control
         if len(c.flows) >= c.config.max_inflight:
             c.metrics.rejected.labels("overload").inc()
@@ -199,7 +226,7 @@ class ControlHub:
         c.admit(RelayFlow(st, xid, relay, self))
         info.flows.add(rid)
         try:
-            plan = await c.place(st)
+            plan = c.place_now(st)
         except ApiError:
             info.flows.discard(rid)
             c.release(st, "rejected", 0)
@@ -212,18 +239,20 @@ class ControlHub:
             raise ApiError(503, "request no longer tracked by control", err_type="server_error")
         return flow.state
 
-    async def _admit_prefill(self, relay: bytes, info: RelayInfo, rid: int, p: int) -> list:
-        go, admitted, replan = await self.control.admit_prefill(self._state(relay, rid), p)
-        return [go, admitted, None if replan is None else [replan.instance, replan.chunk_limit_tokens]]
+    async def _admit_prefill(self, relay: bytes, call_id: int, rid: int, p: int) -> None:
+        try:
+            go, admitted, replan = await self.control.admit_prefill(self._state(relay, rid), p)
+            answer = ["ret", call_id, True, [go, admitted, None if replan is None else
+                                             [replan.instance, replan.chunk_limit_tokens]]]
+        except ApiError as err:
+            answer = ["ret", call_id, False, ipc.error_fields(err)]
+        self.send(relay, answer)
 
-    async def _pick_decode(self, relay: bytes, info: RelayInfo, rid: int, exclude: list) -> int:
-        return await self.control.pick_decode(self._state(relay, rid), frozenset(exclude))
-
-    async def _pick_prefill(self, relay: bytes, info: RelayInfo, rid: int, exclude: list) -> int:
-        return await self.control.pick_prefill(self._state(relay, rid), frozenset(exclude))
-
-    async def _at_fault(self, relay: bytes, info: RelayInfo, failed_on: list) -> bool:
-        return await self.control.at_fault(failed_on)
+    def _stop_waiting(self, rid: int) -> None:
+        """A request that ended while its prefill was held: the hold lets it go."""
+        task = self.waiting.pop(rid, None)
+        if task is not None:
+            task.cancel()
 
     # --- relays coming and going ---------------------------------------------------------------
     def relay_gone(self, relay: bytes, why: str) -> None:
@@ -235,6 +264,7 @@ class ControlHub:
         for rid in list(info.flows):
             flow = self.control.flows.get(rid)
             if isinstance(flow, RelayFlow) and flow.relay == relay:
+                self._stop_waiting(rid)
                 self.control.end(flow, "relay_lost", flow.state.generated_tokens, length_known=False)
         for pull in self.pulls.values():
             pull[1].discard(relay)
@@ -244,9 +274,14 @@ class ControlHub:
         log.warning("control: relay %s %s; %d requests it carried released", relay.decode(), why, len(info.flows))
 
     async def _snapshots(self) -> None:
+        last_s = time.monotonic()
         while True:
             await asyncio.sleep(ipc.SNAPSHOT_S)
             now = time.monotonic()
+            if now - last_s > ipc.CONTROL_SILENT_S:  # control itself stood still: the relays were not silent
+                for info in self.relays.values():
+                    info.last_seen_s = max(info.last_seen_s, now)
+            last_s = now
             for relay, info in list(self.relays.items()):
                 if now - info.last_seen_s > ipc.RELAY_SILENT_S:
                     self.relay_gone(relay, f"silent for {now - info.last_seen_s:.1f} s")
@@ -260,6 +295,13 @@ class ControlHub:
         specs = snapshot_specs([e.spec for e in c.engines.values()])
         self.send(relay, ["snap", self.epoch, time.monotonic() - c.clock(), self.control.hold.enabled,
                           self.control.scheduler.needs_prefix_keys, instances, specs])
+
+    def describe(self) -> dict:
+        """The relays as ``/admin/workers`` shows them."""
+        now = time.monotonic()
+        return {"control_pid": os.getpid(), "relays": [
+            {"identity": r.decode(), "slot": i.slot, "pid": i.pid, "requests": len(i.flows),
+             "last_seen_s": round(now - i.last_seen_s, 3)} for r, i in self.relays.items() if i.introduced]}
 
     # --- metrics -------------------------------------------------------------------------------
     async def relay_samples(self, timeout_s: float = 1.0) -> list:
@@ -291,13 +333,6 @@ class ControlHub:
         waiting.discard(relay)
         if not waiting and not future.done():
             future.set_result(None)
-
-
-CALLS = frozenset({"place", "admit_prefill", "pick_decode", "pick_prefill", "at_fault"})
-
-
-def _bad(verb: str):
-    raise ApiError(500, f"unknown call {verb!r} from a relay worker", err_type="server_error")
 
 
 def _unavailable() -> ApiError:

@@ -3,7 +3,7 @@ ZMQ (a DEALER per relay, one ROUTER in control, over ``ipc://``) carrying msgpac
 
 Relay -> control:
 
-- ``["hi", slot, generation, flows]``: a relay (re)connected, or control restarted; ``flows``
+- ``["hi", slot, generation, pid, flows]``: a relay (re)connected, or control restarted; ``flows``
   lists the requests it carries (``flow_record``), so a new control can book them again;
 - ``["ops", [[op, req_id, *args], ...]]``: a request's steps, in order (``relay_control``);
   a batch goes out on the event loop's next turn, decode progress (``tk``) at most every
@@ -16,7 +16,8 @@ Relay -> control:
 
 Control -> relay: ``["snap", epoch, t0, hold_enabled, needs_keys, instances, specs]`` every
 ``SNAPSHOT_S`` (what a relay's deadlines and health checks read), ``["ret", ...]``,
-``["migrate", req_id, target]`` and ``["pull", call_id]``.
+``["migrate", req_id, target]``, ``["pull", call_id]`` and ``["hello?"]`` (control took the
+relay for gone and released its requests: it says hello again, and they are booked anew).
 
 The supervisor (``gateway.workers``) tells control ``["dead", identity]`` when a relay exits.
 """

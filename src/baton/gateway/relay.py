@@ -8,6 +8,7 @@ relay passes those requests through to control's private HTTP port."""
 from __future__ import annotations
 
 import logging
+import os
 
 import aiohttp
 from aiohttp import web
@@ -74,7 +75,7 @@ class Relay(Front):
 
     # --- control's messages ------------------------------------------------------------------
     def _hello(self) -> list:
-        return [self.slot, self.generation, self.control.records()]
+        return [self.slot, self.generation, os.getpid(), self.control.records()]
 
     def _on_message(self, message: list) -> None:
         kind = message[0]

@@ -101,9 +101,8 @@ class Link:
         if self.pending_tokens:
             self.ops.extend(["tk", rid, n] for rid, n in self.pending_tokens.items())
             self.pending_tokens.clear()
-        if self.ops:
-            if self.up:  # while control is away, its successor books these from the relay's hello
-                self._send(["ops", self.ops])
+        if self.ops and self.up:  # kept while control is silent: a control that was only hung needs them
+            self._send(["ops", self.ops])
             self.ops = []
 
     async def call(self, verb: str, *args: Any) -> Any:
@@ -146,6 +145,8 @@ class Link:
                     self._snapshot(message)
                 elif message[0] == "ret":
                     self.answer(message)
+                elif message[0] == "hello?":  # control took this relay for gone and released its requests
+                    self._hello_again()
                 self.on_message(message)
             except Exception:  # noqa: BLE001 - one bad message must not stop the relay's reader
                 log.exception("relay: a message from control could not be handled")
@@ -154,10 +155,15 @@ class Link:
         self.last_seen_s = time.monotonic()
         if message[1] != self.epoch:  # a control (re)started: it learns this relay's requests first
             self.epoch = message[1]
-            self._send(["hi", *self.hello()])
-            if not self.up:
-                log.info("relay %s: control is up", self.identity.decode())
-        self.up = True
+            self._hello_again()  # the hello tells a new control where the requests got to
+        if not self.up:
+            log.info("relay %s: control is up", self.identity.decode())
+            self.up = True
+            self.flush()  # what waited while control was silent
+
+    def _hello_again(self) -> None:
+        self.ops, self.pending_tokens = [], {}
+        self._send(["hi", *self.hello()])
 
     async def _watch(self) -> None:
         while True:

@@ -79,7 +79,7 @@ class Gateway(Front):
         app.router.add_get("/health", self.health)
         app.router.add_get("/version", self.version)
         app.router.add_get("/metrics", self.prometheus)
-        admin.add_routes(app, self.control, self.engines, self.scraper, self.kv_index)
+        admin.add_routes(app, self.control, self.engines, self.scraper, self.kv_index, self.hub)
         app.on_startup.append(self._start)
         app.on_cleanup.append(self._stop)
         return app
