@@ -186,7 +186,37 @@ class Cluster:
     front: str = ""
 
 
-RUNTIMES = ("gateway", "epp")
+RUNTIMES = ("gateway", "epp", "workers")
+RELAYS = 2  # the "workers" runtime: baton serve --workers 2
+
+
+async def _workers(config: dict[str, Any], sock: socket.socket, stack) -> str:
+    """``baton serve --workers 2`` in-process: control (its HTTP side on ``sock``) and two
+    relays sharing one port (SO_REUSEPORT) and talking to it over ZMQ ``ipc://``, as the
+    supervisor's processes do; the relays' URL. Stopped by ``stack``, the relays first."""
+    import tempfile
+
+    from baton.gateway.relay import Relay
+    from baton.gateway.server import Gateway
+    address = f"ipc://{tempfile.mkdtemp(prefix='baton-conformance-workers-')}/control"
+    parsed = parse_config({**config, "workers": RELAYS}, "conformance")
+    gw = Gateway(parsed, hub_address=address)
+    runner = await _serve(gw.app(), sock)
+    stack.push_async_callback(runner.cleanup)
+    port = _free_port()
+    for slot in range(RELAYS):
+        shared = socket.socket()
+        shared.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        shared.bind(("127.0.0.1", port))
+        relay = await _serve(Relay(parsed, slot, slot + 1, address, f"http://127.0.0.1:{sock.getsockname()[1]}").app(),
+                             shared)
+        stack.push_async_callback(relay.cleanup)
+
+    async def joined() -> bool:
+        return sum(info.introduced for info in gw.hub.relays.values()) == RELAYS
+    if not await until(joined, 10.0):
+        raise RuntimeError("the relays did not join control")
+    return f"http://127.0.0.1:{port}"
 
 
 async def _epp(config: dict[str, Any], sock: socket.socket, stack) -> str:
@@ -276,6 +306,8 @@ async def cluster(engines: list[tuple[str, str, int]], gateway: dict[str, Any],
             url = f"http://127.0.0.1:{sock.getsockname()[1]}"
             if runtime == "epp":
                 front = await _epp(config, sock, front_stack)
+            elif runtime == "workers":
+                front = await _workers(config, sock, front_stack)
             else:
                 runners.insert(0, await _serve(gateway_app(config), sock))
                 front = url

@@ -96,9 +96,21 @@ async def run_live(case: Case, runtime: str = "gateway") -> Live:
         live.answers = await send_all(session, c.front, case.requests(), c.started, streamed=runtime == "epp")
         live.decisions = [(d["kind"], d["req_id"], d["instance_id"])
                           for d in (await get_json(session, c.url + "/admin/decisions"))["decisions"]]
+        if runtime == "workers":
+            live.decisions = in_arrival_order(live.decisions)
         await _settle(session, c, live)
     live.wall_s = time.monotonic() - t0
     return live
+
+
+def in_arrival_order(decisions: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
+    """Relay workers number their requests apart (their start number above
+    ``relay.ID_BITS``); control logs placements in arrival order, which numbers them as one
+    process does."""
+    order: dict[int, int] = {}
+    for _, rid, _ in decisions:
+        order.setdefault(rid, len(order))
+    return [(kind, order[rid], iid) for kind, rid, iid in decisions]
 
 
 def run_sim(case: Case, jitter: list[float] | None = None, speed: float = 1.0, delay_s: float = 0.0,
@@ -141,10 +153,10 @@ async def _guarded(case: Case, slots: asyncio.Semaphore, runtime: str) -> tuple[
             return Live(), f"{type(exc).__name__}: {exc}"
 
 
-async def _live_all(cases: list[Case], runtime: str) -> tuple[list[tuple[Live, str]], list[str]]:
-    """Every case's live run, ``CONCURRENCY`` at a time, longest first; then the tasks
+async def _live_all(cases: list[Case], runtime: str, concurrency: int) -> tuple[list[tuple[Live, str]], list[str]]:
+    """Every case's live run, ``concurrency`` at a time, longest first; then the tasks
     still pending on the loop (a clean shutdown leaves none)."""
-    slots = asyncio.Semaphore(CONCURRENCY)
+    slots = asyncio.Semaphore(concurrency)
     order = sorted(cases, key=lambda c: -c.time_scale)
     done = dict(zip([c.name for c in order], await asyncio.gather(*(_guarded(c, slots, runtime) for c in order))))
     await asyncio.sleep(0)
@@ -152,13 +164,15 @@ async def _live_all(cases: list[Case], runtime: str) -> tuple[list[tuple[Live, s
     return [done[c.name] for c in cases], leaked
 
 
-def run_all(cases: list[Case], runtime: str = "gateway") -> tuple[dict[str, Outcome], list[str]]:
-    """Outcomes by case name, and the tasks left behind by the live runs. What gateways
+def run_all(cases: list[Case], runtime: str = "gateway",
+            concurrency: int = CONCURRENCY) -> tuple[dict[str, Outcome], list[str]]:
+    """Outcomes by case name, and the tasks left behind by the live runs (``concurrency``
+    cases at a time: the cases wait on their traces' clocks, not on the CPU). What gateways
     fit at construction (CascadeInfer's QoE model, cached per process) is fitted first: a
     fit inside the event loop would stall every case running then."""
     for c in cases:
         extras_for(c.policy, c.preset)
     with CaseLogs() as logs:
-        lives, leaked = asyncio.run(_live_all(cases, runtime))
+        lives, leaked = asyncio.run(_live_all(cases, runtime, concurrency))
     out = {c.name: Outcome(c, live, run_sim(c), logs.of(c.name), error) for c, (live, error) in zip(cases, lives)}
     return out, leaked

@@ -1,0 +1,58 @@
+"""``baton serve --workers 2`` as a fourth runtime: every catalog policy runs its
+conformance trace through two relay workers and a control that talk over real ZMQ
+``ipc://`` sockets (the supervisor's processes, run in this process so that their logs
+are read), under every rule of the one-process gateway (``test_conformance.py``): exact
+answers, no error logged, ticks alive, nothing left behind, placements equal to the
+simulator's or spread like them, the policy's own actions and no others, prefix-cache
+hits. Process deaths are tested in ``tests/gateway/test_workers.py``."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conformance import test_conformance as rules
+from tests.conformance.cases import CASES
+from tests.conformance.runner import CONCURRENCY, Outcome, run_all
+
+pytest.importorskip("zmq")
+pytest.importorskip("msgpack")
+
+NAMES = [c.name for c in CASES]
+WITH_PREFIXES = [c.name for c in CASES if c.kv_events]
+
+
+@pytest.fixture(scope="module")
+def worker_runs(request) -> tuple[dict[str, Outcome], list[str]]:
+    wanted = rules.wanted_cases(request, request.module)
+    # twice the gateway's cases at a time: this module's live runs use about a third of one
+    # core on the 2-core CI machine at six
+    return run_all([c for c in CASES if c.name in wanted or None in wanted], "workers", 2 * CONCURRENCY)
+
+
+@pytest.fixture
+def run(worker_runs, request) -> Outcome:
+    return rules.outcome(worker_runs, request)
+
+
+def _rule(rule, names: list[str]):
+    """The gateway's rule ``rule`` for the workers' runs of ``names``."""
+    @pytest.mark.parametrize("name", names)
+    def check(run: Outcome, name: str) -> None:
+        rule(run, name)
+    check.__doc__ = rule.__doc__
+    return check
+
+
+test_every_request_is_answered_exactly = _rule(rules.test_every_request_is_answered_exactly, NAMES)
+test_the_gateway_logs_no_error = _rule(rules.test_the_gateway_logs_no_error, NAMES)
+test_policy_ticks_still_run_after_the_trace = _rule(rules.test_policy_ticks_still_run_after_the_trace, NAMES)
+test_nothing_is_left_behind = _rule(rules.test_nothing_is_left_behind, NAMES)
+test_placements_agree_with_the_simulator = _rule(rules.test_placements_agree_with_the_simulator, NAMES)
+test_the_policy_acts_on_its_trace_and_does_nothing_else = _rule(
+    rules.test_the_policy_acts_on_its_trace_and_does_nothing_else, NAMES)
+test_prefix_cache_hits_agree_with_the_simulator = _rule(rules.test_prefix_cache_hits_agree_with_the_simulator,
+                                                        WITH_PREFIXES)
+
+
+def test_every_case_shuts_down_cleanly(worker_runs) -> None:
+    assert not worker_runs[1], f"tasks left on the loop: {worker_runs[1][:5]}"
