@@ -15,6 +15,8 @@ JSON and with the fields of a vLLM 0.32 leg that asked for token ids). Measured:
   body, stream the answer back a read at a time: the HTTP stack's floor), ``baton serve``
   (colocated, round-robin over both mocks; its relay forwards the mocks' chunks verbatim,
   nulling the token ids the client did not ask for, by byte searches: ``gateway/scan.py``),
+  the same with ``--workers 2`` (two relay processes and a control; CPU of all of them and
+  the supervisor),
   a second gateway with ``verbatim_relay: false`` (every chunk decoded and rebuilt), and
   vllm-router (PyPI ``vllm-router``, round-robin) when ``--with-router`` (installed into
   ``~/.cache/baton/vllm-router-venv`` on first use) or ``$VLLM_ROUTER_BIN`` is given.
@@ -33,7 +35,10 @@ Usage: python benchmarks/gateway_overhead.py [--requests 1000] [--seconds 4] [--
 The last line is one JSON object: cpu_ms_per_req_8, cpu_ms_per_req_512,
 cpu_s_per_mtok_512, rps_8, tok_s_512, p50_overhead_ms, p99_overhead_ms,
 bare_p99_overhead_ms, bare_ratio_8 (Baton's req/s over the bare relay's, 8 tokens),
-rebuild_cpu_s_per_mtok_512, with the router router_ratio_8 and router_ratio_512, with
+rebuild_cpu_s_per_mtok_512, workers2_over_workers1_512 and _8 (req/s of ``baton serve
+--workers 2`` over one process's), workers2_cpu_ms_per_req_8, workers2_cpu_s_per_mtok_512,
+with the router router_ratio_8 and router_ratio_512 (one process) and
+workers2_router_ratio_8 and _512, with
 ``--with-envoy`` epp_added_p50_ms and epp_added_p99_ms, and with both
 epp_router_ratio_8, epp_router_ratio_512 (Envoy + baton epp with response bodies, the
 default), epp_nobodies_router_ratio_* and envoy_router_ratio_* (plain Envoy round-robin),
@@ -187,6 +192,12 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def family(pid: int) -> list[int]:
+    """A process and its children (``baton serve --workers 2``: supervisor, control, relays)."""
+    kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [pid] + [k for kid in kids for k in family(int(kid))]
+
+
 def router_binary(install: bool) -> str | None:
     """vllm-router from $VLLM_ROUTER_BIN or PATH, or (``install``) from its own venv."""
     found = os.environ.get("VLLM_ROUTER_BIN") or shutil.which("vllm-router")
@@ -209,14 +220,15 @@ def _gateway(tmp: Path, mocks: list, name: str, **extra) -> Server:
     return Server(["serve", "--config", str(tmp / f"{name}.yaml")], port, tmp / f"{name}.log")
 
 
-def start(tmp: Path, binary: str | None) -> tuple[list, Server, Server, Proc, Proc | None]:
-    """The mocks, the default gateway, one that rebuilds every chunk, the bare aiohttp
-    relay and vllm-router."""
+def start(tmp: Path, binary: str | None) -> tuple[list, Server, Server, Server, Proc, Proc | None]:
+    """The mocks, the default gateway, one with two relay workers, one that rebuilds every
+    chunk, the bare aiohttp relay and vllm-router."""
     (tmp / "mock.py").write_text(MOCK)
     (tmp / "bare.py").write_text(BARE)
     mocks = [Proc([sys.executable, str(tmp / "mock.py"), str(p)], p, tmp / f"mock-{p}.log")
              for p in (free_port(), free_port())]
     gw, rebuild = _gateway(tmp, mocks, "gw"), _gateway(tmp, mocks, "gw-rebuild", verbatim_relay=False)
+    gw2 = _gateway(tmp, mocks, "gw-workers2", workers=2)
     port = free_port()
     bare = Proc([sys.executable, str(tmp / "bare.py"), str(port), *[m.url for m in mocks]], port, tmp / "bare.log")
     router = None
@@ -224,7 +236,7 @@ def start(tmp: Path, binary: str | None) -> tuple[list, Server, Server, Proc, Pr
         rport = free_port()
         router = Proc([binary, "--host", "127.0.0.1", "--port", str(rport), "--policy", "round_robin",
                        "--worker-urls", *[m.url for m in mocks]], rport, tmp / "router.log")
-    return mocks, gw, rebuild, bare, router
+    return mocks, gw, gw2, rebuild, bare, router
 
 
 class EnvoyProc(Proc):
@@ -273,7 +285,7 @@ def start_envoy(tmp: Path, mocks: list) -> dict:
 def _served(server, seconds: float, concurrency: int, tokens: int, procs: list | None = None) -> tuple[float, float]:
     """(requests/s of ``tokens``-token streams, CPU-seconds per request of the serving
     processes: ``procs``, else the server's own)."""
-    pids = [p.proc.pid for p in (procs or [server])]
+    pids = [k for p in (procs or [server]) for k in family(p.proc.pid)]
     cpu0, t0 = sum(map(cpu_s, pids)), time.perf_counter()
     rps = asyncio.run(throughput(server.url + "/v1/completions", seconds, concurrency, tokens))
     return rps, (sum(map(cpu_s, pids)) - cpu0) / (rps * (time.perf_counter() - t0))
@@ -290,7 +302,7 @@ def shape_row(server, seconds: float, tokens: int, procs: list | None = None) ->
             "cpu_s_per_mtok": round(cpu / tokens * 1e6, 2)}
 
 
-def measure(args, mocks, gw, rebuild, bare, router, envoys: dict) -> dict:
+def measure(args, mocks, gw, gw2, rebuild, bare, router, envoys: dict) -> dict:
     """Every figure of the run: the paired latency at concurrency 1 (gateway, bare relay,
     Envoy + picker), and each system on each shape; ``rows[system][tokens]``."""
     direct = mocks[0].url + "/v1/completions"
@@ -301,7 +313,7 @@ def measure(args, mocks, gw, rebuild, bare, router, envoys: dict) -> dict:
         diffs = asyncio.run(paired_latency(direct, url, args.requests)) * 1e3
         out[f"{key}p50_overhead_ms"], out[f"{key}p99_overhead_ms"] = \
             (round(float(x), 3) for x in np.percentile(diffs, [50, 99]))
-    systems = {"bare aiohttp relay": bare, "baton": gw, "baton, chunks rebuilt": rebuild}
+    systems = {"bare aiohttp relay": bare, "baton": gw, "baton, 2 workers": gw2, "baton, chunks rebuilt": rebuild}
     if router is not None:
         systems["vllm-router"] = router
     out["rows"] = {name: {t: shape_row(server, args.seconds, t) for t in SHAPES} for name, server in systems.items()}
@@ -318,10 +330,15 @@ def summary(r: dict) -> dict:
            "tok_s_512": baton[512]["tok_s"], "p50_overhead_ms": r["p50_overhead_ms"],
            "p99_overhead_ms": r["p99_overhead_ms"], "bare_p99_overhead_ms": r["bare_p99_overhead_ms"],
            "bare_ratio_8": round(baton[8]["rps"] / rows["bare aiohttp relay"][8]["rps"], 3),
-           "rebuild_cpu_s_per_mtok_512": rows["baton, chunks rebuilt"][512]["cpu_s_per_mtok"]}
+           "rebuild_cpu_s_per_mtok_512": rows["baton, chunks rebuilt"][512]["cpu_s_per_mtok"],
+           "workers2_over_workers1_512": round(rows["baton, 2 workers"][512]["rps"] / baton[512]["rps"], 3),
+           "workers2_over_workers1_8": round(rows["baton, 2 workers"][8]["rps"] / baton[8]["rps"], 3),
+           "workers2_cpu_ms_per_req_8": rows["baton, 2 workers"][8]["cpu_ms_per_req"],
+           "workers2_cpu_s_per_mtok_512": rows["baton, 2 workers"][512]["cpu_s_per_mtok"]}
     if "vllm-router" in rows:
         for t in SHAPES:
             out[f"router_ratio_{t}"] = round(baton[t]["rps"] / rows["vllm-router"][t]["rps"], 3)
+            out[f"workers2_router_ratio_{t}"] = round(rows["baton, 2 workers"][t]["rps"] / rows["vllm-router"][t]["rps"], 3)
             if "envoy + baton epp" in rows:
                 for key, name in (("epp", "envoy + baton epp"), ("epp_nobodies", "envoy + baton epp, no bodies"),
                                   ("envoy", "envoy round-robin")):
@@ -394,11 +411,11 @@ def main() -> None:
     ap.add_argument("--profile", type=Path, metavar="DIR", help="also sample the gateway with py-spy")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="baton-overhead-"))
-    mocks, gw, rebuild, bare, router = start(tmp, router_binary(args.with_router))
+    mocks, gw, gw2, rebuild, bare, router = start(tmp, router_binary(args.with_router))
     envoys = start_envoy(tmp, mocks) if args.with_envoy else {}
     extra = [p for _, procs in envoys.values() for p in procs]
-    with servers(*mocks, gw, rebuild, bare, *([router] if router else []), *extra):
-        results = measure(args, mocks, gw, rebuild, bare, router, envoys)
+    with servers(*mocks, gw, gw2, rebuild, bare, *([router] if router else []), *extra):
+        results = measure(args, mocks, gw, gw2, rebuild, bare, router, envoys)
         if args.profile:
             profile(gw, args.profile, args.seconds)
     report(results)

@@ -17,11 +17,18 @@ bookings and held prefills, and the emulators' running and waiting requests) is 
 With ``--chaos`` a decode engine is hurt every ``--chaos-every-s`` seconds, in turn:
 SIGKILLed and restarted on its port 5 s later, or SIGSTOPped for 8 s (a hang with its
 connections open). Requests on it continue on the other decode engines, token-exact.
+With ``--workers 2`` (``baton serve --workers``) the chaos also SIGKILLs a relay worker
+every third time (the supervisor starts another): the requests that relay carried (listed
+by ``/admin/requests`` just before) lose their connection; every other request must be
+answered whole. The client opens a connection per request, as a fleet's load balancer
+spreads them; a request whose connection the dying relay had accepted but whose body it
+had not read yet (sent within ``ACCEPT_WINDOW_S`` of the kill) is counted apart.
 
-Checks (exit 1 when one fails): every request answered 200 with exactly its tokens, the
-policy ticked in every report window (when it has ticks), no tick failed, zero residue.
+Checks (exit 1 when one fails): every request answered 200 with exactly its tokens (with
+relay kills: every request that was not on the killed relay), the policy ticked in every
+report window (when it has ticks), no tick failed, zero residue.
 
-Usage: python benchmarks/live_soak.py [--policy ares] [--seconds 600] [--rate 2] [--chaos]
+Usage: python benchmarks/live_soak.py [--policy ares] [--seconds 600] [--rate 2] [--chaos] [--workers 2]
                                       [--output-low 256] [--output-high 4096] [--prompt-high 1024]
 The last line is one JSON object of the run's figures.
 """
@@ -46,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.live import get, metric, servers, start_emulator, start_gateway  # noqa: E402
 
 AUTH = {"Authorization": "Bearer soak"}
+RELAY_BITS = 40  # gateway.relay.ID_BITS: a request id's relay start number sits above these bits
 # report key -> (counter family, a label that must match, or None)
 WATCHED = {"ticks": ("baton_policy_ticks", None), "tick_errors": ("baton_policy_tick_errors", None),
            "migrations_ok": ("baton_migrations", ("result", "ok")),
@@ -70,8 +78,18 @@ def scrape(url: str) -> dict[str, float]:
 
 
 async def one(session: aiohttp.ClientSession, url: str, rng: random.Random, rid: int,
-              shape: argparse.Namespace) -> str | None:
-    """Send one request; None when it was answered whole, else what went wrong."""
+              shape: argparse.Namespace) -> tuple[str, str | None]:
+    """Send one request: its X-Request-Id, and None when it was answered whole, else what
+    went wrong."""
+    xid = f"soak-{rid}"
+    try:
+        return xid, await _one(session, url, rng, rid, shape, xid)
+    except (aiohttp.ClientError, asyncio.TimeoutError) as err:
+        return xid, f"disconnected: {type(err).__name__}: {err}"
+
+
+async def _one(session: aiohttp.ClientSession, url: str, rng: random.Random, rid: int,
+               shape: argparse.Namespace, xid: str) -> str | None:
     prompt, out = rng.randint(64, shape.prompt_high), rng.randint(shape.output_low, shape.output_high)
     ids = [1000 + (rid * 7 + i) % 5000 for i in range(prompt)]
     chat, stream = rng.random() < 0.5, rng.random() < 0.5
@@ -80,7 +98,8 @@ async def one(session: aiohttp.ClientSession, url: str, rng: random.Random, rid:
     path = "/v1/chat/completions" if chat else "/v1/completions"
     if stream:
         body["stream_options"] = {"include_usage": True}
-    async with session.post(url + path, json=body, timeout=aiohttp.ClientTimeout(total=600)) as resp:
+    async with session.post(url + path, json=body, headers={"X-Request-Id": xid},
+                            timeout=aiohttp.ClientTimeout(total=600)) as resp:
         if resp.status != 200:
             return f"status {resp.status}: {(await resp.text())[:200]}"
         usage = None
@@ -96,13 +115,16 @@ async def one(session: aiohttp.ClientSession, url: str, rng: random.Random, rid:
 
 async def traffic(url: str, args: argparse.Namespace) -> dict:
     rate, seconds, report_s = args.rate, args.seconds, args.report_s
-    rng, errors, tasks, rows = random.Random(args.seed), [], [], []
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+    rng, errors, tasks, rows, sent_s = random.Random(args.seed), [], [], [], {}
+    # with relay workers, a connection per request: a kept-alive one may lead to a relay killed since
+    connector = aiohttp.TCPConnector(limit=0, force_close=args.workers > 1)
+    async with aiohttp.ClientSession(connector=connector) as session:
         t0 = time.monotonic()
         next_report, rid = t0 + report_s, 0
         while time.monotonic() - t0 < seconds:
             await asyncio.sleep(rng.expovariate(rate))
             tasks.append(asyncio.create_task(one(session, url, rng, rid, args)))
+            sent_s[f"soak-{rid}"] = time.monotonic()
             rid += 1
             if time.monotonic() >= next_report:
                 rows.append(await asyncio.to_thread(scrape, url))
@@ -110,18 +132,59 @@ async def traffic(url: str, args: argparse.Namespace) -> dict:
                       " ".join(f"{k}={v:.0f}" for k, v in rows[-1].items()), flush=True)
                 next_report += report_s
         for res in await asyncio.gather(*tasks, return_exceptions=True):
-            if res is not None:
-                errors.append(repr(res) if isinstance(res, BaseException) else res)
-    return {"sent": rid, "errors": errors, "rows": rows}
+            if isinstance(res, BaseException):
+                errors.append(("?", repr(res)))
+            elif res[1] is not None:
+                errors.append(res)
+    return {"sent": rid, "errors": errors, "rows": rows, "sent_s": sent_s}
 
 
-def chaos(victims, every_s: float, stop: threading.Event, log: list[str]) -> None:
-    """Hurt one of ``victims`` every ``every_s`` seconds: kill-and-restart, then a hang."""
+ACCEPT_WINDOW_S = 0.25  # a request sent this long before a relay kill may sit unlisted in its accept queue
+
+
+class RelayKills:
+    """SIGKILL the relay worker carrying the most requests; remember which requests it had."""
+
+    def __init__(self, url: str) -> None:
+        self.url, self.doomed, self.kill_s = url, set(), []
+
+    def __call__(self) -> str:
+        import os
+        import signal
+        relays = get(self.url + "/admin/workers", headers=AUTH)[1]["relays"]
+        victim = max(relays, key=lambda r: r["requests"])
+        gen = int(victim["identity"].rsplit("-", 1)[1])
+        carried = [r["x_request_id"] for r in get(self.url + "/admin/requests", headers=AUTH)[1]["requests"]
+                   if r["req_id"] >> RELAY_BITS == gen]
+        self.doomed.update(carried)
+        self.kill_s.append(time.monotonic())
+        os.kill(victim["pid"], signal.SIGKILL)
+        return f"killed relay {victim['identity']} carrying {len(carried)} requests"
+
+    def classify(self, errors: list[tuple[str, str]], sent_s: dict[str, float]) -> dict[str, list]:
+        """Failed requests: on a killed relay, in its accept queue, or neither (a loss)."""
+        out: dict[str, list] = {"on_killed_relay": [], "in_accept_window": [], "lost": []}
+        for xid, err in errors:
+            if xid in self.doomed:
+                out["on_killed_relay"].append(xid)
+            elif err.startswith("disconnected") and any(0 <= k - sent_s.get(xid, -1e9) <= ACCEPT_WINDOW_S
+                                                        for k in self.kill_s):
+                out["in_accept_window"].append(xid)
+            else:
+                out["lost"].append((xid, err))
+        return out
+
+
+def chaos(victims, every_s: float, stop: threading.Event, log: list[str], relay_kill=None) -> None:
+    """Hurt one of ``victims`` every ``every_s`` seconds: kill-and-restart, then a hang
+    (and with ``relay_kill``, every third time, a relay worker killed instead)."""
     for n in range(10**9):
         if stop.wait(every_s):
             return
         victim = victims[n % len(victims)]
-        if n % 2 == 0:
+        if relay_kill is not None and n % 3 == 2:
+            log.append(relay_kill())
+        elif n % 2 == 0:
             victim.kill()
             log.append(f"killed {victim.url}")
             if stop.wait(5.0):
@@ -161,18 +224,21 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--chaos", action="store_true", help="kill/restart or hang a decode engine periodically")
     ap.add_argument("--chaos-every-s", type=float, default=45.0)
+    ap.add_argument("--workers", type=int, default=1, help="baton serve --workers (relay processes)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="baton-soak-"))
     roles = ["prefill"] * args.prefill + ["decode"] * args.decode + ["mixed"] * args.mixed
     engines = [start_emulator(work) for _ in roles]
     gw = start_gateway(work, {"engines": [{"name": f"{r}{i}", "url": e.url, "role": r}
                                           for i, (e, r) in enumerate(zip(engines, roles))],
-                              "policy": args.policy, "admin_token": "soak", "scrape_interval_s": 0.5})
+                              "policy": args.policy, "admin_token": "soak", "scrape_interval_s": 0.5,
+                              "workers": args.workers})
+    kills = RelayKills(gw.url) if args.workers > 1 else None
     stop, hurt = threading.Event(), []
     victims = [e for e, r in zip(engines, roles) if r != "prefill"][:1] or engines[-1:]
     with servers(*engines, gw):
         if args.chaos:
-            threading.Thread(target=chaos, args=(victims, args.chaos_every_s, stop, hurt), daemon=True).start()
+            threading.Thread(target=chaos, args=(victims, args.chaos_every_s, stop, hurt, kills), daemon=True).start()
         run = asyncio.run(traffic(gw.url, args))
         stop.set()
         if args.chaos:
@@ -182,17 +248,22 @@ def main() -> None:
         final, left = scrape(gw.url), residue(gw.url, engines)
         tracebacks = gw.log.read_text().count("Traceback")
     ticked = [b["ticks"] - a["ticks"] for a, b in zip(run["rows"], run["rows"][1:])]
-    checks = {"all_answered": not run["errors"], "no_tick_failed": final["tick_errors"] == 0,
+    failed = kills.classify(run["errors"], run["sent_s"]) if kills else {"lost": run["errors"]}
+    checks = {"all_answered": not failed["lost"], "no_tick_failed": final["tick_errors"] == 0,
               "ticked_every_window": final["ticks"] == 0 or all(t > 0 for t in ticked),
               "zero_residue": all(v == 0 for v in left.values()), "no_traceback": tracebacks == 0}
-    for err in run["errors"][:10]:
-        print("error:", err)
-    kinds = Counter(e.split(":")[0] if e.startswith("status") else "short answer" for e in run["errors"])
-    print("errors by kind:", dict(kinds))
+    for err in failed["lost"][:10]:
+        print("lost:", err)
+    kinds = Counter(e.split(":")[0] if e.startswith(("status", "disconnected")) else "short answer"
+                    for _, e in run["errors"])
+    print("errors by kind:", dict(kinds), {k: len(v) for k, v in failed.items()})
     print("residue:", left, "checks:", checks, "logs in", work)
     print(json.dumps({"policy": args.policy, "seconds": args.seconds, "rate_rps": args.rate,
                       "output_tokens": [args.output_low, args.output_high], "sent": run["sent"],
-                      "failed": len(run["errors"]), "chaos_events": len(hurt), **final, **checks}))
+                      "failed": len(run["errors"]), "lost": len(failed["lost"]),
+                      "on_killed_relays": len(failed.get("on_killed_relay", [])),
+                      "in_accept_window": len(failed.get("in_accept_window", [])), "workers": args.workers,
+                      "chaos_events": len(hurt), **final, **checks}))
     sys.exit(0 if all(checks.values()) else 1)
 
 

@@ -8,9 +8,9 @@ Relay -> control:
 - ``["ops", [[op, req_id, *args], ...]]``: a request's steps, in order (``relay_control``);
   a batch goes out on the event loop's next turn, decode progress (``tk``) at most every
   ``report_interval_s``;
-- ``["call", call_id, verb, *args]``: a step that needs an answer (placement, a decode or
-  prefill instance chosen again, whether a request is at fault); answered with
-  ``["ret", call_id, ok, value]``;
+- among the steps, ``["call", call_id, verb, req_id, *args]``: a step that needs an answer
+  (placement, a held prefill let go, a decode or prefill instance chosen again, whether a
+  request is at fault); answered with ``["ret", call_id, ok, value]``;
 - ``["metrics", call_id, samples]``: the answer to a ``pull``;
 - ``["hb"]``: alive, when nothing else went out for ``HEARTBEAT_S``.
 
@@ -18,6 +18,9 @@ Control -> relay: ``["snap", epoch, t0, hold_enabled, needs_keys, instances, spe
 ``SNAPSHOT_S`` (what a relay's deadlines and health checks read), ``["ret", ...]``,
 ``["migrate", req_id, target]``, ``["pull", call_id]`` and ``["hello?"]`` (control took the
 relay for gone and released its requests: it says hello again, and they are booked anew).
+
+Control sends what it has for a relay in one turn of its event loop as ``["many", [...]]``
+(a ZMQ send costs tens of microseconds of CPU: one per turn, not one per message).
 
 The supervisor (``gateway.workers``) tells control ``["dead", identity]`` when a relay exits.
 """

@@ -74,7 +74,8 @@ class Link:
     # --- steps and calls ----------------------------------------------------------------
     def op(self, op: str, key: int, *args: Any) -> None:
         """One step (``key``: a request id, or an instance id for engine-wide ones); a
-        request's decode progress so far goes first, so control sees its steps in order."""
+        request's decode progress so far goes first, so control sees its steps in order.
+        Steps go out together at the end of the event loop's turn: one message for all."""
         tokens = self.pending_tokens.pop(key, 0)
         if tokens:
             self.ops.append(["tk", key, tokens])
@@ -105,15 +106,19 @@ class Link:
             self._send(["ops", self.ops])
             self.ops = []
 
-    async def call(self, verb: str, *args: Any) -> Any:
-        """A step that needs control's answer; ApiError 503 while control is away."""
+    async def call(self, verb: str, req_id: int, *args: Any) -> Any:
+        """A step of request ``req_id`` that needs control's answer (sent in order with the
+        steps, ``["call", call_id, verb, req_id, *args]``); ApiError 503 while control is away."""
         if not self.up:
             raise ApiError(503, "the gateway's control process is restarting; retry", err_type="server_error",
                            code="control_unavailable")
-        self.flush()
         call_id = next(self._ids)
         future = self.calls[call_id] = asyncio.get_running_loop().create_future()
-        self._send(["call", call_id, verb, *args])
+        tokens = self.pending_tokens.pop(req_id, 0)
+        if tokens:
+            self.ops.append(["tk", req_id, tokens])
+        self.ops.append(["call", call_id, verb, req_id, *args])
+        self._schedule(0.0)
         try:
             ok, value = await future
         finally:
@@ -141,15 +146,19 @@ class Link:
             frame = await self.sock.recv()
             try:
                 message = ipc.unpack(frame)
-                if message[0] == "snap":
-                    self._snapshot(message)
-                elif message[0] == "ret":
-                    self.answer(message)
-                elif message[0] == "hello?":  # control took this relay for gone and released its requests
-                    self._hello_again()
-                self.on_message(message)
+                for one in message[1] if message[0] == "many" else (message,):
+                    self._handle(one)
             except Exception:  # noqa: BLE001 - one bad message must not stop the relay's reader
                 log.exception("relay: a message from control could not be handled")
+
+    def _handle(self, message: list) -> None:
+        if message[0] == "snap":
+            self._snapshot(message)
+        elif message[0] == "ret":
+            self.answer(message)
+        elif message[0] == "hello?":  # control took this relay for gone and released its requests
+            self._hello_again()
+        self.on_message(message)
 
     def _snapshot(self, message: list) -> None:
         self.last_seen_s = time.monotonic()
@@ -289,7 +298,8 @@ class RemoteControl:
     async def place(self, state: RequestState) -> ArrivalPlan:
         r = state.request
         flow = self.flows.get(state.req_id)
-        p, d, chunk = await self.link.call("place", state.req_id, flow.client_xid if flow else "", r.arrival_s, r.prompt_tokens, r.output_tokens, list(state.block_keys))
+        p, d, chunk = await self.link.call("place", state.req_id, flow.client_xid if flow else "", r.arrival_s,
+                                           r.prompt_tokens, r.output_tokens, list(state.block_keys))
         self.cluster.bind(state, p, d, chunk)
         return ArrivalPlan(p, d, chunk)
 
@@ -318,7 +328,7 @@ class RemoteControl:
         return p
 
     async def at_fault(self, failed_on: list[int]) -> bool:
-        return await self.link.call("at_fault", list(failed_on))
+        return await self.link.call("at_fault", -1, list(failed_on))
 
     def tokens(self, state: RequestState, count: int) -> None:
         self.cluster.token(state, count)
