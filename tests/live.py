@@ -101,7 +101,13 @@ def start_fake(tmp: Path) -> Server:
 
 
 def start_gateway(tmp: Path, config: dict[str, Any], env: dict[str, str] | None = None) -> Server:
+    """``baton serve`` on a free port; ``$BATON_GATEWAY_WORKERS`` (``make real-vllm
+    WORKERS=2``) runs it with relay workers, except where the config says otherwise or an
+    engine has a hidden-state feed (which needs one process)."""
     port = free_port()
+    workers = os.environ.get("BATON_GATEWAY_WORKERS")
+    if workers and "workers" not in config and not any(e.get("hidden_states") for e in config["engines"]):
+        config = {**config, "workers": int(workers)}
     path = tmp / f"gateway-{port}.yaml"
     path.write_text(yaml.safe_dump({**config, "port": port}))
     return Server(["serve", "--config", str(path)], port, tmp / f"gateway-{port}.log", env)

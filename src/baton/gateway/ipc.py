@@ -56,7 +56,7 @@ def check_available() -> None:
         import msgpack  # noqa: F401
         import zmq  # noqa: F401
     except ImportError as err:
-        raise ConfigError(f"workers > 1 needs pyzmq and msgpack (pip install 'baton[workers]'): {err}") from None
+        raise ConfigError(f"workers > 1 needs pyzmq and msgpack (dependencies of baton; reinstall it): {err}") from None
 
 
 def error_fields(err: ApiError) -> list:
