@@ -48,6 +48,16 @@ def wanted_cases(request, module=None) -> set:
             if module is None or item.module is module}
 
 
+def rule_for(rule, names: list[str]):
+    """The gateway's rule ``rule`` for another runtime's runs of ``names`` (its module's
+    ``run`` fixture)."""
+    @pytest.mark.parametrize("name", names)
+    def check(run: Outcome, name: str) -> None:
+        rule(run, name)
+    check.__doc__ = rule.__doc__
+    return check
+
+
 def outcome(runs: tuple[dict[str, Outcome], list[str]], request) -> Outcome:
     """The run of the requesting test's case; the test fails if its live run did not finish."""
     out = runs[0][request.node.callspec.params["name"]]

@@ -55,13 +55,7 @@ def test_the_picker_carries_every_policy_that_moves_no_live_stream() -> None:
     assert not {"llumnix", "cascade", "ares", "sibyl+ares-none"} & set(EPP_NAMES)
 
 
-def _rule(rule, names: list[str]):
-    """The gateway's rule ``rule`` for the picker's runs of ``names``."""
-    @pytest.mark.parametrize("name", names)
-    def check(run: Outcome, name: str) -> None:
-        rule(run, name)
-    check.__doc__ = rule.__doc__
-    return check
+_rule = rules.rule_for
 
 
 def _as_distribution(run: Outcome, name: str) -> None:

@@ -34,13 +34,7 @@ def run(worker_runs, request) -> Outcome:
     return rules.outcome(worker_runs, request)
 
 
-def _rule(rule, names: list[str]):
-    """The gateway's rule ``rule`` for the workers' runs of ``names``."""
-    @pytest.mark.parametrize("name", names)
-    def check(run: Outcome, name: str) -> None:
-        rule(run, name)
-    check.__doc__ = rule.__doc__
-    return check
+_rule = rules.rule_for
 
 
 test_every_request_is_answered_exactly = _rule(rules.test_every_request_is_answered_exactly, NAMES)

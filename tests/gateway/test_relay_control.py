@@ -133,9 +133,13 @@ def test_control_acts_only_on_relays_that_said_hello_in_its_epoch():
         assert not cluster.requests  # not booked: the relay has not introduced itself
         hub._drain()
         sent = [m for _, f in hub.sock.sent for m in (f[1] if f[0] == "many" else [f])]
-        assert {m[0] for m in sent} == {"snap", "ret", "hello?"}
+        assert {m[0] for m in sent} == {"snap", "ret"}  # its hello follows the snapshot
         (ret,) = [m for m in sent if m[0] == "ret"]
         assert ret[:3] == ["ret", 0, False] and ret[3][4] == "control_unavailable"
+        hub.relays[b"r"].asked_s -= 1.0  # still no hello a while later (one control took for gone): asked
+        hub._handle(b"r", ["hb"])
+        hub._drain()
+        assert hub.sock.sent[-1] == (b"r", ["hello?"])
     asyncio.run(go())
 
 

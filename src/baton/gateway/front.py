@@ -22,7 +22,9 @@ from baton.gateway.engines import Engines
 from baton.gateway.flow import Flow
 from baton.gateway.live import LiveCluster
 from baton.gateway.metrics import GatewayMetrics
-from baton.gateway.middleware import mark_error
+from baton.gateway.guards import json_bodies_only
+from baton.gateway.middleware import client_keys, counted, json_errors, mark_error
+from baton.gateway.ratelog import RateLimitedLog
 from baton.protocol.errors import ApiError
 from baton.protocol.requests import CHAT, COMPLETIONS, TRANSPORT_FIELDS, ParsedRequest
 
@@ -84,6 +86,18 @@ class Front:
 
     def close_parsers(self) -> None:
         self._parsers.shutdown(wait=False, cancel_futures=True)
+
+    def base_app(self, log) -> web.Application:
+        """The app with the gateway's middlewares (counted responses, JSON errors, JSON
+        bodies only, client keys), the two OpenAI endpoints and ``_start``/``_stop``."""
+        app = web.Application(client_max_size=self.config.max_body_bytes,
+                              middlewares=[counted(self.metrics, RateLimitedLog(log, "refused requests")),
+                                           json_errors, json_bodies_only, client_keys(self.config.api_keys)])
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.on_startup.append(self._start)
+        app.on_cleanup.append(self._stop)
+        return app
 
     def _tokenizer(self):
         """The tokenizer text prompts are keyed with (``tokenizer``), for prefix-aware policies."""

@@ -118,8 +118,9 @@ class ControlHub:
         if kind == "dead":  # from the supervisor: message[1] exited
             return self.relay_gone(message[1].encode(), "exited")
         info = self.relays.get(relay)
-        if info is None:
-            info = self.relays[relay] = RelayInfo(time.monotonic())
+        if info is None:  # its hello follows the snapshot; one it does not send is asked for later
+            now = time.monotonic()
+            info = self.relays[relay] = RelayInfo(now, asked_s=now)
             self._snapshot_to(relay)
         info.last_seen_s = time.monotonic()
         if kind == "hi":

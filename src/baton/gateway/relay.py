@@ -16,9 +16,6 @@ from aiohttp import web
 from baton.gateway.config import GatewayConfig
 from baton.gateway.engines import Engines
 from baton.gateway.front import Front
-from baton.gateway.guards import json_bodies_only
-from baton.gateway.middleware import client_keys, counted, json_errors
-from baton.gateway.ratelog import RateLimitedLog
 from baton.gateway.relay_control import Link, RelayCluster, RemoteControl
 from baton.perf import presets
 from baton.protocol.errors import error_body
@@ -50,14 +47,8 @@ class Relay(Front):
         self._control_session: aiohttp.ClientSession | None = None
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.config.max_body_bytes,
-                              middlewares=[counted(self.metrics, RateLimitedLog(log, "refused requests")),
-                                           json_errors, json_bodies_only, client_keys(self.config.api_keys)])
-        app.router.add_post("/v1/completions", self.completions)
-        app.router.add_post("/v1/chat/completions", self.chat)
+        app = self.base_app(log)
         app.router.add_route("*", "/{tail:.*}", self.to_control)
-        app.on_startup.append(self._start)
-        app.on_cleanup.append(self._stop)
         return app
 
     async def _start(self, _app: web.Application) -> None:
@@ -65,6 +56,7 @@ class Relay(Front):
         self._control_session = aiohttp.ClientSession(auto_decompress=False,
                                                       timeout=aiohttp.ClientTimeout(total=30, sock_connect=2))
         await self.link.start()
+        await self.link.until_answered()  # the port opens to clients once requests can be placed
 
     async def _stop(self, _app: web.Application) -> None:
         await self.link.close()

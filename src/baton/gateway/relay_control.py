@@ -50,6 +50,7 @@ class Link:
         self._flush_handle: asyncio.Handle | None = None
         self.sock: Any = None
         self._tasks: list[asyncio.Task] = []
+        self.answered: asyncio.Event | None = None  # set once control has answered (made on start)
 
     async def start(self) -> None:
         import zmq
@@ -59,8 +60,19 @@ class Link:
         self.sock.setsockopt(zmq.IDENTITY, self.identity)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.connect(self.address)
+        self.answered = asyncio.Event()
         self._send(["hb"])
         self._tasks = [asyncio.create_task(self._read()), asyncio.create_task(self._watch())]
+
+    async def until_answered(self, note_every_s: float = 5.0) -> None:
+        """Wait for control's first snapshot (a relay listens only once it can place)."""
+        assert self.answered is not None
+        while True:
+            try:
+                return await asyncio.wait_for(self.answered.wait(), note_every_s)
+            except asyncio.TimeoutError:
+                log.warning("relay %s: control has not answered for %.0f s; not accepting requests yet",
+                            self.identity.decode(), note_every_s)
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -168,6 +180,8 @@ class Link:
         if not self.up:
             log.info("relay %s: control is up", self.identity.decode())
             self.up = True
+            if self.answered is not None:
+                self.answered.set()
             self.flush()  # what waited while control was silent
 
     def _hello_again(self) -> None:

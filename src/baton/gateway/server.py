@@ -18,15 +18,12 @@ from baton.gateway.config import GatewayConfig
 from baton.gateway.control import Control
 from baton.gateway.engines import Engines
 from baton.gateway.front import Front
-from baton.gateway.guards import json_bodies_only
 from baton.gateway.hub import ControlHub
 from baton.gateway.hidden_feed import FeedLimits, HiddenSource, HiddenStateFeed
 from baton.gateway.kv_feed import KvEventFeed, KvFeedLimits, KvSource
 from baton.gateway.kv_index import KvEventIndex
 from baton.gateway.live import LiveCluster
 from baton.gateway.metrics import GatewayMetrics
-from baton.gateway.middleware import client_keys, counted, json_errors
-from baton.gateway.ratelog import RateLimitedLog
 from baton.gateway.scrape import Scraper
 from baton.perf import presets
 from baton.policies import scheduler_for
@@ -70,18 +67,12 @@ class Gateway(Front):
 
     # --- app -----------------------------------------------------------------------------
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.config.max_body_bytes,
-                              middlewares=[counted(self.metrics, RateLimitedLog(log, "refused requests")),
-                                           json_errors, json_bodies_only, client_keys(self.config.api_keys)])
-        app.router.add_post("/v1/completions", self.completions)
-        app.router.add_post("/v1/chat/completions", self.chat)
+        app = self.base_app(log)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
         app.router.add_get("/version", self.version)
         app.router.add_get("/metrics", self.prometheus)
         admin.add_routes(app, self.control, self.engines, self.scraper, self.kv_index, self.hub)
-        app.on_startup.append(self._start)
-        app.on_cleanup.append(self._stop)
         return app
 
     async def _start(self, _app: web.Application) -> None:
