@@ -89,11 +89,11 @@ def test_steps_wait_while_control_is_silent_and_a_new_control_gets_a_hello_inste
         with pytest.raises(ApiError) as err:
             await lk.call("pick_decode", 7, [])
         assert err.value.status == 503 and err.value.code == "control_unavailable"
-        lk._handle(["snap", 1, 0.0, False, False, [], []])  # the same control answers again
+        lk._handle(["snap", 1, 0.0, False, False, [], [], []])  # the same control answers again
         assert lk.up and lk.sock.sent == [["ops", [["end", 7, "ok", 5, True]]]]
         lk.up, lk.sock.sent = False, []
         lk.op("end", 8, "ok", 5, True)
-        lk._handle(["snap", 2, 0.0, False, False, [], []])  # another control: a hello, the steps dropped
+        lk._handle(["snap", 2, 0.0, False, False, [], [], []])  # another control: a hello, the steps dropped
         assert lk.sock.sent == [["hi", 0, 1, 4242, []]] and not lk.ops
     asyncio.run(go())
 
@@ -179,3 +179,17 @@ def test_a_relay_gone_releases_its_requests_and_a_new_control_books_them_from_a_
         assert control.metrics.registry.get_sample_value(
             "baton_requests_total", {"path": "pd", "outcome": "relay_lost"}) == 2
     asyncio.run(go())
+
+
+def test_a_relay_learns_what_controls_scrapes_found():
+    """Model names and context lengths come from the engines' /v1/models, which control
+    reads: a relay needs them for its legs' bodies and a continuation's budget."""
+    from baton.gateway.config import parse_config
+    from baton.gateway.relay import Relay
+    config = parse_config({"workers": 2, "engines": [{"name": "a", "url": "http://127.0.0.1:1", "role": "mixed"}]})
+    relay = Relay(config, 0, 3, "ipc://unused", "http://127.0.0.1:2")
+    relay._on_message(["snap", 1, 0.0, True, True, [[0, False, "decode", False, 40, 0.02]], [], [[0, "m7", 4096]]])
+    assert relay.engines.names.by_engine == {0: "m7"} and relay.engines.names.context_tokens == {0: 4096}
+    assert relay.engines.names.accepts("m7") and relay.needs_prefix_keys and relay.cluster.hold_enabled
+    assert not relay.cluster.healthy(0) and relay.cluster.role(0) is Role.DECODE
+    assert relay.cluster.pending_tokens(0) == 40 and relay.cluster.token_interval_s(0) == 0.02

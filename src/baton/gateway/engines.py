@@ -38,6 +38,11 @@ class Engines:
         self._rng = np.random.default_rng(config.seed)
         self._asking: dict[int, asyncio.Task] = {}  # model-name re-asks in progress, by instance
 
+    def reseed(self, salt: int) -> None:
+        """Draw bootstrap rooms from a stream of their own (each relay worker: two relays
+        on one seed would pair two requests' SGLang legs in one room)."""
+        self._rng = np.random.default_rng([self.config.seed, salt])
+
     def bootstrap_room(self) -> int:
         """A random SGLang bootstrap room (pairs a request's prefill and decode legs)."""
         return int(self._rng.integers(0, 2**63 - 1))

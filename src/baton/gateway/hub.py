@@ -22,6 +22,7 @@ from baton.core.request import Phase, RequestState
 from baton.gateway import ipc
 from baton.gateway.control import Control
 from baton.gateway.metrics import TokenTimes
+from baton.gateway.models import ModelNames
 from baton.gateway.relay_control import snapshot_specs
 from baton.protocol.errors import ApiError
 
@@ -58,8 +59,9 @@ class RelayInfo:
 class ControlHub:
     """See the module docstring. ``address``: the ROUTER's ZMQ endpoint."""
 
-    def __init__(self, control: Control, address: str) -> None:
+    def __init__(self, control: Control, address: str, names: ModelNames | None = None) -> None:
         self.control, self.cluster, self.address = control, control.cluster, address
+        self.names = names if names is not None else ModelNames(None)  # what the engines said of themselves
         self.epoch = secrets.randbits(62)
         self.relays: dict[bytes, RelayInfo] = {}
         self.pulls: dict[int, tuple[asyncio.Future, set[bytes], list]] = {}
@@ -308,8 +310,9 @@ class ControlHub:
         instances = [[iid, inst.healthy, inst.role.value, c.engines[iid].removed, c.pending_tokens(iid),
                       c.token_interval_s(iid)] for iid, inst in c.instances.items()]
         specs = snapshot_specs([e.spec for e in c.engines.values()])
+        names = [[iid, self.names.by_engine.get(iid), self.names.context_tokens.get(iid)] for iid in c.engines]
         self.send(relay, ["snap", self.epoch, time.monotonic() - c.clock(), self.control.hold.enabled,
-                          self.control.scheduler.needs_prefix_keys, instances, specs])
+                          self.control.scheduler.needs_prefix_keys, instances, specs, names])
 
     def describe(self) -> dict:
         """The relays as ``/admin/workers`` shows them."""

@@ -14,7 +14,7 @@ Relay -> control:
 - ``["metrics", call_id, samples]``: the answer to a ``pull``;
 - ``["hb"]``: alive, when nothing else went out for ``HEARTBEAT_S``.
 
-Control -> relay: ``["snap", epoch, t0, hold_enabled, needs_keys, instances, specs]`` every
+Control -> relay: ``["snap", epoch, t0, hold_enabled, needs_keys, instances, specs, names]`` every
 ``SNAPSHOT_S`` (what a relay's deadlines and health checks read), ``["ret", ...]``,
 ``["migrate", req_id, target]``, ``["pull", call_id]`` and ``["hello?"]`` (control took the
 relay for gone and released its requests: it says hello again, and they are booked anew).

@@ -40,6 +40,7 @@ class Relay(Front):
         cluster = RelayCluster(link, generation << ID_BITS, perf.kv_capacity_tokens // config.block_size,
                                config.block_size, config.scrape_interval_s)
         engines = Engines(config, cluster, perf)
+        engines.reseed(generation)
         for spec in config.engines:
             engines.add(spec)
         super().__init__(config, cluster, engines, RemoteControl(config, cluster, link), needs_prefix_keys=False)
@@ -72,8 +73,14 @@ class Relay(Front):
     def _on_message(self, message: list) -> None:
         kind = message[0]
         if kind == "snap":
-            self.cluster.apply_snapshot(message[:4] + message[5:], self.engines.add)
+            self.cluster.apply_snapshot(message[:4] + message[5:7], self.engines.add)
             self.needs_prefix_keys = message[4]
+            names = self.engines.names  # model names and context lengths control's scrapes found
+            for iid, name, context_tokens in message[7]:
+                if name is not None:
+                    names.by_engine[iid] = name
+                if context_tokens is not None:
+                    names.context_tokens[iid] = context_tokens
         elif kind == "migrate":
             self.control.migrate(message[1], message[2])
         elif kind == "pull":

@@ -59,7 +59,8 @@ class Gateway(Front):
         self.hidden: HiddenStateFeed | None = None
         self.kv_index, self.kv_feed = self._kv_index(), None
         self._tasks: list[asyncio.Task] = []
-        self.hub: ControlHub | None = None if hub_address is None else ControlHub(self.control, hub_address)
+        self.hub: ControlHub | None = None if hub_address is None else ControlHub(self.control, hub_address,
+                                                                                     self.engines.names)
 
     @property
     def scheduler(self):
