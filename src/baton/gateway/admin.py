@@ -12,6 +12,7 @@ from baton.gateway.config import GatewayConfig, parse_engine
 from baton.gateway.control import Control, InFlight
 from baton.gateway.auth import token_matches
 from baton.gateway.engines import Engines
+from baton.gateway.fleet import Fleet
 from baton.gateway.scrape import Scraper
 from baton.protocol.errors import ApiError
 from baton.protocol.requests import parse_json
@@ -48,6 +49,7 @@ def _instance(control: Control, request: web.Request) -> int:
 def add_routes(app: web.Application, control: Control, engines: Engines, scraper: Scraper, kv_index=None,
                hub=None) -> None:
     cluster, config = control.cluster, control.config
+    fleet = Fleet(control, engines, scraper)
 
     async def workers(_request: web.Request) -> web.Response:
         """The relay workers (``baton serve --workers N``) and their pids."""
@@ -72,19 +74,13 @@ def add_routes(app: web.Application, control: Control, engines: Engines, scraper
             raise ConfigError("instance.kv_events: only engines in the config file can have a KV-event feed")
         if cluster.find(spec.name) is not None:
             raise ApiError(409, f"an instance named {spec.name!r} exists", err_type="conflict_error")
-        iid = engines.add(spec)
-        control.outliers.add(iid)
-        await scraper.scrape(iid)
-        scraper.start(iid)
+        iid = await fleet.add(spec)
         return web.json_response(cluster.describe(iid), status=201)
 
     async def remove_instance(request: web.Request) -> web.Response:
         iid = _instance(control, request)
-        cluster.remove_engine(iid)
-        control.outliers.remove(iid)
-        control.hold.scraped(iid)  # prefills held there go elsewhere
-        return web.json_response({"removed": cluster.engines[iid].spec.name,
-                                  "draining_requests": cluster.instances[iid].num_requests})
+        draining = fleet.remove(iid)
+        return web.json_response({"removed": cluster.engines[iid].spec.name, "draining_requests": draining})
 
     async def change_role(request: web.Request) -> web.Response:
         iid = _instance(control, request)

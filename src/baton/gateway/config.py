@@ -129,6 +129,8 @@ class GatewayConfig:
     # 0 or "auto": one per core) and how often a relay reports decode progress to control
     workers: int | str = 1
     relay_report_interval_s: float = 0.005
+    # engines from an InferencePool's pods (gateway.discovery.DiscoverySettings; None: only `engines`)
+    discovery: Any = None
     # environment variables an admin-API call may name as an engine's api_key_env (none by
     # default: any other name is refused with one message, set or not)
     admin_env_allowlist: tuple[str, ...] = ()
@@ -267,7 +269,7 @@ _SCALARS = {"host": str, "port": int, "model": str, "preset": str, "pd_protocol"
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 _LISTS = {"engines", "policy", "admin_env_allowlist", "outlier_detection", "api_keys", "api_keys_file",
-          "hidden_states_client_key_env"}
+          "hidden_states_client_key_env", "discovery"}
 
 
 def parse_config(raw: Any, source: str = "config") -> GatewayConfig:
@@ -275,8 +277,11 @@ def parse_config(raw: Any, source: str = "config") -> GatewayConfig:
     _require(isinstance(raw, Mapping), source, "expected a mapping at the top level")
     unknown = sorted(set(raw) - set(_SCALARS) - _LISTS)
     _require(not unknown, f"{source}: {unknown[0] if unknown else ''}", "unknown key")
-    engines = raw.get("engines")
-    _require(isinstance(engines, list) and bool(engines), f"{source}: engines", "expected a non-empty list")
+    from baton.gateway.discovery import parse_discovery
+    discovery = parse_discovery(raw.get("discovery"))
+    engines = raw.get("engines", [] if discovery else None)
+    _require(isinstance(engines, list) and (bool(engines) or discovery is not None), f"{source}: engines",
+             "expected a non-empty list (or a discovery section that finds them)")
     specs = [parse_engine(e, f"engines[{i}]") for i, e in enumerate(engines)]
     names = [s.name for s in specs]
     _require(len(set(names)) == len(names), "engines", "engine names must be unique")
@@ -288,6 +293,7 @@ def parse_config(raw: Any, source: str = "config") -> GatewayConfig:
     _require(isinstance(allow, list) and all(isinstance(v, str) for v in allow), "admin_env_allowlist",
              "expected a list of environment variable names")
     cfg = GatewayConfig(specs, policy=raw.get("policy", "least-loaded"), admin_env_allowlist=tuple(allow),
+                        discovery=discovery,
                         outliers=parse_outliers(raw.get("outlier_detection")),
                         api_keys=parse_api_keys(raw.get("api_keys"), raw.get("api_keys_file")), **kwargs)
     _require(cfg.log_level.upper() in LOG_LEVELS, "log_level", f"expected one of {', '.join(LOG_LEVELS)}")

@@ -16,7 +16,9 @@ from baton import __version__
 from baton.gateway import admin
 from baton.gateway.config import GatewayConfig
 from baton.gateway.control import Control
+from baton.gateway.discovery import PodDiscovery
 from baton.gateway.engines import Engines
+from baton.gateway.fleet import Fleet
 from baton.gateway.front import Front
 from baton.gateway.hub import ControlHub
 from baton.gateway.hidden_feed import FeedLimits, HiddenSource, HiddenStateFeed
@@ -52,13 +54,17 @@ class Gateway(Front):
         scheduler = scheduler_for(config.policy, perf, config.seed, config.ttft_slo_s, config.tpot_slo_s,
                                   extras_for(config.policy, config.preset))
         roles = [spec.role.value for spec in config.engines]
-        scheduler.check_cluster(roles.count("prefill"), roles.count("decode"), roles.count("mixed"))
+        if roles or config.discovery is None:  # discovered engines come and go: not checked at start
+            scheduler.check_cluster(roles.count("prefill"), roles.count("decode"), roles.count("mixed"))
+        if config.discovery is not None:
+            PodDiscovery.check_available()
         control = Control(config, cluster, scheduler, GatewayMetrics(), engines.tags)
         super().__init__(config, cluster, engines, control, scheduler.needs_prefix_keys)
         self.scraper = Scraper(self.control, self.engines)
         self.hidden: HiddenStateFeed | None = None
         self.kv_index, self.kv_feed = self._kv_index(), None
         self._tasks: list[asyncio.Task] = []
+        self.discovery: PodDiscovery | None = None
         self.hub: ControlHub | None = None if hub_address is None else ControlHub(self.control, hub_address,
                                                                                      self.engines.names)
 
@@ -90,6 +96,9 @@ class Gateway(Front):
         self._start_kv_feed()
         if self.hub is not None:
             await self.hub.start()
+        if self.config.discovery is not None:
+            self.discovery = PodDiscovery(self.config.discovery, Fleet(self.control, self.engines, self.scraper))
+            self._tasks.append(asyncio.create_task(self.discovery.run()))
 
     async def _stop(self, _app: web.Application) -> None:
         tasks = [*self._tasks, *self.scraper.tasks.values()]
