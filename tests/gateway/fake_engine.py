@@ -111,6 +111,8 @@ class Fake:
             return web.json_response({"error": {"message": "cannot encode", "type": "server_error"}}, status=500)
         if mode == "err-str":
             return web.json_response({"error": "bad request"}, status=400)
+        if mode.startswith("type-"):  # a 400 whose error type the engine made up
+            return web.json_response({"error": {"message": "refused", "type": mode[5:]}}, status=400)
         if mode == "long-line" and body.get("stream"):
             return await self._long_line(request)
         if mode.startswith("trail-"):

@@ -88,6 +88,18 @@ def test_a_refused_request_fails_alone_and_the_engines_stay_healthy(fakes):
     assert wait_until(lambda: idle(gw))
 
 
+def test_error_types_engines_make_up_are_counted_as_other(fakes):
+    """An engine's 4xx goes to its client with the engine's error type; the response count
+    labels it "other" (a label value per made-up type would grow /metrics without bound)."""
+    gw = fakes["gw"]
+    before = metric(gw.url, 'baton_responses_total{error_type="other",status="400"}')
+    for i in range(3):
+        status, body = post(gw.url + "/v1/completions", {"prompt": IDS, "max_tokens": 3, "user": f"type-made-up-{i}"})
+        assert status == 400 and body["error"]["type"] == f"made-up-{i}"
+    assert metric(gw.url, 'baton_responses_total{error_type="other",status="400"}') == before + 3
+    assert "made-up" not in get(gw.url + "/metrics")[1]
+
+
 @pytest.mark.parametrize("mode", ["list", "str", "num", "err-str"])
 def test_answers_of_the_wrong_shape_become_openai_errors(fakes, mode):
     gw = fakes["gw"]

@@ -177,3 +177,23 @@ def test_health_and_metrics_need_no_client_key_and_refusals_are_counted(keyed):
     assert get(keyed.url + "/v1/models")[0] == 401
     assert metric(keyed.url, 'baton_responses_total{error_type="invalid_request_error",status="401"}') >= 1
     assert metric(keyed.url, 'baton_responses_total{error_type="",status="200"}') >= 1
+
+
+@pytest.mark.parametrize("values", [("Bearer k-one", "Bearer wrong"), ("Bearer wrong", "Bearer k-one"),
+                                    ("Bearer k-one", "Bearer k-one")])
+def test_two_authorization_headers_are_refused_whichever_comes_first(keyed, values):
+    """A proxy and the gateway may read different ones of two: neither is believed."""
+    import http.client
+    import json
+    conn = http.client.HTTPConnection("127.0.0.1", keyed.port, timeout=10)
+    conn.putrequest("POST", "/v1/completions")
+    for value in values:
+        conn.putheader("Authorization", value)
+    payload = json.dumps({"prompt": IDS, "max_tokens": 2}).encode()
+    conn.putheader("Content-Type", "application/json")
+    conn.putheader("Content-Length", str(len(payload)))
+    conn.endheaders(payload)
+    resp = conn.getresponse()
+    body = json.loads(resp.read())
+    conn.close()
+    assert resp.status == 400 and body["error"]["code"] == "duplicate_authorization"

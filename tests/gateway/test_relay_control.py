@@ -193,3 +193,16 @@ def test_a_relay_learns_what_controls_scrapes_found():
     assert relay.engines.names.accepts("m7") and relay.needs_prefix_keys and relay.cluster.hold_enabled
     assert not relay.cluster.healthy(0) and relay.cluster.role(0) is Role.DECODE
     assert relay.cluster.pending_tokens(0) == 40 and relay.cluster.token_interval_s(0) == 0.02
+
+
+def test_the_counts_of_a_relay_that_died_stay_in_controls_metrics():
+    async def go():
+        hub, control, cluster = hub_with_control()
+        hub._handle(b"r", ["hi", 0, 1, 4242, []])
+        counts = [["baton_requests", "baton_requests_total", {"path": "pd", "outcome": "ok"}, 7.0]]
+        hub._handle(b"r", ["metrics", -1, counts])  # pushed unasked every ipc.COUNTS_S
+        hub.relay_gone(b"r", "exited")
+        assert await hub.relay_samples() == counts  # no relay left to ask: what it had counted
+        text = control.metrics.render(await hub.relay_samples()).decode()
+        assert 'baton_requests_total{outcome="ok",path="pd"} 7.0' in text
+    asyncio.run(go())

@@ -342,6 +342,9 @@ class ControlHub:
         return samples + list(self.retired.values())
 
     def _metrics(self, relay: bytes, message: list) -> None:
+        if message[1] == -1:  # sent unasked
+            self.last_counts[relay] = message[2]
+            return
         pull = self.pulls.get(message[1])
         if pull is None or relay not in pull[1]:
             return

@@ -11,7 +11,8 @@ Relay -> control:
 - among the steps, ``["call", call_id, verb, req_id, *args]``: a step that needs an answer
   (placement, a held prefill let go, a decode or prefill instance chosen again, whether a
   request is at fault); answered with ``["ret", call_id, ok, value]``;
-- ``["metrics", call_id, samples]``: the answer to a ``pull``;
+- ``["metrics", call_id, samples]``: the answer to a ``pull`` (``call_id`` -1: sent
+  unasked every ``COUNTS_S``, so a relay that dies takes at most that much with it);
 - ``["hb"]``: alive, when nothing else went out for ``HEARTBEAT_S``.
 
 Control -> relay: ``["snap", epoch, t0, hold_enabled, needs_keys, instances, specs, names]`` every
@@ -35,6 +36,7 @@ from baton.protocol.errors import ApiError
 HEARTBEAT_S = 0.2         # a relay with nothing to say says so this often
 SNAPSHOT_S = 0.05         # control's view of health, roles and load goes to every relay this often
 CONTROL_SILENT_S = 1.0    # a relay takes control for gone after this long without a snapshot
+COUNTS_S = 1.0           # a relay sends its counts to control this often (and when /metrics asks)
 RELAY_SILENT_S = 3.0      # control takes a relay for gone after this long without a word (the
                           # supervisor's notice of an exit comes first; this catches a hung one)
 

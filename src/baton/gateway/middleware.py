@@ -19,18 +19,29 @@ log = logging.getLogger("baton.gateway")
 ERROR_TYPE = "baton_error_type"  # where a response carries its OpenAI error type, for the count
 
 
+# the error types a response is counted by; any other (an engine's own answer passed on) is
+# counted as "other": a label value an engine chooses would make one series per value
+COUNTED_ERROR_TYPES = frozenset({"invalid_request_error", "authentication_error", "permission_error",
+                                 "not_found_error", "NotFoundError", "conflict_error", "rate_limit_exceeded",
+                                 "server_error", "BadRequestError", "api_error", "request_timeout"})
+
+
 def mark_error(resp: web.StreamResponse, err: ApiError) -> web.StreamResponse:
     """Note on ``resp`` the error it carries (a JSON error, or an error event in a stream)."""
-    resp[ERROR_TYPE] = err.err_type
+    resp[ERROR_TYPE] = err.err_type if err.err_type in COUNTED_ERROR_TYPES else "other"
     return resp
 
 
 def client_keys(keys: tuple[str, ...]):
     """Requests to ``/v1/*`` must present one of ``keys`` as a bearer token (401 as
-    OpenAI answers it otherwise). No keys: open, as before."""
+    OpenAI answers it otherwise). No keys: open, as before. A request with two
+    ``Authorization`` headers is refused everywhere (400)."""
 
     @web.middleware
     async def check(request: web.Request, handler):
+        if len(request.headers.getall("Authorization", ())) > 1:  # which one counts is anyone's guess
+            err = ApiError(400, "more than one Authorization header", code="duplicate_authorization")
+            return mark_error(web.json_response(err.body(), status=400), err)
         if keys and request.path.startswith("/v1/"):
             header = request.headers.get("Authorization")
             if not token_matches(header, keys):

@@ -7,12 +7,14 @@ relay passes those requests through to control's private HTTP port."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 
 import aiohttp
 from aiohttp import web
 
+from baton.gateway import ipc
 from baton.gateway.config import GatewayConfig
 from baton.gateway.engines import Engines
 from baton.gateway.front import Front
@@ -46,6 +48,7 @@ class Relay(Front):
         super().__init__(config, cluster, engines, RemoteControl(config, cluster, link), needs_prefix_keys=False)
         self.link = link
         self._control_session: aiohttp.ClientSession | None = None
+        self._pushing: asyncio.Task | None = None
 
     def app(self) -> web.Application:
         app = self.base_app(log)
@@ -58,8 +61,19 @@ class Relay(Front):
                                                       timeout=aiohttp.ClientTimeout(total=30, sock_connect=2))
         await self.link.start()
         await self.link.until_answered()  # the port opens to clients once requests can be placed
+        self._pushing = asyncio.create_task(self._push_counts())
+
+    async def _push_counts(self) -> None:
+        """This relay's counts to control every ``ipc.COUNTS_S``, unasked: a relay that dies
+        loses at most that much of them (control keeps what it last had)."""
+        while True:
+            await asyncio.sleep(ipc.COUNTS_S)
+            if self.link.up:
+                self.link.send(["metrics", -1, self.metrics.counts()])
 
     async def _stop(self, _app: web.Application) -> None:
+        if self._pushing is not None:
+            self._pushing.cancel()
         await self.link.close()
         await self.engines.close_session()
         if self._control_session is not None:
