@@ -236,6 +236,9 @@ class Emulator:
                 ok = resp.status == 200
         except (OSError, asyncio.TimeoutError, ValueError):
             ok = False
+        except BaseException:  # the client went away mid-pull (cancelled): the blocks were for it alone
+            self.batcher.unreserve(blocks)
+            raise
         if ok:
             self.batcher.join_decode(seq, blocks)
         else:  # like vLLM: a failed pull falls back to prefilling locally
