@@ -115,6 +115,8 @@ class Fake:
             return web.json_response({"error": {"message": "refused", "type": mode[5:]}}, status=400)
         if mode == "long-line" and body.get("stream"):
             return await self._long_line(request)
+        if mode == "flood" and body.get("stream"):
+            return await self._flood(request, prompt, n)
         if mode.startswith("trail-"):
             if not body.get("stream"):
                 return await self._trailing(request, prompt, n, delayed=mode == "trail-later")
@@ -161,6 +163,18 @@ class Fake:
             await asyncio.sleep(3600)
         if mode != "no-done":
             await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    async def _flood(self, request: web.Request, prompt: list, n: int) -> web.StreamResponse:
+        """``n`` tokens of 4 KiB of text each, as fast as the connection takes them."""
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for i in range(n):
+            pos = len(prompt) + i
+            choice = {"index": 0, "text": " x" * 2048, "token_ids": [pos], "finish_reason": None}
+            await resp.write(b"data: " + json.dumps({"id": "x", "object": "text_completion", "model": MODEL,
+                                                     "choices": [choice]}).encode() + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
         return resp
 
     async def _long_line(self, request: web.Request) -> web.StreamResponse:

@@ -24,7 +24,7 @@ class Served:
     """A request in flight, as control sees it (``control.InFlight``)."""
 
     def __init__(self, state):
-        self.state, self.client_xid, self.path, self.moved_to = state, "x", "pd", []
+        self.state, self.client_xid, self.path, self.moved_to, self.client = state, "x", "pd", [], ""
         self.times = TokenTimes()
 
     def request_migration(self, target):

@@ -3,6 +3,7 @@ chat, streamed or not), whichever legs and instances its tokens come from."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,9 @@ if TYPE_CHECKING:
     from baton.gateway.upstream import Piece
 
 
+WRITE_MAY_WAIT_BYTES = 64 * 1024  # asyncio's high-water mark: past it, a write waits for the client
+
+
 class ClientOut:
     """Writes tokens as they are relayed; remembers what was sent so that a continuation
     picks up exactly after it. A streamed response is started at the first token, so
@@ -28,8 +32,10 @@ class ClientOut:
     leg's id and creation time, and the engine's finish and usage chunks stand for the
     gateway's own."""
 
-    def __init__(self, request: web.Request, parsed: ParsedRequest, model: str, response_id: str) -> None:
+    def __init__(self, request: web.Request, parsed: ParsedRequest, model: str, response_id: str,
+                 write_timeout_s: float = 30.0) -> None:
         self.request, self.parsed, self.model, self.rid = request, parsed, model, response_id
+        self.write_timeout_s = write_timeout_s
         self.headers: dict[str, str] = {"X-Request-Id": response_id}  # the server sets the client's id
         self.created = int(time.time())
         self.with_ids = bool(parsed.body.get("return_token_ids"))
@@ -115,7 +121,20 @@ class ClientOut:
         if self._pending and (self.response is not None or self.tokens):
             resp = self.response or await self._start()
             data, self._pending = b"".join(self._pending), []
-            await resp.write(data)
+            await self._write(resp.write(data), len(data))
+
+    async def _write(self, write, size: int) -> None:
+        """Await ``write`` (of ``size`` bytes); a write that may wait for the client (its
+        socket's buffer is full: it reads nothing) gets ``write_timeout_s``, then the
+        connection is dropped as a client that went away."""
+        transport = self.request.transport
+        if transport is None or transport.get_write_buffer_size() + size < WRITE_MAY_WAIT_BYTES:
+            return await write  # the usual case: the bytes go to the socket at once
+        try:
+            await asyncio.wait_for(write, self.write_timeout_s)
+        except asyncio.TimeoutError:
+            transport.abort()
+            raise ConnectionResetError(f"the client read nothing for {self.write_timeout_s:.0f} s") from None
 
     async def finish(self, reason: str | None) -> web.StreamResponse:
         """End the response normally."""
@@ -134,7 +153,8 @@ class ClientOut:
         elif self.parsed.include_usage:
             tail.append(sse(usage_chunk(self.parsed.kind, self.rid, self.model, self.created,
                                         self.prompt_tokens, self.tokens)))
-        await resp.write_eof(b"".join(tail) + DONE)  # the last chunks and the stream's end in one write
+        data = b"".join(tail) + DONE
+        await self._write(resp.write_eof(data), len(data))  # the last chunks and the stream's end in one write
         return resp
 
     async def fail(self, err: ApiError) -> web.StreamResponse:

@@ -72,6 +72,8 @@ class GatewayConfig:
     unhealthy_after_failures: int = 3
     scrape_timeout_s: float = 5.0
     max_inflight: int = 1024
+    max_inflight_per_client: int | None = None  # one API key's (or address's) share; None: half of max_inflight
+    client_write_timeout_s: float = 30.0  # a stream whose client reads nothing for this long is dropped
     # 2 MiB holds the longest prompt max_prompt_tokens allows (131,072 tokens) in any
     # form: token ids take at most 8 bytes each ("151935, "), text about 4-6 bytes per
     # token, 12 when every character is a JSON \u escape; 413 beyond it (raise it for
@@ -252,7 +254,8 @@ def _hidden_key(raw: Mapping[str, Any], where: str, admin: bool) -> str | None:
 
 _SCALARS = {"host": str, "port": int, "model": str, "preset": str, "pd_protocol": str,
             "admin_token": str, "scrape_interval_s": (int, float), "scrape_timeout_s": (int, float), "unhealthy_after_failures": int,
-            "max_inflight": int, "max_body_bytes": int, "upstream_timeout_s": (int, float),
+            "max_inflight": int, "max_inflight_per_client": int, "client_write_timeout_s": (int, float),
+            "max_body_bytes": int, "upstream_timeout_s": (int, float),
             "connect_timeout_s": (int, float), "max_recoveries": int, "max_engine_deaths": int,
             "death_window_s": (int, float),
             "first_token_timeout_factor": (int, float), "first_token_timeout_base_s": (int, float),
@@ -308,6 +311,9 @@ def parse_config(raw: Any, source: str = "config") -> GatewayConfig:
                 "kv_events_rate_per_s", "kv_events_max_bytes", "epp_port"):
         _require(getattr(cfg, key) > 0, key, "must be positive")
     _require(cfg.relay_report_interval_s > 0, "relay_report_interval_s", "must be positive")
+    _require(cfg.client_write_timeout_s > 0, "client_write_timeout_s", "must be positive")
+    _require(cfg.max_inflight_per_client is None or cfg.max_inflight_per_client > 0, "max_inflight_per_client",
+             "must be positive")
     check_workers(cfg)
     cfg.hidden_states_client_key = _client_key(raw.get("hidden_states_client_key_env"))
     for key in ("ttft_slo_s", "tpot_slo_s"):

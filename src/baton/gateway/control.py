@@ -21,6 +21,7 @@ from baton.core.decisions import (ArrivalPlan, ChangeRole, Decision, DecisionErr
 from baton.core.events import Completed, DecodeProgress, HiddenState, Observation, PrefillDone
 from baton.core.instance import Role
 from baton.core.request import RequestState
+from baton.gateway.admission import ClientShares
 from baton.gateway.config import GatewayConfig
 from baton.gateway.hidden import LegTags
 from baton.gateway.holding import PrefillHold
@@ -40,6 +41,7 @@ class InFlight(Protocol):
 
     state: RequestState
     client_xid: str
+    client: str  # whose in-flight share it takes ("": none; gateway.admission)
     path: str
     times: TokenTimes
 
@@ -57,6 +59,8 @@ class Control:
         self.tags = tags if tags is not None else LegTags()  # the hidden-state tags of legs in flight
         self.hold = PrefillHold(cluster, scheduler.replans_prefills, config.prefill_inflight_limit)
         self.flows: dict[int, InFlight] = {}
+        self.clients = ClientShares(config.max_inflight_per_client or max(1, config.max_inflight // 2),
+                                    lambda: metrics.rejected.labels("client_cap").inc())
         self.watches: dict[int, tuple[int, int]] = {}  # req id -> (stage index, context tokens)
         self.decisions: deque[tuple] = deque(maxlen=config.decisions_log_size)  # admin API, see note_decision
         self.outliers = OutlierDetector(config.outliers, self._may_eject)
@@ -292,6 +296,8 @@ class Control:
 
     # --- request lifecycle ---------------------------------------------------------------------
     def admit(self, flow: InFlight) -> None:
+        """Track a request; ApiError 429 when its client holds its share of the slots."""
+        self.clients.take(flow.client)
         self.flows[flow.state.req_id] = flow
 
     def end(self, flow: InFlight, outcome: str, output_tokens: int, length_known: bool = True) -> None:
@@ -306,7 +312,9 @@ class Control:
     def release(self, st: RequestState, outcome: str, output_tokens: int, length_known: bool = True) -> None:
         """``end`` without the request's metrics (a relay worker counts its own)."""
         # what admits new requests goes first, so a failure below cannot leak a slot
-        self.flows.pop(st.req_id, None)
+        flow = self.flows.pop(st.req_id, None)
+        if flow is not None:
+            self.clients.give(flow.client)
         self.watches.pop(st.req_id, None)
         self.tags.drop(st.req_id)
         try:

@@ -84,6 +84,7 @@ class Pick:
     client_xid: str
     kind: str
     path: str = "colocated"
+    client: str = ""  # behind Envoy every client has its address: shares are not counted here
     times: TokenTimes = field(default_factory=TokenTimes)
     tokens: int = 0
     status: int | None = None

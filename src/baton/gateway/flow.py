@@ -35,10 +35,11 @@ class Flow:
     time; the relay acts on it between two tokens."""
 
     def __init__(self, control: Control, engines: Engines, parsed: ParsedRequest, out: ClientOut,
-                 state: RequestState, xid: str, prompt_ids: list[int] | None) -> None:
+                 state: RequestState, xid: str, prompt_ids: list[int] | None, client: str = "") -> None:
         self.control, self.engines, self.cluster = control, engines, control.cluster
         self.parsed, self.out, self.state = parsed, out, state
         self.client_xid = xid  # echoed to the client and shown in admin; never sent to engines
+        self.client = client  # whose in-flight share it takes (gateway.admission)
         self.prompt_ids = prompt_ids
         self.faults = LegFaults(control, engines.rediscover)
         self.output_ids = IdLog()  # every relayed token's id, while ids_complete

@@ -23,7 +23,7 @@ from baton.gateway.flow import Flow
 from baton.gateway.live import LiveCluster
 from baton.gateway.metrics import GatewayMetrics
 from baton.gateway.guards import json_bodies_only
-from baton.gateway.middleware import client_keys, counted, json_errors, mark_error
+from baton.gateway.middleware import client_keys, client_of, counted, json_errors, mark_error
 from baton.gateway.ratelog import RateLimitedLog
 from baton.protocol.errors import ApiError
 from baton.protocol.requests import CHAT, COMPLETIONS, TRANSPORT_FIELDS, ParsedRequest
@@ -169,10 +169,15 @@ class Front:
             return await self._refuse(request, err, xid)
         oid = self.engines.ids.next()  # our own id: the client's X-Request-Id never reaches an engine
         model = parsed.body.get("model") or self.engines.names.default()
-        out = ClientOut(request, parsed, model, f"cmpl-{oid}" if kind == COMPLETIONS else f"chatcmpl-{oid}")
+        out = ClientOut(request, parsed, model, f"cmpl-{oid}" if kind == COMPLETIONS else f"chatcmpl-{oid}",
+                        self.config.client_write_timeout_s)
         out.headers["X-Request-Id"] = xid
-        flow = Flow(self.control, self.engines, parsed, out, state, xid, ids)
-        self.control.admit(flow)
+        flow = Flow(self.control, self.engines, parsed, out, state, xid, ids, client_of(request))
+        try:
+            self.control.admit(flow)
+        except ApiError as err:  # its client holds its share of the slots
+            self.cluster.forget(state)
+            return await self._refuse(request, err, xid)
         return await flow.run()
 
     @staticmethod

@@ -40,6 +40,7 @@ class RelayFlow:
     hub: "ControlHub"
     path: str = "pd"
     adopted: bool = False  # booked from a relay's hello after control restarted
+    client: str = ""  # whose in-flight share it takes (gateway.admission)
     times: TokenTimes = field(default_factory=TokenTimes)
 
     def request_migration(self, target: int) -> None:
@@ -232,7 +233,7 @@ class ControlHub:
         raise ApiError(500, f"unknown call {verb!r} from a relay worker", err_type="server_error")
 
     def _place(self, relay: bytes, info: RelayInfo, rid: int, xid: str, arrival_s: float, prompt: int,
-               max_tokens: int, block_keys: list) -> list:
+               max_tokens: int, block_keys: list, client: str = "") -> list:
         c = self.control
         if len(c.flows) >= c.config.max_inflight:
             c.metrics.rejected.labels("overload").inc()
@@ -240,7 +241,11 @@ class ControlHub:
                            err_type="rate_limit_exceeded", code="429")
         st = self.cluster.new_request(prompt, max_tokens, rid, arrival_s)
         st.block_keys = tuple(block_keys)
-        c.admit(RelayFlow(st, xid, relay, self))
+        try:
+            c.admit(RelayFlow(st, xid, relay, self, client=client))
+        except ApiError:  # its client holds its share of the slots
+            self.cluster.forget(st)
+            raise
         info.flows.add(rid)
         try:
             plan = c.place_now(st)

@@ -4,19 +4,27 @@ by status code and error type with its rate-limited log of refused requests."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 
 import aiohttp
 import aiohttp.http_exceptions
 from aiohttp import web
 
-from baton.gateway.auth import token_matches
+from baton.gateway.auth import presented_token, token_matches
 from baton.gateway.metrics import GatewayMetrics
 from baton.gateway.ratelog import RateLimitedLog
 from baton.protocol.errors import ApiError
 
 log = logging.getLogger("baton.gateway")
 ERROR_TYPE = "baton_error_type"  # where a response carries its OpenAI error type, for the count
+CLIENT = "baton_client"  # who a request counts against (gateway.admission): its API key, else its address
+
+
+def client_of(request: web.Request) -> str:
+    """The client a request's in-flight share is counted for: its API key (hashed), or
+    its address where the gateway has no keys."""
+    return request.get(CLIENT) or f"addr:{request.remote or ''}"
 
 
 # the error types a response is counted by; any other (an engine's own answer passed on) is
@@ -50,6 +58,7 @@ def client_keys(keys: tuple[str, ...]):
                 err = ApiError(401, msg, err_type="invalid_request_error", code="invalid_api_key")
                 return mark_error(web.json_response(err.body(), status=401,
                                                     headers={"WWW-Authenticate": "Bearer"}), err)
+            request[CLIENT] = "key:" + hashlib.sha256(presented_token(header) or b"").hexdigest()[:16]
         return await handler(request)
     return check
 

@@ -313,7 +313,8 @@ class RemoteControl:
         r = state.request
         flow = self.flows.get(state.req_id)
         p, d, chunk = await self.link.call("place", state.req_id, flow.client_xid if flow else "", r.arrival_s,
-                                           r.prompt_tokens, r.output_tokens, list(state.block_keys))
+                                           r.prompt_tokens, r.output_tokens, list(state.block_keys),
+                                           flow.client if flow else "")
         self.cluster.bind(state, p, d, chunk)
         return ArrivalPlan(p, d, chunk)
 
