@@ -223,16 +223,9 @@ async def _epp(config: dict[str, Any], sock: socket.socket, stack) -> str:
     """``baton epp`` in-process (its HTTP side on ``sock``, ext_proc on a free port) and a
     real Envoy in front of it (the bootstrap ``baton epp --envoy-config`` writes, fail-close);
     Envoy's URL. Everything is stopped by ``stack`` (an AsyncExitStack)."""
-    import shutil
-    import sys
-    import tempfile
-    from pathlib import Path
-
     import grpc
-    import yaml
     from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as grpc_ep
 
-    from baton.gateway.envoy import bootstrap
     from baton.gateway.epp import check_policy
     from baton.gateway.epp_run import picker_servicer
     from baton.gateway.server import Gateway
@@ -254,7 +247,27 @@ async def _epp(config: dict[str, Any], sock: socket.socket, stack) -> str:
     server.add_insecure_port(f"127.0.0.1:{parsed.epp_port}")
     await server.start()
     stack.push_async_callback(server.stop, 0.5)
-    port, admin = _free_port(), _free_port()
+    for _attempt in range(3):  # a free port can be taken before Envoy binds it: then again on others
+        port, admin = _free_port(), _free_port()
+        proc = await _start_envoy(parsed, port, admin, stack)
+        if proc.returncode is None:
+            break
+    if proc.returncode is not None:
+        raise RuntimeError(f"envoy exited with {proc.returncode}")
+    return f"http://127.0.0.1:{port}"
+
+
+async def _start_envoy(parsed, port: int, admin: int, stack):
+    """A real Envoy with ``baton epp --envoy-config``'s bootstrap on ``port``, once ready
+    (or exited: its ``returncode`` says so)."""
+    import shutil
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    import yaml
+
+    from baton.gateway.envoy import bootstrap
     folder = Path(tempfile.mkdtemp(prefix="baton-conformance-envoy-"))
     (folder / "envoy.yaml").write_text(yaml.safe_dump(bootstrap(parsed, port, False, admin)))
     envoy = shutil.which("envoy") or str(Path(sys.executable).with_name("envoy"))
@@ -275,9 +288,8 @@ async def _epp(config: dict[str, Any], sock: socket.socket, stack) -> str:
             except aiohttp.ClientError:
                 return proc.returncode is not None
         await until(ready, 30.0, 0.05)
-    if proc.returncode is not None:
-        raise RuntimeError(f"envoy exited with {proc.returncode}")
-    return f"http://127.0.0.1:{port}"
+
+    return proc
 
 
 @asynccontextmanager
