@@ -15,7 +15,8 @@ import pytest
 from aiohttp import web
 
 from baton.gateway.config import parse_config
-from baton.gateway.discovery import engine_for, parse_discovery
+from baton.gateway.discovery import engine_for
+from baton.gateway.pool import parse_discovery
 from baton.core.errors import ConfigError
 from baton.core.instance import Role
 
@@ -221,3 +222,38 @@ def test_a_config_with_discovery_needs_no_engines():
     assert cfg.engines == [] and cfg.discovery.selector == {"app": "v"}
     with pytest.raises(ConfigError, match="engines"):
         parse_config({"policy": "colocated"})
+
+
+def test_a_sidecar_lets_a_picker_name_only_the_pools_other_ready_pods():
+    asyncio.run(_sidecar())
+
+
+async def _sidecar() -> None:
+    from baton.gateway.sidecar import Sidecar
+    kube = FakeKube()
+    api = web.Application()
+    api.router.add_get(f"/api/v1/namespaces/{NS}/pods", kube.handle)
+    runner, api_port = await serve(api)
+    try:
+        await kube.put("pod-p", "127.0.0.2", role="prefill")
+        await kube.put("pod-d", "127.0.0.3", role="decode")  # the sidecar's own pod
+        await kube.put("pod-q", "127.0.0.4", role="prefill", ready=False)
+        config = parse_config({"discovery": {"namespace": NS, "selector": {"app": "vllm"}, "port": 8000,
+                                             "api": f"http://127.0.0.1:{api_port}", "retry_s": 0.2}})
+        sidecar = Sidecar(config, "pod-d")
+        assert sidecar.engine.url == "http://127.0.0.1:8000" and not sidecar.allowed
+        side, port = await serve(sidecar.app())
+        try:
+            await _until(lambda: _true(set(sidecar.allowed) == {"127.0.0.2:8000"}))
+            await kube.put("pod-q", "127.0.0.4", role="prefill")
+            await _until(lambda: _true(set(sidecar.allowed) == {"127.0.0.2:8000", "127.0.0.4:8000"}))
+            await kube.delete("pod-p")
+            await _until(lambda: _true(set(sidecar.allowed) == {"127.0.0.4:8000"}))
+            async with aiohttp.ClientSession() as session:  # a pod that left is no prefill peer any more
+                async with session.post(f"http://127.0.0.1:{port}/v1/completions", json={"prompt": "x"},
+                                        headers={"x-prefiller-host-port": "127.0.0.2:8000"}) as resp:
+                    assert resp.status == 403 and (await resp.json())["error"]["code"] == "prefiller_not_allowed"
+        finally:
+            await side.cleanup()
+    finally:
+        await runner.cleanup()

@@ -42,7 +42,9 @@ def cluster(tmp_path_factory):
     gws = {"pd": start_gateway(tmp, {**base, "policy": "least-loaded", "max_body_bytes": 65536}),
            "ils": start_gateway(tmp, {**base, "policy": "ils"}),
            "colocated": start_gateway(tmp, {"engines": engines(p, d0, d1), "policy": "colocated"}),
-           "small": start_gateway(tmp, {**base, "policy": "least-loaded", "max_inflight": 2}),
+           # the whole gateway's cap: this client may use every slot (its share: test_client_shares.py)
+           "small": start_gateway(tmp, {**base, "policy": "least-loaded", "max_inflight": 2,
+                                        "max_inflight_per_client": 2}),
            "rebuild": start_gateway(tmp, {"engines": engines(p, d0, d1), "policy": "colocated",
                                           "verbatim_relay": False})}
     with servers(p, d0, d1, *gws.values()):

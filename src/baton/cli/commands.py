@@ -259,7 +259,7 @@ def cmd_sidecar(args: argparse.Namespace) -> None:
     """``baton sidecar``: PD legs beside one decode engine, for an endpoint picker."""
     from baton.gateway.config import load_config
     from baton.gateway.sidecar import serve_sidecar
-    serve_sidecar(load_config(args.config), args.engine, args.host, args.port)
+    serve_sidecar(load_config(args.config), args.engine, args.host, args.port, args.engine_url)
 
 
 def cmd_reproduce(args: argparse.Namespace) -> None:

@@ -127,7 +127,10 @@ def parser() -> argparse.ArgumentParser:
     side = sub.add_parser("sidecar", help="run beside one decode engine: PD through an endpoint picker "
                                           "(prefill leg to the engine the picker names, then decode here)")
     side.add_argument("--config", required=True, help="the picker's YAML (its engines are the allowlist)")
-    side.add_argument("--engine", required=True, help="the name (in the config) of the engine this sidecar serves")
+    side.add_argument("--engine", required=True, help="the name (in the config) of the engine this sidecar serves; "
+                      "with discovery, the pod's name (its prefill peers then come from the pool's pods)")
+    side.add_argument("--engine-url", help="with discovery: the engine beside it (default "
+                      "http://127.0.0.1:<discovery port>)")
     side.add_argument("--host", default="127.0.0.1", help="listen address")
     side.add_argument("--port", type=int, required=True, help="listen port (the engine's sidecar URL in the config)")
     prof = sub.add_parser("profile", help="measure a running engine's iterations into a profile CSV "

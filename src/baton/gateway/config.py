@@ -13,21 +13,14 @@ from typing import Any
 from urllib.parse import urlparse
 
 from baton.core.errors import ConfigError
+from baton.gateway.engine_types import DEFAULT_METRIC_NAMES, ENGINE_TYPES
+from baton.gateway.pool import parse_discovery
 from baton.core.instance import Role
 from baton.gateway.outliers import OutlierSettings
 from baton.gateway.hidden import MAX_DIM, is_z85_key, public_key_from_file
 from baton.yamlfile import read_yaml
 
-ENGINE_TYPES = ("vllm", "sglang")
 PD_PROTOCOLS = ("nixl", "sglang")
-
-# Scraped names per engine type: running, waiting, KV usage (0..1), preemptions (counter).
-DEFAULT_METRIC_NAMES: Mapping[str, dict[str, str | None]] = {
-    "vllm": {"running": "vllm:num_requests_running", "waiting": "vllm:num_requests_waiting",
-             "kv_usage": "vllm:kv_cache_usage_perc", "preemptions": "vllm:num_preemptions_total"},
-    "sglang": {"running": "sglang:num_running_reqs", "waiting": "sglang:num_queue_reqs",
-               "kv_usage": "sglang:token_usage", "preemptions": None},
-}
 
 
 @dataclass(slots=True)
@@ -280,7 +273,6 @@ def parse_config(raw: Any, source: str = "config") -> GatewayConfig:
     _require(isinstance(raw, Mapping), source, "expected a mapping at the top level")
     unknown = sorted(set(raw) - set(_SCALARS) - _LISTS)
     _require(not unknown, f"{source}: {unknown[0] if unknown else ''}", "unknown key")
-    from baton.gateway.discovery import parse_discovery
     discovery = parse_discovery(raw.get("discovery"))
     engines = raw.get("engines", [] if discovery else None)
     _require(isinstance(engines, list) and (bool(engines) or discovery is not None), f"{source}: engines",

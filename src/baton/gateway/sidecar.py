@@ -22,8 +22,11 @@ import orjson
 from aiohttp import web
 
 from baton.core.errors import ConfigError
+from baton.core.instance import Role
 from baton.gateway import handoff
 from baton.gateway.config import EngineSpec, GatewayConfig, endpoint_address
+from baton.gateway.discovery import PodDiscovery
+from baton.gateway.live import LiveCluster
 from baton.gateway.framing import upstream_connector
 from baton.gateway.bodies import decode_body
 from baton.gateway.middleware import json_errors
@@ -37,12 +40,18 @@ PREFILL_ENDPOINTS = "x-gateway-prefill-endpoints"
 
 
 class Sidecar:
-    """The sidecar of engine ``engine`` (a name in ``config.engines``)."""
+    """The sidecar of engine ``engine`` (a name in ``config.engines``; with ``discovery``, the
+    pod's name, its engine at ``engine_url``: the allowlist then follows the pool's pods)."""
 
-    def __init__(self, config: GatewayConfig, engine: str) -> None:
+    def __init__(self, config: GatewayConfig, engine: str, engine_url: str | None = None) -> None:
         if config.pd_protocol != "nixl":
             raise ConfigError("baton sidecar: pd_protocol sglang is not supported yet (nixl only)")
         spec = next((e for e in config.engines if e.name == engine), None)
+        if spec is None and config.discovery is not None:  # a pod beside its engine
+            PodDiscovery.check_available()
+            port = config.discovery.port
+            spec = EngineSpec(engine_url or f"http://127.0.0.1:{port}", Role.DECODE, engine,
+                              config.discovery.engine_type)
         if spec is None:
             raise ConfigError(f"--engine: no engine named {engine!r} in the config "
                               f"(engines: {', '.join(e.name for e in config.engines)})")
@@ -53,6 +62,8 @@ class Sidecar:
         self.allowed = {endpoint_address(e.url): e for e in config.engines if e is not spec}
         self.session: aiohttp.ClientSession | None = None
         self.timeout = aiohttp.ClientTimeout(total=config.upstream_timeout_s, sock_connect=config.connect_timeout_s)
+        self.pods = None if config.discovery is None else PodDiscovery(config.discovery, Allowlist(self))
+        self._watch: asyncio.Task | None = None
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.config.max_body_bytes, middlewares=[json_errors])
@@ -67,8 +78,13 @@ class Sidecar:
         # no pool cap (a stream holds its connection), and never a connection an engine wrote past
         self.session = aiohttp.ClientSession(connector=upstream_connector(limit=0, ttl_dns_cache=300),
                                              auto_decompress=False)
+        if self.pods is not None:
+            self._watch = asyncio.create_task(self.pods.run())
 
     async def _stop(self, _app: web.Application) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            await asyncio.gather(self._watch, return_exceptions=True)
         if self.session is not None:
             await self.session.close()
 
@@ -145,10 +161,33 @@ class Sidecar:
             return web.json_response({"engine": self.engine.name, "status": "unreachable"}, status=503)
 
 
-def serve_sidecar(config: GatewayConfig, engine: str, host: str, port: int) -> None:
+class Allowlist:
+    """The prefill engines a sidecar lets a picker name, kept equal to the pool's pods by
+    ``gateway.discovery`` (the fleet it keeps; every pod but the sidecar's own)."""
+
+    def __init__(self, sidecar: Sidecar) -> None:
+        self.sidecar = sidecar
+        self.cluster = LiveCluster(lambda: 0.0, 1, 16)
+
+    async def add(self, spec: EngineSpec) -> int:
+        iid = self.cluster.add_engine(spec)
+        if spec.name != self.sidecar.engine.name:
+            self.sidecar.allowed[endpoint_address(spec.url)] = spec
+        return iid
+
+    def remove(self, iid: int) -> int:
+        self.cluster.remove_engine(iid)
+        self.sidecar.allowed.pop(endpoint_address(self.cluster.engines[iid].spec.url), None)
+        return 0
+
+    def set_role(self, iid: int, role: Role, by: str) -> None:
+        self.cluster.set_role(iid, role)
+
+
+def serve_sidecar(config: GatewayConfig, engine: str, host: str, port: int, engine_url: str | None = None) -> None:
     """``baton sidecar`` until interrupted."""
     logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    sidecar = Sidecar(config, engine)
+    sidecar = Sidecar(config, engine, engine_url)
     log.info("baton sidecar of %s on http://%s:%d; prefill engines allowed: %s", engine, host, port,
              ", ".join(sorted(sidecar.allowed)) or "none")
     web.run_app(sidecar.app(), host=host, port=port, print=None, access_log=None, handler_cancellation=True)
