@@ -13,7 +13,10 @@ RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin baton
 WORKDIR /build
 COPY pyproject.toml README.md ./
 COPY src ./src
-RUN pip install . && rm -rf /build
+# the endpoint picker's extras (gRPC, the ext_proc messages, the Kubernetes client for
+# discovery): charts/baton runs `baton epp` from this image
+ARG EXTRAS="[epp,k8s]"
+RUN pip install ".${EXTRAS}" && rm -rf /build
 
 USER 10001
 WORKDIR /home/baton
