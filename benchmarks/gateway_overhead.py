@@ -37,6 +37,7 @@ cpu_s_per_mtok_512, rps_8, tok_s_512, p50_overhead_ms, p99_overhead_ms,
 bare_p99_overhead_ms, bare_ratio_8 (Baton's req/s over the bare relay's, 8 tokens),
 rebuild_cpu_s_per_mtok_512, workers2_over_workers1_512 and _8 (req/s of ``baton serve
 --workers 2`` over one process's), workers2_cpu_ms_per_req_8, workers2_cpu_s_per_mtok_512,
+workers2_control_cpu_ms_per_req_8 (the control process's part),
 with the router router_ratio_8 and router_ratio_512 (one process) and
 workers2_router_ratio_8 and _512, with
 ``--with-envoy`` epp_added_p50_ms and epp_added_p99_ms, and with both
@@ -192,6 +193,10 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _comm(pid: int) -> str:
+    return Path(f"/proc/{pid}/comm").read_text().strip()
+
+
 def family(pid: int) -> list[int]:
     """A process and its children (``baton serve --workers 2``: supervisor, control, relays)."""
     kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
@@ -282,13 +287,16 @@ def start_envoy(tmp: Path, mocks: list) -> dict:
     return out
 
 
-def _served(server, seconds: float, concurrency: int, tokens: int, procs: list | None = None) -> tuple[float, float]:
+def _served(server, seconds: float, concurrency: int, tokens: int,
+            procs: list | None = None) -> tuple[float, float, list[float]]:
     """(requests/s of ``tokens``-token streams, CPU-seconds per request of the serving
-    processes: ``procs``, else the server's own)."""
+    processes: ``procs``, else the server's own and its children's; and that per process)."""
     pids = [k for p in (procs or [server]) for k in family(p.proc.pid)]
-    cpu0, t0 = sum(map(cpu_s, pids)), time.perf_counter()
+    cpu0, t0 = [cpu_s(p) for p in pids], time.perf_counter()
     rps = asyncio.run(throughput(server.url + "/v1/completions", seconds, concurrency, tokens))
-    return rps, (sum(map(cpu_s, pids)) - cpu0) / (rps * (time.perf_counter() - t0))
+    n = rps * (time.perf_counter() - t0)
+    each = [(cpu_s(p) - c) / n for p, c in zip(pids, cpu0)]
+    return rps, sum(each), each
 
 
 SHAPES = (8, 512)  # tokens per stream
@@ -297,9 +305,13 @@ SHAPES = (8, 512)  # tokens per stream
 def shape_row(server, seconds: float, tokens: int, procs: list | None = None) -> dict:
     """One system on one shape at concurrency 32: req/s, tokens/s, its processes' CPU-ms
     per request and CPU-s per million relayed tokens."""
-    rps, cpu = _served(server, seconds, 32, tokens, procs)
-    return {"rps": round(rps, 1), "tok_s": round(rps * tokens, 1), "cpu_ms_per_req": round(cpu * 1e3, 3),
-            "cpu_s_per_mtok": round(cpu / tokens * 1e6, 2)}
+    rps, cpu, each = _served(server, seconds, 32, tokens, procs)
+    row = {"rps": round(rps, 1), "tok_s": round(rps * tokens, 1), "cpu_ms_per_req": round(cpu * 1e3, 3),
+           "cpu_s_per_mtok": round(cpu / tokens * 1e6, 2)}
+    control = [c for p, c in zip(family(server.proc.pid), each) if _comm(p) == "baton-control"]
+    if procs is None and control:  # baton serve --workers: the control process's part
+        row["control_cpu_ms_per_req"] = round(control[0] * 1e3, 3)
+    return row
 
 
 def measure(args, mocks, gw, gw2, rebuild, bare, router, envoys: dict) -> dict:
@@ -334,7 +346,8 @@ def summary(r: dict) -> dict:
            "workers2_over_workers1_512": round(rows["baton, 2 workers"][512]["rps"] / baton[512]["rps"], 3),
            "workers2_over_workers1_8": round(rows["baton, 2 workers"][8]["rps"] / baton[8]["rps"], 3),
            "workers2_cpu_ms_per_req_8": rows["baton, 2 workers"][8]["cpu_ms_per_req"],
-           "workers2_cpu_s_per_mtok_512": rows["baton, 2 workers"][512]["cpu_s_per_mtok"]}
+           "workers2_cpu_s_per_mtok_512": rows["baton, 2 workers"][512]["cpu_s_per_mtok"],
+           "workers2_control_cpu_ms_per_req_8": rows["baton, 2 workers"][8].get("control_cpu_ms_per_req")}
     if "vllm-router" in rows:
         for t in SHAPES:
             out[f"router_ratio_{t}"] = round(baton[t]["rps"] / rows["vllm-router"][t]["rps"], 3)

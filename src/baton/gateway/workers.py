@@ -40,6 +40,16 @@ def _loopback_port() -> int:
         return sock.getsockname()[1]
 
 
+def _name_process(name: str) -> None:
+    """Name this process in ``ps`` and ``/proc/<pid>/comm`` (Linux; at most 15 bytes):
+    ``baton-control``, ``baton-relay-0``, ..."""
+    try:
+        import ctypes
+        ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
+
+
 def _logging(config: GatewayConfig, who: str) -> None:
     logging.basicConfig(level=config.log_level.upper(),
                         format=f"%(asctime)s %(levelname)s %(name)s [{who}]: %(message)s")
@@ -61,6 +71,7 @@ def control_main(config: GatewayConfig, address: str, port: int) -> None:
     from aiohttp import web
 
     from baton.gateway.server import Gateway
+    _name_process("baton-control")
     _logging(config, "control")
     gw = Gateway(config, hub_address=address)
     web.run_app(gw.app(), host="127.0.0.1", port=port, **_loop_kwargs(config))
@@ -71,6 +82,7 @@ def relay_main(config: GatewayConfig, slot: int, generation: int, address: str, 
     from aiohttp import web
 
     from baton.gateway.relay import Relay
+    _name_process(f"baton-relay-{slot}")
     _logging(config, f"relay {slot}")
     relay = Relay(config, slot, generation, address, control_url)
     web.run_app(relay.app(), host=config.host, port=config.port, reuse_port=True, **_loop_kwargs(config))
