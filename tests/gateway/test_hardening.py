@@ -190,3 +190,22 @@ def test_a_burst_queued_on_one_prefill_engine_is_not_taken_for_a_hang(tmp_path):
         timeouts = metric(gw.url, 'baton_backend_errors_total{instance="p",kind="timeout"}')
     assert [status for status, _ in answers] == [200] * 40
     assert timeouts == 0
+
+
+def test_failed_admin_logins_lock_an_address_out_and_the_gateway_is_no_engine_of_its_own(tmp_path):
+    """Round 3, LOW: the admin token could be guessed at any speed, and an engine could be
+    added at the gateway's own address (a request would then loop through it)."""
+    a = start_fake(tmp_path)
+    gw = start_gateway(tmp_path, {**FAST, "engines": [{"name": "a", "url": a.url, "role": "mixed"}],
+                                  "policy": "colocated"})
+    with servers(a, gw):
+        for url in (gw.url, f"http://localhost:{gw.port}", f"http://0.0.0.0:{gw.port}"):
+            status, body = post(gw.url + "/admin/instances", {"name": "me", "url": url, "role": "mixed"},
+                                headers=AUTH)
+            assert status == 400 and "the gateway's own address" in body["error"]["message"], body
+        wrong = {"Authorization": "Bearer guess"}
+        assert [get(gw.url + "/admin/instances", headers=wrong)[0] for _ in range(10)] == [401] * 10
+        status, body = get(gw.url + "/admin/instances", headers=wrong)
+        assert status == 429 and body["error"]["code"] == "admin_login_locked"
+        assert get(gw.url + "/admin/instances", headers=AUTH)[0] == 429  # locked, right token or not
+        assert post(gw.url + "/v1/completions", {"prompt": IDS, "max_tokens": 2})[0] == 200  # clients unaffected

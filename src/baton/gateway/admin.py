@@ -3,34 +3,62 @@ instance, change a role, show the active policy config."""
 
 from __future__ import annotations
 
+import time
+from urllib.parse import urlparse
+
 from aiohttp import web
 
 from baton.core.decisions import Migrate
 from baton.core.errors import ConfigError
 from baton.core.instance import Role
-from baton.gateway.config import GatewayConfig, parse_engine
+from baton.gateway.config import GatewayConfig, parse_engine, public_url
 from baton.gateway.control import Control, InFlight
-from baton.gateway.auth import token_matches
+from baton.gateway.auth import FailedLogins, token_matches
 from baton.gateway.engines import Engines
 from baton.gateway.fleet import Fleet
+from baton.gateway.ipc import RELAYED_FOR
 from baton.gateway.scrape import Scraper
 from baton.protocol.errors import ApiError
 from baton.protocol.requests import parse_json
 
 
-def _authorise(config: GatewayConfig, request: web.Request) -> None:
+def _authorise(config: GatewayConfig, request: web.Request, logins: FailedLogins) -> None:
     token = config.admin_token
     if not token:
         raise ApiError(403, "admin API disabled: set admin_token in the config or BATON_ADMIN_TOKEN",
                        err_type="permission_error")
+    address, now = client_address(request), time.monotonic()
+    wait_s = logins.retry_after_s(address, now)
+    if wait_s is not None:
+        raise ApiError(429, f"too many failed admin logins from this address; retry in {wait_s:.0f} s",
+                       err_type="rate_limit_exceeded", code="admin_login_locked")
     if not token_matches(request.headers.get("Authorization"), (token,)):
+        logins.failed(address, now)
         raise ApiError(401, "missing or wrong bearer token", err_type="authentication_error")
 
 
-def _guarded(config: GatewayConfig, handler):
+def client_address(request: web.Request) -> str:
+    """The client's address; a relay worker passing a request through names its client in
+    ``RELAYED_FOR`` (believed only from this host: control listens on loopback)."""
+    relayed = request.headers.get(RELAYED_FOR)
+    if relayed and request.remote in ("127.0.0.1", "::1"):
+        return relayed
+    return request.remote or ""
+
+
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "0.0.0.0", "::1", "::"})
+
+
+def _is_self(url: str, config: GatewayConfig) -> bool:
+    """Whether ``url`` names this gateway's own port (on loopback or its listen address)."""
+    parsed = urlparse(url)
+    return parsed.port == config.port and (parsed.hostname in LOOPBACK or parsed.hostname == config.host)
+
+
+def _guarded(config: GatewayConfig, handler, logins: FailedLogins):
     async def wrapped(request: web.Request) -> web.Response:
         try:
-            _authorise(config, request)
+            _authorise(config, request, logins)
             return await handler(request)
         except ApiError as err:
             return web.json_response(err.body(), status=err.status)
@@ -50,6 +78,7 @@ def add_routes(app: web.Application, control: Control, engines: Engines, scraper
                hub=None) -> None:
     cluster, config = control.cluster, control.config
     fleet = Fleet(control, engines, scraper)
+    logins = FailedLogins()
 
     async def workers(_request: web.Request) -> web.Response:
         """The relay workers (``baton serve --workers N``) and their pids."""
@@ -74,6 +103,9 @@ def add_routes(app: web.Application, control: Control, engines: Engines, scraper
             raise ConfigError("instance.kv_events: only engines in the config file can have a KV-event feed")
         if cluster.find(spec.name) is not None:
             raise ApiError(409, f"an instance named {spec.name!r} exists", err_type="conflict_error")
+        if _is_self(spec.url, config):
+            raise ApiError(400, f"{public_url(spec.url)} is the gateway's own address: a leg sent there would come "
+                                "back to it", param="url")
         iid = await fleet.add(spec)
         return web.json_response(cluster.describe(iid), status=201)
 
@@ -127,17 +159,17 @@ def add_routes(app: web.Application, control: Control, engines: Engines, scraper
     async def decisions(_request: web.Request) -> web.Response:
         return web.json_response({"decisions": control.decision_log()})
 
-    app.router.add_get("/admin/requests", _guarded(config, list_requests))
-    app.router.add_post("/admin/requests/{req_id}/migrate", _guarded(config, migrate))
-    app.router.add_get("/admin/decisions", _guarded(config, decisions))
-    app.router.add_get("/admin/instances", _guarded(config, list_instances))
-    app.router.add_post("/admin/instances", _guarded(config, add_instance))
-    app.router.add_delete("/admin/instances/{key}", _guarded(config, remove_instance))
-    app.router.add_patch("/admin/instances/{key}", _guarded(config, change_role))
-    app.router.add_get("/admin/policy", _guarded(config, policy))
-    app.router.add_get("/admin/kv", _guarded(config, kv_state))
+    app.router.add_get("/admin/requests", _guarded(config, list_requests, logins))
+    app.router.add_post("/admin/requests/{req_id}/migrate", _guarded(config, migrate, logins))
+    app.router.add_get("/admin/decisions", _guarded(config, decisions, logins))
+    app.router.add_get("/admin/instances", _guarded(config, list_instances, logins))
+    app.router.add_post("/admin/instances", _guarded(config, add_instance, logins))
+    app.router.add_delete("/admin/instances/{key}", _guarded(config, remove_instance, logins))
+    app.router.add_patch("/admin/instances/{key}", _guarded(config, change_role, logins))
+    app.router.add_get("/admin/policy", _guarded(config, policy, logins))
+    app.router.add_get("/admin/kv", _guarded(config, kv_state, logins))
     if hub is not None:
-        app.router.add_get("/admin/workers", _guarded(config, workers))
+        app.router.add_get("/admin/workers", _guarded(config, workers, logins))
 
 
 def _describe(flow: InFlight, now_s: float) -> dict:

@@ -30,3 +30,27 @@ def token_matches(header: str | None, keys: Iterable[str]) -> bool:
     for key in keys:
         found |= given is not None and hmac.compare_digest(given, key.encode("utf-8"))
     return found
+
+
+class FailedLogins:
+    """Failed admin logins per client address: ``limit`` within ``window_s`` lock that
+    address out for the rest of the window (429), so the token cannot be guessed at speed."""
+
+    def __init__(self, limit: int = 10, window_s: float = 60.0) -> None:
+        self.limit, self.window_s = limit, window_s
+        self.failures: dict[str, list[float]] = {}
+
+    def retry_after_s(self, address: str, now_s: float) -> float | None:
+        """Seconds until ``address`` may try again; None while it may."""
+        recent = [t for t in self.failures.get(address, ()) if now_s - t < self.window_s]
+        if recent:
+            self.failures[address] = recent
+        else:
+            self.failures.pop(address, None)
+        return self.window_s - (now_s - recent[0]) if len(recent) >= self.limit else None
+
+    def failed(self, address: str, now_s: float) -> None:
+        if len(self.failures) > 100_000:  # an address flood: forget the oldest half rather than grow
+            for key in list(self.failures)[: len(self.failures) // 2]:
+                del self.failures[key]
+        self.failures.setdefault(address, []).append(now_s)

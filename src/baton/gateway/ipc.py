@@ -33,6 +33,7 @@ from typing import Any
 from baton.gateway.upstream import UpstreamError
 from baton.protocol.errors import ApiError
 
+RELAYED_FOR = "X-Baton-Relayed-For"  # a relay names the client of a request it passes to control
 HEARTBEAT_S = 0.2         # a relay with nothing to say says so this often
 SNAPSHOT_S = 0.05         # control's view of health, roles and load goes to every relay this often
 CONTROL_SILENT_S = 1.0    # a relay takes control for gone after this long without a snapshot

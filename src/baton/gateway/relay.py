@@ -104,6 +104,7 @@ class Relay(Front):
     async def to_control(self, request: web.Request) -> web.StreamResponse:
         """Pass a request through to control's HTTP port (admin, metrics, health, models)."""
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
+        headers[ipc.RELAYED_FOR] = request.remote or ""  # control's admin API judges logins by the client's address
         body = await request.read() if request.can_read_body else None
         assert self._control_session is not None
         try:
