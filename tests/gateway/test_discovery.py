@@ -87,6 +87,13 @@ class FakeKube:
         return resp
 
 
+async def kube_api(kube: FakeKube) -> tuple[web.AppRunner, int]:
+    """``kube``'s pods endpoint served on a free port."""
+    api = web.Application()
+    api.router.add_get(f"/api/v1/namespaces/{NS}/pods", kube.handle)
+    return await serve(api)
+
+
 async def serve(app: web.Application, host: str = "127.0.0.1", port: int = 0) -> tuple[web.AppRunner, int]:
     runner = web.AppRunner(app, shutdown_timeout=0.5)
     await runner.setup()
@@ -107,11 +114,9 @@ async def _pool() -> None:
     from baton.gateway.server import Gateway
     from baton.perf import presets
     kube = FakeKube()
-    api = web.Application()
-    api.router.add_get(f"/api/v1/namespaces/{NS}/pods", kube.handle)
     runners = []
     try:
-        runner, api_port = await serve(api)
+        runner, api_port = await kube_api(kube)
         runners.append(runner)
         perf = presets.build("llama-3.1-8b@a100-80g")
         first, port = await serve(Emulator(EmulatorConfig(port=0), BatcherConfig(4096, 16, 2048, 64), perf).app())
@@ -231,9 +236,7 @@ def test_a_sidecar_lets_a_picker_name_only_the_pools_other_ready_pods():
 async def _sidecar() -> None:
     from baton.gateway.sidecar import Sidecar
     kube = FakeKube()
-    api = web.Application()
-    api.router.add_get(f"/api/v1/namespaces/{NS}/pods", kube.handle)
-    runner, api_port = await serve(api)
+    runner, api_port = await kube_api(kube)
     try:
         await kube.put("pod-p", "127.0.0.2", role="prefill")
         await kube.put("pod-d", "127.0.0.3", role="decode")  # the sidecar's own pod
