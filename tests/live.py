@@ -195,9 +195,9 @@ def chunk_texts(events: list[dict[str, Any]]) -> str:
     return "".join(out)
 
 
-def metric(url: str, name: str) -> float:
+def metric(url: str, name: str, headers: dict[str, str] | None = None) -> float:
     """Sum of a metric's samples on a Prometheus endpoint (0 when absent)."""
-    _, text = get(url + "/metrics")
+    _, text = get(url + "/metrics", headers=headers)
     total = 0.0
     for line in str(text).splitlines():
         if line.startswith(name + "{") or line.startswith(name + " "):

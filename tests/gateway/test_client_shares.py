@@ -43,7 +43,7 @@ def test_one_client_holds_at_most_its_share_of_the_slots(tmp_path):
         assert wait_until(lambda: in_flight(gw) == 0, 10)
         status, _ = post(gw.url + "/v1/completions", {"prompt": IDS, "max_tokens": 2}, headers=a)
         assert status == 200  # its share came back with its streams' ends
-        assert metric(gw.url, 'baton_rejected_total{reason="client_cap"}') == 1
+        assert metric(gw.url, 'baton_rejected_total{reason="client_cap"}', AUTH) == 1
 
 
 def test_a_stream_whose_client_reads_nothing_is_dropped(tmp_path):

@@ -71,3 +71,14 @@ def test_the_example_config_is_valid():
     from pathlib import Path
     cfg = load_config(Path(__file__).resolve().parents[2] / "examples" / "gateway-1p2d.yaml")
     assert [e.role for e in cfg.engines] == [Role.PREFILL, Role.DECODE, Role.DECODE]
+
+
+def test_client_keys_need_a_token_for_metrics(monkeypatch):
+    monkeypatch.delenv("BATON_ADMIN_TOKEN", raising=False)
+    monkeypatch.delenv("BATON_METRICS_TOKEN", raising=False)
+    engines = [{"url": "http://127.0.0.1:1", "role": "mixed"}]
+    with pytest.raises(ConfigError, match="metrics_token"):
+        parse_config({"engines": engines, "api_keys": ["k"]})
+    assert parse_config({"engines": engines, "api_keys": ["k"], "metrics_token": "m"}).metrics_token == "m"
+    monkeypatch.setenv("BATON_METRICS_TOKEN", "from-env")
+    assert parse_config({"engines": engines, "api_keys": ["k"]}).metrics_token == "from-env"

@@ -79,3 +79,17 @@ def test_emulator_exports_vllm_latency_histograms(stack):
     ttft = metric(e0.url, 'vllm:time_to_first_token_seconds_sum{engine="0",model_name="baton-emulated"}')
     e2e = metric(e0.url, 'vllm:e2e_request_latency_seconds_sum{engine="0",model_name="baton-emulated"}')
     assert 0 < ttft < e2e
+
+
+def test_per_placement_figures_stay_out_of_metrics():
+    """A running mean of matched prefix blocks, read after each of one's own requests, told
+    whether another tenant's prefix was cached (round 3, finding 6): /metrics leaves it out."""
+    from baton.gateway.metrics import GatewayMetrics
+
+    class Reporting:
+        def report(self):
+            return {"prefix-precise_matched_blocks_mean": 3.0, "cache_aware_followed": 2.0}
+    metrics = GatewayMetrics()
+    metrics.watch_policy(Reporting())
+    text = metrics.render().decode()
+    assert 'baton_policy_report{key="cache_aware_followed"} 2.0' in text and "matched_blocks_mean" not in text

@@ -175,8 +175,18 @@ def test_client_api_keys_guard_the_openai_routes(keyed, header, status):
 def test_health_and_metrics_need_no_client_key_and_refusals_are_counted(keyed):
     assert get(keyed.url + "/health")[0] == 200
     assert get(keyed.url + "/v1/models")[0] == 401
-    assert metric(keyed.url, 'baton_responses_total{error_type="invalid_request_error",status="401"}') >= 1
-    assert metric(keyed.url, 'baton_responses_total{error_type="",status="200"}') >= 1
+    admin = {"Authorization": f"Bearer {FAST['admin_token']}"}
+    assert metric(keyed.url, 'baton_responses_total{error_type="invalid_request_error",status="401"}', admin) >= 1
+    assert metric(keyed.url, 'baton_responses_total{error_type="",status="200"}', admin) >= 1
+
+
+@pytest.mark.parametrize("header", [None, "Bearer k-one", "Bearer from-file", "Bearer nope"])
+def test_with_client_keys_metrics_need_the_metrics_or_admin_token(keyed, header):
+    """Round 3, finding 6: a tenant read another's activity from /metrics (a running mean of
+    matched prefix blocks told whether a secret prompt was cached). With client keys on,
+    /metrics answers only the metrics or admin token; a client's key is not enough."""
+    status, _ = get(keyed.url + "/metrics", headers={"Authorization": header} if header else None)
+    assert status == 401
 
 
 @pytest.mark.parametrize("values", [("Bearer k-one", "Bearer wrong"), ("Bearer wrong", "Bearer k-one"),

@@ -61,6 +61,9 @@ class GatewayConfig:
     preset: str = "llama-3.1-8b@a100-80g"
     pd_protocol: str = "nixl"
     admin_token: str | None = None
+    # with api_keys, /metrics needs this token or the admin token (a tenant must not read the
+    # others' activity from it); also BATON_METRICS_TOKEN
+    metrics_token: str | None = None
     scrape_interval_s: float = 1.0
     unhealthy_after_failures: int = 3
     scrape_timeout_s: float = 5.0
@@ -246,7 +249,7 @@ def _hidden_key(raw: Mapping[str, Any], where: str, admin: bool) -> str | None:
 
 
 _SCALARS = {"host": str, "port": int, "model": str, "preset": str, "pd_protocol": str,
-            "admin_token": str, "scrape_interval_s": (int, float), "scrape_timeout_s": (int, float), "unhealthy_after_failures": int,
+            "admin_token": str, "metrics_token": str, "scrape_interval_s": (int, float), "scrape_timeout_s": (int, float), "unhealthy_after_failures": int,
             "max_inflight": int, "max_inflight_per_client": int, "client_write_timeout_s": (int, float),
             "max_body_bytes": int, "upstream_timeout_s": (int, float),
             "connect_timeout_s": (int, float), "max_recoveries": int, "max_engine_deaths": int,
@@ -311,6 +314,10 @@ def parse_config(raw: Any, source: str = "config") -> GatewayConfig:
     for key in ("ttft_slo_s", "tpot_slo_s"):
         _require(getattr(cfg, key) is None or getattr(cfg, key) > 0, key, "must be positive")
     cfg.admin_token = cfg.admin_token or os.environ.get("BATON_ADMIN_TOKEN") or None
+    cfg.metrics_token = cfg.metrics_token or os.environ.get("BATON_METRICS_TOKEN") or None
+    _require(not cfg.api_keys or bool(cfg.metrics_token or cfg.admin_token), "metrics_token",
+             "api_keys are set: /metrics then needs metrics_token or admin_token (one tenant could read the "
+             "others' activity from it)")
     return cfg
 
 

@@ -227,8 +227,14 @@ class _KvGauges:
         yield from (blocks, lag, batches, gaps, resyncs)
 
 
+# per-placement figures stay out of /metrics: read after each of one's own requests, a
+# running mean of matched prefix blocks tells whether another tenant's prefix is cached
+PER_PLACEMENT = ("_matched_blocks_mean",)
+
+
 class _PolicyReport:
-    """``baton_policy_report{key}``: what the policy's stages report about their own working."""
+    """``baton_policy_report{key}``: what the policy's stages report about their own working
+    (not the per-placement figures: ``PER_PLACEMENT``; run summaries still have them)."""
 
     def __init__(self, scheduler) -> None:
         self.scheduler = scheduler
@@ -236,5 +242,6 @@ class _PolicyReport:
     def collect(self):
         fam = GaugeMetricFamily("baton_policy_report", "Figures the policy reports about itself", labels=["key"])
         for key, value in sorted(self.scheduler.report().items()):
-            fam.add_metric([key], value)
+            if not key.endswith(PER_PLACEMENT):
+                fam.add_metric([key], value)
         yield fam

@@ -14,6 +14,7 @@ from aiohttp import web
 
 from baton import __version__
 from baton.gateway import admin
+from baton.gateway.auth import token_matches
 from baton.gateway.config import GatewayConfig
 from baton.gateway.control import Control
 from baton.gateway.discovery import PodDiscovery
@@ -29,6 +30,7 @@ from baton.gateway.metrics import GatewayMetrics
 from baton.gateway.scrape import Scraper
 from baton.perf import presets
 from baton.policies import scheduler_for
+from baton.protocol.errors import ApiError
 from baton.profiling.qoe import extras_for
 
 log = logging.getLogger("baton.gateway")
@@ -189,7 +191,14 @@ class Gateway(Front):
             {"id": name, "object": "model", "created": 0, "owned_by": "baton"}
             for name in self.engines.names.listed(healthy)]})
 
-    async def prometheus(self, _request: web.Request) -> web.Response:
+    async def prometheus(self, request: web.Request) -> web.Response:
+        """The Prometheus text; with client API keys, only for the metrics or admin token."""
+        c = self.config
+        tokens = tuple(t for t in (c.metrics_token, c.admin_token) if t)
+        if c.api_keys and not token_matches(request.headers.get("Authorization"), tokens):
+            err = ApiError(401, "/metrics needs the metrics token (metrics_token) or the admin token",
+                           err_type="authentication_error")
+            return web.json_response(err.body(), status=401, headers={"WWW-Authenticate": "Bearer"})
         extra = await self.hub.relay_samples() if self.hub is not None else None
         return web.Response(body=self.metrics.render(extra),
                             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
