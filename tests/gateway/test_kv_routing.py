@@ -157,3 +157,23 @@ def test_bad_kv_event_and_tokenizer_settings_are_config_errors_that_name_the_key
         _gateway(tmp_path, tokenizer=str(tmp_path / "missing"))
     with pytest.raises(ConfigError, match="kv_events_rate_per_s"):
         parse_config({"engines": [{"url": "http://a:1", "role": "mixed"}], "kv_events_rate_per_s": 0})
+
+
+def test_a_batch_over_the_size_limit_is_dropped_before_it_is_decoded():
+    """Round 3, finding 4: a batch was decoded, keyed and indexed whole before any size
+    check (100 batches of 2 MB stalled /health for 23 s)."""
+    pytest.importorskip("zmq")
+    pytest.importorskip("msgpack")
+    from baton.gateway.kv_feed import KvEventFeed, KvFeedLimits, KvSource
+
+    idx, drops = _index(), []
+    src = KvSource(0, "e0", f"tcp://127.0.0.1:{free_port()}")
+    feed = KvEventFeed([src], idx, drops.append, KvFeedLimits(5000.0, 1024))
+    try:
+        big = encode_batch(KvEventBatch(time.time(), [_stored(range(1, 41), None, range(640))]))
+        assert len(big) > 1024
+        feed.handle(src, [b"", (0).to_bytes(8, "big"), big])
+        feed.handle(src, [b"", (1).to_bytes(8, "big"), b"\xc1" * 2048])  # not even msgpack: size first
+        assert drops == ["too_large", "too_large"] and idx.blocks(0) == 0 and feed.applied == 0
+    finally:
+        feed.close()

@@ -29,7 +29,7 @@ from baton.gateway.zmq_feed import ZmqFeed
 from baton.protocol.kv_events import decode_batch
 
 log = logging.getLogger("baton.gateway")
-DROP_REASONS = ("rate", "malformed", "topic")
+DROP_REASONS = ("rate", "malformed", "topic", "too_large")
 
 
 @dataclass(slots=True, frozen=True)
@@ -101,6 +101,8 @@ class KvEventFeed(ZmqFeed):
             return self._drop(src, "malformed", f"expected [topic, 8-byte sequence, payload], got {len(frames)} frames")
         if src.topic and frames[0] != src.topic.encode():
             return self._drop(src, "topic", f"topic {frames[0][:64]!r}")
+        if len(frames[2]) > self.limits.max_message_bytes:  # before any decoding: its size alone says no
+            return self._drop(src, "too_large", f"{len(frames[2])} bytes, over kv_events_max_bytes")
         try:
             batch = decode_batch(frames[2])
             self.index.apply(src.instance, int.from_bytes(frames[1], "big"), batch, time.time())

@@ -58,8 +58,8 @@ class KvEventIndex:
     def resync(self, instance_id: int, why: str) -> None:
         """Forget what an engine holds (its later events rebuild it)."""
         st = self.engines[instance_id]
-        if st.keys:
-            self.index.clear(instance_id)
+        if st.keys:  # its own entries only: a resync costs what that engine holds, not the whole index
+            self.index.remove(instance_id, list(set(st.keys.values())))
             st.keys.clear()
         st.resyncs, st.last_resync = st.resyncs + 1, why
 

@@ -15,6 +15,7 @@ from typing import Any
 from baton.gateway.hidden import TokenBucket
 
 BATCH = 64  # messages a reader handles before it lets the event loop run (about 1-3 ms of work)
+BATCH_BYTES = 256 * 1024  # or bytes: a few large messages are as much work as many small ones
 RECONNECT_S = 0.5  # seconds before connecting again where libzmq gave up
 
 
@@ -80,7 +81,7 @@ class ZmqFeed:
 
     async def _read(self, index: int, sock) -> None:
         bucket = TokenBucket(self.rate_per_s, max(1.0, self.rate_per_s))
-        handled = 0
+        handled = taken = 0
         while True:
             try:
                 frames = await sock.recv_multipart()
@@ -89,8 +90,9 @@ class ZmqFeed:
                 await asyncio.sleep(0.01)
                 continue
             self._handle(index, frames, bucket)
-            handled += 1
-            if handled % BATCH == 0:
+            handled, taken = handled + 1, taken + sum(map(len, frames))
+            if handled % BATCH == 0 or taken >= BATCH_BYTES:
+                taken = 0
                 # recv_multipart returns at once while messages are queued: without this
                 # a flood would keep the loop from everything else (/health included)
                 await asyncio.sleep(0)
