@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from baton.emulator.tokens import token_text
-from baton.protocol.errors import ApiError
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,15 +27,12 @@ class StopPlan:
 
 
 def stop_strings(body: dict[str, Any]) -> list[str]:
-    """The request's stop strings (``stop``: a string or a list of strings); 400 otherwise."""
+    """The request's non-empty stop strings (``stop`` was validated by
+    ``protocol.requests.parse_request``: a string or at most four strings)."""
     stop = body.get("stop")
     if stop is None:
         return []
-    if isinstance(stop, str):
-        stop = [stop]
-    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
-        raise ApiError(400, "stop: expected a string or a list of strings", param="stop")
-    return [s for s in stop if s]
+    return [s for s in ([stop] if isinstance(stop, str) else stop) if s]
 
 
 def plan_stop(stops: list[str], first_position: int, max_new: int, keep_stop: bool = False) -> StopPlan | None:

@@ -164,4 +164,19 @@ def parse_request(kind: str, body: dict[str, Any]) -> ParsedRequest:
     if kind == CHAT:
         max_tokens = _int_field(body, "max_completion_tokens", 1) or max_tokens
     _int_field(body, "min_tokens", 0)
+    _check_stop(body.get("stop"))
     return ParsedRequest(kind, body, stream, max_tokens)
+
+
+MAX_STOP_STRINGS = 4  # vLLM's (and OpenAI's) limit: it answers 400 beyond
+
+
+def _check_stop(stop: Any) -> None:
+    """``stop``: absent, a string or at most ``MAX_STOP_STRINGS`` strings, as vLLM
+    validates it (a request with 2,000 stop strings froze the engines it reached)."""
+    if stop is None or isinstance(stop, str):
+        return
+    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+        raise ApiError(400, "'stop' must be a string or a list of strings", param="stop")
+    if len(stop) > MAX_STOP_STRINGS:
+        raise ApiError(400, f"'stop' has at most {MAX_STOP_STRINGS} strings, got {len(stop)}", param="stop")
