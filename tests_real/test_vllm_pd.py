@@ -127,3 +127,14 @@ def test_a_chat_without_a_budget_continues_to_its_natural_end_after_a_migration(
     moved_at = len(chunk_texts(events[:4]))
     assert chunk_texts(events)[:moved_at] == want["choices"][0]["message"]["content"][:moved_at]
     assert len([e for e in events[4:] if chunk_texts([e])]) > 20  # tokens after the move: more than 16
+
+
+def test_the_gateway_refuses_the_stop_lists_vllm_refuses(stack):
+    """Round 3, finding 2: the gateway answers ``stop`` as vLLM does (more than four strings:
+    400; one long string: served), so nothing vLLM would refuse reaches an engine."""
+    many = {"model": "smollm2", "prompt": PROMPTS[0], "max_tokens": 4, "stop": [f"s{i}" for i in range(5)]}
+    long_one = {"model": "smollm2", "prompt": PROMPTS[0], "max_tokens": 4, "stop": ["y" * 100_000]}
+    for url in (stack["decode"].url, stack["gw"].url):
+        status, body = post(url + "/v1/completions", many, timeout=120)
+        assert status == 400, (url, body)
+        assert post(url + "/v1/completions", long_one, timeout=300)[0] == 200, url
