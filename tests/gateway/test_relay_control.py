@@ -206,3 +206,18 @@ def test_the_counts_of_a_relay_that_died_stay_in_controls_metrics():
         text = control.metrics.render(await hub.relay_samples()).decode()
         assert 'baton_requests_total{outcome="ok",path="pd"} 7.0' in text
     asyncio.run(go())
+
+
+def test_calls_asked_of_a_control_that_restarted_fail_instead_of_waiting_forever():
+    """A control that died and came back within a second (before the relay noticed the
+    silence) will never answer what its predecessor was asked: those calls fail (503)."""
+    async def go():
+        lk = link()
+        lk.epoch = 1
+        call = asyncio.create_task(lk.call("admit_prefill", 7, 0))  # a held prefill, waiting
+        await asyncio.sleep(0)
+        lk._handle(["snap", 2, 0.0, False, False, [], [], []])  # a new control's first snapshot
+        with pytest.raises(ApiError) as err:
+            await asyncio.wait_for(call, 1.0)
+        assert err.value.status == 503 and lk.sock.sent[-1][0] == "hi"
+    asyncio.run(go())

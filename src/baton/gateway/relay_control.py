@@ -175,6 +175,8 @@ class Link:
     def _snapshot(self, message: list) -> None:
         self.last_seen_s = time.monotonic()
         if message[1] != self.epoch:  # a control (re)started: it learns this relay's requests first
+            if self.epoch is not None:
+                self._fail_calls()  # asked of the control that is gone: nobody will answer them
             self.epoch = message[1]
             self._hello_again()  # the hello tells a new control where the requests got to
         if not self.up:
