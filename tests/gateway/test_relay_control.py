@@ -221,3 +221,21 @@ def test_calls_asked_of_a_control_that_restarted_fail_instead_of_waiting_forever
             await asyncio.wait_for(call, 1.0)
         assert err.value.status == 503 and lk.sock.sent[-1][0] == "hi"
     asyncio.run(go())
+
+
+def test_snapshots_carry_the_engines_specs_only_when_engines_joined():
+    """Every 50 ms a snapshot goes to every relay: with hundreds of engines their specs
+    would be most of it, so they go once, and again when an engine joins."""
+    async def go():
+        hub, control, cluster = hub_with_control()
+        hub._handle(b"r", ["hb"])
+        hub._snapshot_to(b"r")
+        hub._drain()
+        snaps = [m for _, f in hub.sock.sent for m in (f[1] if f[0] == "many" else [f]) if m[0] == "snap"]
+        assert len(snaps[0][6]) == len(cluster.engines) and snaps[-1][6] == []
+        from baton.gateway.config import EngineSpec
+        cluster.add_engine(EngineSpec("http://d:9", Role.DECODE, "d9"))
+        hub._snapshot_to(b"r")
+        hub._drain()
+        assert [s["name"] for s in hub.sock.sent[-1][1][6]][-1] == "d9"
+    asyncio.run(go())

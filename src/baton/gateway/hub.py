@@ -55,6 +55,7 @@ class RelayInfo:
     slot: int = -1
     pid: int = 0
     asked_s: float = float("-inf")  # when control last asked it for a hello
+    specs_sent: int = 0  # engines whose specs it was sent (a snapshot repeats them only when engines join)
 
 
 class ControlHub:
@@ -314,7 +315,12 @@ class ControlHub:
         c = self.cluster
         instances = [[iid, inst.healthy, inst.role.value, c.engines[iid].removed, c.pending_tokens(iid),
                       c.token_interval_s(iid)] for iid, inst in c.instances.items()]
-        specs = snapshot_specs([e.spec for e in c.engines.values()])
+        info = self.relays.get(relay)
+        specs = []  # the relay keeps the specs it was sent; only engines that joined since make it send them
+        if info is None or info.specs_sent < len(c.engines):
+            specs = snapshot_specs([e.spec for e in c.engines.values()])
+            if info is not None:
+                info.specs_sent = len(specs)
         names = [[iid, self.names.by_engine.get(iid), self.names.context_tokens.get(iid)] for iid in c.engines]
         self.send(relay, ["snap", self.epoch, time.monotonic() - c.clock(), self.control.hold.enabled,
                           self.control.scheduler.needs_prefix_keys, instances, specs, names])
