@@ -1,5 +1,6 @@
 """The Helm chart (``charts/baton``): rendered with ``helm template`` where Helm is
-installed, else by the small renderer below, which covers every template action the chart
+installed (on the PATH, or fetched by ``scripts/get_helm.sh``, which ``make test`` runs), else
+by the small renderer below, which covers every template action the chart
 uses (a test fails when a template uses any other); the core kinds checked against
 Kubernetes' own schemas, the InferencePool against the GIE v1 fields, and the picker's
 config, arguments, ports and selectors against Baton's own parser and each other."""
@@ -7,6 +8,7 @@ config, arguments, ports and selectors against Baton's own parser and each other
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -36,6 +38,8 @@ def _lookup(scope: dict, where: str, path: str) -> Any:
 
 
 def _scalar(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e21:
+        return str(int(value))  # Go prints a whole float64 without ".0", as Helm does
     return json.dumps(value) if isinstance(value, bool) or value is None else str(value)
 
 
@@ -62,8 +66,14 @@ def render(values: dict) -> list[dict]:
     return docs
 
 
+def helm_binary() -> str | None:
+    """A real Helm: on the PATH, else where ``scripts/get_helm.sh`` caches it."""
+    cached = Path(os.environ.get("BATON_CACHE", Path.home() / ".cache" / "baton")) / "helm" / "helm"
+    return shutil.which("helm") or (str(cached) if os.access(cached, os.X_OK) else None)
+
+
 def helm_render() -> list[dict] | None:
-    helm = shutil.which("helm")
+    helm = helm_binary()
     if helm is None:
         return None
     out = subprocess.run([helm, "template", RELEASE["Name"], str(CHART), "--namespace", RELEASE["Namespace"]],
@@ -119,3 +129,16 @@ def test_the_picker_runs_with_the_pools_discovery_and_its_own_rights(docs):
     assert pod["spec"]["serviceAccountName"] == docs["RoleBinding"]["subjects"][0]["name"]
     rules = docs["Role"]["rules"]
     assert rules == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+
+
+def test_helm_lints_the_chart_and_the_fallback_renderer_agrees_with_it():
+    """Where Helm is present: ``helm lint`` passes, and the renderer used without Helm gives
+    exactly Helm's documents (so the checks above mean the same either way)."""
+    helm = helm_binary()
+    if helm is None:
+        pytest.skip("no helm (scripts/get_helm.sh fetches one)")
+    lint = subprocess.run([helm, "lint", "--strict", str(CHART)], capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    key = lambda d: (d["kind"], d["metadata"]["name"])  # noqa: E731
+    ours = sorted(render(yaml.safe_load((CHART / "values.yaml").read_text())), key=key)
+    assert ours == sorted(helm_render(), key=key)
