@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "baton"
-FORBIDDEN = ("baton.sim", "baton.gateway", "baton.cli", "asyncio", "aiohttp", "http", "httpx",
+FORBIDDEN = ("baton.sim", "baton.emulator", "baton.gateway", "baton.cli", "asyncio", "aiohttp", "http", "httpx",
              "requests", "urllib", "socket", "starlette", "uvicorn", "fastapi")
 ABOVE_SIM = ("baton.profiling", "baton.experiments", "baton.gateway", "baton.cli", "baton.report")
 
@@ -79,7 +79,7 @@ def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-@pytest.mark.parametrize("layer", ["core", "policies", "perf", "predict", "protocol"])
+@pytest.mark.parametrize("layer", ["core", "policies", "perf", "predict", "protocol", "engine_model"])
 def test_pure_layers_do_not_import_runtimes(layer):
     offenders = []
     for path in (SRC / layer).rglob("*.py"):
@@ -123,5 +123,5 @@ def test_checker_sees_every_kind_of_import(tmp_path):
     assert find_cycle(edges) in (["baton.pkg.a", "baton.pkg.b", "baton.pkg.a"],
                                  ["baton.pkg.b", "baton.pkg.a", "baton.pkg.b"])
     bad = tmp_path / "bad.py"
-    bad.write_text("import asyncio\nfrom baton.sim.engine import Engine\n")
-    assert imports_of(bad)[:2] == ["asyncio", "baton.sim.engine"]
+    bad.write_text("import asyncio\nfrom baton.engine_model.engine import Engine\n")
+    assert imports_of(bad)[:2] == ["asyncio", "baton.engine_model.engine"]

@@ -50,29 +50,13 @@ def gateway_app(config: dict[str, Any]) -> web.Application:
     return Gateway(parse_config(config, "conformance")).app()
 
 
-class SlowedPerf(PerfModel):
-    """A preset whose iterations take ``scale`` times as long (KV sizes and capacity, and
-    link transfers, unchanged): a GPU ``scale`` times slower."""
-
-    def __init__(self, base: PerfModel, scale: float) -> None:
-        self.base, self.scale = base, scale
-        self.kv_bytes_per_token, self.kv_capacity_tokens = base.kv_bytes_per_token, base.kv_capacity_tokens
-        self.max_model_len = base.max_model_len
-
-    def iteration_time_s(self, shape: BatchShape) -> float:
-        return self.base.iteration_time_s(shape) * self.scale
-
-    def kv_tokens_for(self, flags: MemoryFlags) -> int:
-        return self.base.kv_tokens_for(flags)
-
-
 @dataclass(frozen=True)
 class _Slowed:
     base: str
     scale: float
 
     def build(self) -> PerfModel:
-        return SlowedPerf(presets.build(self.base), self.scale)
+        return ScaledPerf(presets.build(self.base), self.scale)
 
 
 def slowed_preset(base: str, scale: float) -> str:

@@ -9,7 +9,7 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 
-from baton.core.prefix_cache import PrefixCache
+from baton.engine_model.prefix_cache import PrefixCache
 
 
 class ReferencePool:

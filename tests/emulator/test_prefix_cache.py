@@ -1,4 +1,4 @@
-"""The emulator's prefix cache follows the engine model's rules (core/prefix_cache.py): a
+"""The emulator's prefix cache follows the engine model's rules (engine_model/prefix_cache.py): a
 repeated prefix is served from cache (fewer prefill tokens, a shorter first token), at least
 one token is computed, preemption keeps every sequence exact, blocks are conserved, and the
 vLLM counters appear on /metrics."""

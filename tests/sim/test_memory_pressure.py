@@ -6,7 +6,7 @@ from baton.core.instance import InstanceState, Role
 from baton.core.request import Request
 from baton.perf import batch_shape
 from baton.sim import ClusterSpec, EngineConfig, Simulator
-from baton.sim.engine import DecodeJoin, Engine
+from baton.engine_model.engine import DecodeJoin, Engine
 from tests.sim.helpers import run, tiny_perf
 from tests.sim.test_handoff import Mover, sched
 

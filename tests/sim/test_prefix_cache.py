@@ -11,7 +11,7 @@ import pytest
 from baton.core.prefix import block_keys, reuse_offered
 from baton.core.request import Request
 from baton.sim import ClusterSpec, EngineConfig
-from baton.core.prefix_cache import PrefixCache
+from baton.engine_model.prefix_cache import PrefixCache
 from baton.workload.sessions import SessionsSpec, generate_sessions
 from tests.sim.helpers import assert_all_ended, assert_drained, run, tiny_perf, workload
 

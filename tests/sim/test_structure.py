@@ -23,16 +23,24 @@ def test_only_the_entry_points_import_the_simulator():
 
 def test_helpers_reach_the_simulator_only_through_the_port():
     for name in HELPERS:
-        assert sim_imports(name) <= {"port", "engine", "engine_types", "network"}, name
+        assert sim_imports(name) <= {"port", "network"}, name
 
 
 def test_the_recorder_and_the_lower_modules_never_import_upwards():
-    assert sim_imports("recorder") <= {"engine_types"}
-    assert sim_imports("port") <= {"engine", "engine_types"}
-    assert sim_imports("engine") <= {"engine_types", "engine_kv"}
-    assert sim_imports("engine_kv") <= {"engine_types"}
-    for name in ("clock", "network", "engine_types"):
+    assert not sim_imports("recorder")
+    assert not sim_imports("port")
+    for name in ("clock", "network"):
         assert not sim_imports(name), name
+
+
+def test_the_engine_model_is_below_the_simulator_and_the_emulator():
+    """One engine model under two clocks: it imports neither runtime (both import it)."""
+    model = {m: e for m, e in EDGES.items() if m.startswith("baton.engine_model")}
+    assert {"baton.engine_model.engine", "baton.engine_model.kv", "baton.engine_model.work"} <= set(model)
+    for mod, edges in model.items():
+        assert not {n for n in edges if n.startswith(("baton.sim", "baton.emulator"))}, mod
+    for runtime in ("baton.sim.simulator", "baton.emulator.server"):
+        assert any(n.startswith("baton.engine_model") for n in EDGES[runtime]), runtime
 
 
 def test_the_simulator_offers_every_member_of_the_port():
@@ -41,6 +49,7 @@ def test_the_simulator_offers_every_member_of_the_port():
     assert members and not {n for n in members if not hasattr(sim, n)}
 
 
-def test_no_simulator_module_reaches_400_lines():
-    sizes = {p.name: len(p.read_text().splitlines()) for p in SIM.glob("*.py")}
+def test_no_simulator_or_engine_model_module_reaches_400_lines():
+    files = [*SIM.glob("*.py"), *(SRC / "engine_model").glob("*.py")]
+    sizes = {f"{p.parent.name}/{p.name}": len(p.read_text().splitlines()) for p in files}
     assert all(n < 400 for n in sizes.values()), sizes

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from baton.core.errors import WorkloadError
-from baton.sim.engine_types import EngineConfig
+from baton.engine_model.work import EngineConfig
 from baton.workload import load_trace, mismatches, source_engine
 
 METRICS = ("Request Id,request_e2e_time,request_inter_arrival_delay,request_num_tokens,"

@@ -18,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from baton.core.prefix import vllm_block_hashes
-from baton.core.prefix_cache import CacheListener, PrefixCache
+from baton.engine_model.prefix_cache import CacheListener, PrefixCache
 from baton.emulator.timings import RequestTimings
 from baton.perf.model import PerfModel, batch_shape
 
@@ -40,7 +40,7 @@ class BatcherConfig:
     max_num_batched_tokens: int = 8192
     max_num_seqs: int = 256
     time_scale: float = 1.0
-    enable_prefix_caching: bool = True  # vLLM v1's default (core/prefix_cache.py)
+    enable_prefix_caching: bool = True  # vLLM v1's default (engine_model/prefix_cache.py)
 
 
 @dataclass(slots=True, eq=False)

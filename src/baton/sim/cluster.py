@@ -9,7 +9,7 @@ from typing import Any
 from baton.core.errors import ConfigError
 from baton.core.instance import Role
 from baton.perf.presets import PROFILE_PREFIX, ROUTE_PREFIX, model_route
-from baton.sim.engine_types import EngineConfig
+from baton.engine_model.work import EngineConfig
 
 
 @dataclass(slots=True, frozen=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from baton.core import bookings
 from baton.core.decisions import Deflect
 from baton.core.request import Phase
-from baton.sim.engine_types import PrefillItem, PrefillKind
+from baton.engine_model.work import PrefillItem, PrefillKind
 from baton.sim.port import SimPort
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from baton.core import bookings
 from baton.core.request import Phase
-from baton.sim.engine_types import PrefillItem, PrefillKind
+from baton.engine_model.work import PrefillItem, PrefillKind
 from baton.sim.port import FlowKind, FlowTag, SimPort
 
 

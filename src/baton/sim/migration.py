@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from baton.core.decisions import Migrate, MigrationMode
 from baton.core.request import Phase
-from baton.sim.engine_types import DecodeJoin, DecodeRow, PrefillItem, PrefillKind
+from baton.engine_model.work import DecodeJoin, DecodeRow, PrefillItem, PrefillKind
 from baton.sim.port import FlowKind, FlowTag, SimPort
 
 

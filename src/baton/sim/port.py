@@ -15,7 +15,7 @@ from baton.core.request import RequestState
 from baton.core.view import ClusterView
 from baton.metrics import RunCounters
 from baton.perf.model import PerfModel
-from baton.sim.engine import Engine
+from baton.engine_model.engine import Engine
 
 
 class FlowKind(enum.Enum):

@@ -15,8 +15,8 @@ from baton.core.instance import InstanceState, Role
 from baton.core.request import RequestState
 from baton.core.view import ClusterView
 from baton.metrics import SLO, GapHistogram, LoadSeries, RequestRecord, RunCounters, summarize
-from baton.sim.engine_types import SegmentResult
-from baton.core.prefix_cache import CacheStats
+from baton.engine_model.work import SegmentResult
+from baton.engine_model.prefix_cache import CacheStats
 
 
 @dataclass(slots=True)

@@ -24,9 +24,9 @@ from baton.sim.clock import (ARRIVAL, FLOW_DONE, PUBLISH, SAMPLE, SCRAPE, SEG_EN
                              EventQueue)
 from baton.sim.cluster import ClusterSpec
 from baton.sim.deflection import deflect as deflect_queued
-from baton.sim.engine import Engine
-from baton.sim.engine_kv import EngineCaches
-from baton.sim.engine_types import DecodeJoin, PrefillItem, PrefillKind
+from baton.engine_model.engine import Engine
+from baton.engine_model.kv import EngineCaches
+from baton.engine_model.work import DecodeJoin, PrefillItem, PrefillKind
 from baton.sim.handoffs import Handoffs
 from baton.sim.migration import Migrator
 from baton.sim.network import Flow, Network

@@ -35,66 +35,11 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from baton.core.prefix_tree import hang_below, shared_length
-
-GHOST = -1  # a node's ``ref`` when its keys are not cached (a path to cached runs below)
-
-
-@dataclass(slots=True)
-class CacheStats:
-    """vLLM's prefix-cache counters: prompt tokens looked up and found (``queries`` and
-    ``hits``, as ``vllm:prefix_cache_queries`` / ``_hits``), and requests looked up."""
-
-    requests: int = 0
-    queries: int = 0
-    hits: int = 0
-
-
-class CacheListener(Protocol):
-    """Told when blocks become cached and when cached blocks are evicted (vLLM's KV events:
-    BlockStored, BlockRemoved)."""
-
-    def stored(self, req_id: Any, first_index: int, keys: Sequence[int]) -> None: ...
-
-    def removed(self, keys: Sequence[int]) -> None: ...
-
-    def flush(self) -> None: ...
-
-
-class _Node:
-    """A run of chained keys in one state: ``ref`` > 0 held by that many requests, 0 free
-    (in ``entry``), ``GHOST`` not cached; ``owner`` the request that registered it while
-    it alone holds it (so its next blocks may extend the run)."""
-
-    __slots__ = ("run", "parent", "children", "ref", "entry", "owner")
-
-    def __init__(self, run: list[int], parent: _Node | None, ref: int) -> None:
-        self.run, self.parent, self.ref = run, parent, ref
-        self.children: dict[int, _Node] = {}
-        self.entry: _Free | None = None
-        self.owner: Any = None
-
-
-class _Free:
-    """A free-queue entry: ``count`` keys of a chain, from the end of ``bottom`` upwards."""
-
-    __slots__ = ("bottom", "count")
-
-    def __init__(self, bottom: _Node, count: int) -> None:
-        self.bottom, self.count = bottom, count
-
-
-class _Anon:
-    """A free-queue entry of ``count`` blocks that hold no key."""
-
-    __slots__ = ("count",)
-
-    def __init__(self, count: int) -> None:
-        self.count = count
-
+from baton.engine_model.prefix_parts import (GHOST, AnonRun, CacheListener, CacheStats, FreeRun, Node,
+                                            add_run, contiguous)
 
 class PrefixCache:
     """Which free blocks hold which keys (LRU free queue) and which used blocks are shared."""
@@ -103,10 +48,10 @@ class PrefixCache:
         self.total_blocks = total_blocks
         self.stats = CacheStats()
         self.listener: CacheListener | None = None
-        self._root = _Node([], None, GHOST)
+        self._root = Node([], None, GHOST)
         # request -> [blocks accounted (shared or its own duplicates), its shared [first, count] runs]
         self.held: dict[Any, list] = {}
-        self._queue: deque = deque([_Anon(total_blocks)])
+        self._queue: deque = deque([AnonRun(total_blocks)])
         self._free_keys = 0      # cached keys in the queue
         self._anon_blocks = total_blocks
         self._dead = 0           # entries emptied by hits, still queued
@@ -166,7 +111,7 @@ class PrefixCache:
             node.owner = req_id if node.ref == 1 else None
         self._free_keys -= leaving
         mine = self.held.setdefault(req_id, [0, []])
-        _add_run(mine[1], mine[0], mine[0] + len(keys))
+        add_run(mine[1], mine[0], mine[0] + len(keys))
         mine[0] += len(keys)
         return leaving
 
@@ -185,14 +130,14 @@ class PrefixCache:
         leaf = self._extendable(req_id, keys, start)
         if leaf is not None:  # its own run goes on: one extension, no walk
             leaf.run.extend(keys[start:end])
-            _add_run(mine[1], start, end)
+            add_run(mine[1], start, end)
             stored.append([start, end - start])
         else:
             for node, pos in self._cover(keys, start, end, create=True):
                 if node.ref == GHOST:
                     node.ref, node.owner = 1, req_id
-                    _add_run(mine[1], pos, pos + len(node.run))
-                    _add_run(stored, pos, pos + len(node.run))
+                    add_run(mine[1], pos, pos + len(node.run))
+                    add_run(stored, pos, pos + len(node.run))
         if self.listener is not None:
             for first, count in stored:
                 self.listener.stored(req_id, first, list(keys[first:first + count]))
@@ -206,7 +151,7 @@ class PrefixCache:
             if not queue:
                 raise RuntimeError(f"prefix cache: {n} more blocks wanted from an empty free queue")
             entry = queue[0]
-            if entry.__class__ is _Anon:
+            if entry.__class__ is AnonRun:
                 used = min(n, entry.count)
                 entry.count -= used
                 self._anon_blocks -= used
@@ -230,15 +175,15 @@ class PrefixCache:
         acc, runs = self.held.pop(req_id, (0, []))
         private = blocks - sum(c for _, c in runs)
         # its later full blocks whose key nobody caches are cached as they are freed
-        tail: list[tuple[_Node, int]] = []
+        tail: list[tuple[Node, int]] = []
         end = min(blocks, full_blocks, len(keys))
         if end > acc:
             tail = [(n, pos) for n, pos in self._cover(keys, acc, end, create=True) if n.ref == GHOST]
             if tail and self.listener is not None:
-                for group in _contiguous(tail):
+                for group in contiguous(tail):
                     first = group[0][1]
                     self.listener.stored(req_id, first, list(keys[first:group[-1][1] + len(group[-1][0].run)]))
-        freed: list[tuple[_Node, int]] = []
+        freed: list[tuple[Node, int]] = []
         for lo, count in runs:
             for node, pos in self._cover(keys, lo, lo + count, create=False):
                 node.ref -= 1
@@ -247,10 +192,10 @@ class PrefixCache:
                     freed.append((node, pos))
         anon = private - sum(len(n.run) for n, _ in tail)
         if anon > 0:
-            self._queue.append(_Anon(anon))
+            self._queue.append(AnonRun(anon))
             self._anon_blocks += anon
         for nodes in (tail, freed):
-            for group in reversed(_contiguous(nodes)):  # the last blocks go first
+            for group in reversed(contiguous(nodes)):  # the last blocks go first
                 self._push(group)
         self._trim()
         return private + sum(len(n.run) for n, _ in freed)
@@ -263,7 +208,7 @@ class PrefixCache:
         """Keys of the cached free blocks, next to be evicted first."""
         out: list[int] = []
         for entry in self._queue:
-            if entry.__class__ is _Free and entry.count:
+            if entry.__class__ is FreeRun and entry.count:
                 node, left = entry.bottom, entry.count
                 while left:
                     take = min(left, len(node.run))
@@ -288,7 +233,7 @@ class PrefixCache:
         return sum(c for _, c in self.held.get(req_id, (0, []))[1])
 
     # --- the tree -----------------------------------------------------------------------
-    def _cover(self, keys: Sequence[int], lo: int, hi: int, create: bool) -> list[tuple[_Node, int]]:
+    def _cover(self, keys: Sequence[int], lo: int, hi: int, create: bool) -> list[tuple[Node, int]]:
         """The nodes holding ``keys[lo:hi]`` in chain order, each with the index of its
         first key, split so that they cover exactly that range; a missing part of the
         chain up to ``hi`` is created as ghosts (``create``), else the cover stops there."""
@@ -298,7 +243,7 @@ class PrefixCache:
             if child is None:
                 if not create:
                     break
-                child = node.children[keys[pos]] = _Node(list(keys[pos:hi]), node, GHOST)
+                child = node.children[keys[pos]] = Node(list(keys[pos:hi]), node, GHOST)
             else:
                 run = child.run
                 t = len(run) if len(run) <= hi - pos else hi - pos
@@ -314,16 +259,16 @@ class PrefixCache:
             node, pos = child, pos + len(child.run)
         return out
 
-    def _split(self, node: _Node, t: int) -> _Node:
+    def _split(self, node: Node, t: int) -> Node:
         """Cut ``node`` after ``t`` keys; the lower part keeps its state (and entry: it is
         the deeper part, so an entry whose bottom the node was now starts from it)."""
-        lower = hang_below(node, t, _Node(node.run[t:], node, node.ref))
+        lower = hang_below(node, t, Node(node.run[t:], node, node.ref))
         lower.entry, lower.owner = node.entry, node.owner
         if node.entry is not None and node.entry.bottom is node:
             node.entry.bottom = lower
         return lower
 
-    def _extendable(self, req_id: Any, keys: Sequence[int], start: int) -> _Node | None:
+    def _extendable(self, req_id: Any, keys: Sequence[int], start: int) -> Node | None:
         """The run the request registered last, when its next keys can simply extend it:
         it ends at ``start``, it alone holds it, no run hangs below it, and none of the
         new keys is cached yet (they would hang below it)."""
@@ -340,7 +285,7 @@ class PrefixCache:
             return None
         return node
 
-    def _evict(self, entry: _Free, n: int, evicted: list[int] | None) -> int:
+    def _evict(self, entry: FreeRun, n: int, evicted: list[int] | None) -> int:
         """Evict up to ``n`` keys from the bottom of ``entry``; returns how many."""
         done = 0
         while done < n and entry.count:
@@ -367,7 +312,7 @@ class PrefixCache:
                 self._detach(node)
         return done
 
-    def _detach(self, node: _Node) -> None:
+    def _detach(self, node: Node) -> None:
         """Take ``node`` (no children) out of the tree, and ghosts left with no child."""
         parent = node.parent
         del parent.children[node.run[0]]
@@ -375,10 +320,10 @@ class PrefixCache:
         if parent is not self._root and parent.ref == GHOST and not parent.children:
             self._detach(parent)
 
-    def _push(self, group: list[tuple[_Node, int]]) -> None:
+    def _push(self, group: list[tuple[Node, int]]) -> None:
         """Queue a run of consecutive nodes of a chain (free now), to be evicted last key first."""
         count = sum(len(n.run) for n, _ in group)
-        entry = _Free(group[-1][0], count)
+        entry = FreeRun(group[-1][0], count)
         for node, _ in group:
             node.ref, node.entry, node.owner = 0, entry, None
         self._queue.append(entry)
@@ -387,30 +332,5 @@ class PrefixCache:
     def _trim(self) -> None:
         """Drop the entries hits emptied once they outnumber the live ones."""
         if self._dead > len(self._queue) // 2 + 1024:
-            self._queue = deque(e for e in self._queue if e.__class__ is _Anon or e.count)
+            self._queue = deque(e for e in self._queue if e.__class__ is AnonRun or e.count)
             self._dead = 0
-
-
-def _contiguous(nodes: list[tuple[_Node, int]]) -> list[list[tuple[_Node, int]]]:
-    """Nodes (with their first index) in chain order, grouped where each starts where the
-    last ended."""
-    groups: list[list[tuple[_Node, int]]] = []
-    end = -1
-    for node, pos in nodes:
-        if pos == end:
-            groups[-1].append((node, pos))
-        else:
-            groups.append([(node, pos)])
-        end = pos + len(node.run)
-    return groups
-
-
-def _add_run(runs: list[list[int]], lo: int, hi: int) -> None:
-    """Add the index range [lo, hi) to ``runs`` (``[first, count]`` in order), merged with
-    the last where they touch."""
-    if hi <= lo:
-        return
-    if runs and runs[-1][0] + runs[-1][1] == lo:
-        runs[-1][1] += hi - lo
-    else:
-        runs.append([lo, hi - lo])

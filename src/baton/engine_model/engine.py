@@ -23,7 +23,7 @@ Memory pressure follows vLLM v1's scheduler (``v1/core/sched/scheduler.py``):
   only take blocks while nothing waits ahead of it (``reserve``).
 
 With prefix caching (``EngineConfig.enable_prefix_caching``, on by default as in vLLM v1;
-``sim/prefix_cache.py``), a request admitted from the waiting queue starts at its longest
+``engine_model/prefix_cache.py``), a request admitted from the waiting queue starts at its longest
 cached prefix of full blocks: those tokens cost no prefill compute but their blocks count
 against capacity (a cached block that was free leaves the free queue). Computed full
 blocks are registered as the chunks end; a request's blocks go back to the free queue,
@@ -40,12 +40,10 @@ import numpy as np
 from baton.core.decode_table import DecodeTable
 from baton.core.instance import InstanceState, Segment
 from baton.perf.model import BatchShape, PerfModel, chunk_attn_pairs, chunk_diag_pairs, length_cv2
-from baton.sim.engine_kv import KeySource, KvBlocks
-from baton.sim.engine_types import (DecodeJoin, DecodeRow, EngineConfig, PrefillItem, PrefillKind,
+from baton.engine_model.batch import chunk_of, decode_horizon
+from baton.engine_model.kv import KeySource, KvBlocks
+from baton.engine_model.work import (DecodeJoin, DecodeRow, EngineConfig, PrefillItem, PrefillKind,
                                     SegmentResult)
-
-MAX_SEGMENT_ITERS = 1 << 30
-
 
 def _ceil_div(a: np.ndarray | int, b: int):
     return -((-a) // b)
@@ -72,6 +70,7 @@ class Engine(KvBlocks):
         self.started: list[int] = []                 # prefills admitted by the last plan
         self.admitted = 0                            # prefills admitted and not done
         self.preempted: list[int] = []               # requests preempted since last read
+        self.aborting: set[int] = set()              # aborted in the running segment: leave at its end
 
     # --- work in ---------------------------------------------------------------------
     def add_prefill(self, item: PrefillItem, front: bool = False) -> None:
@@ -141,7 +140,7 @@ class Engine(KvBlocks):
                                decode_ctx_cv2=self._cv2)
             slope = self.perf.iteration_time_s(grown) - iter0
             residues = (table.col("ctx") + self.cfg.block_size - 1) % self.cfg.block_size
-            max_iters = self._decode_horizon(residues)
+            max_iters = decode_horizon(table, residues, st.kv_blocks_total - st.kv_blocks_used, self.cfg.block_size)
         seg = Segment(now_s, iter0, slope, max_iters, self.cfg.block_size)
         if max_iters > 1:
             counts = np.bincount(residues, minlength=self.cfg.block_size)
@@ -192,26 +191,12 @@ class Engine(KvBlocks):
         for item in self.prefills.values():
             if not item.admitted or budget <= 0:
                 continue
-            chunk = self._chunk(item, budget, chunks)
+            chunk = chunk_of(item, budget, chunks)
             if chunk > 0:
                 chunks.append((item, chunk))
                 budget -= chunk
                 need += max(0, _ceil_div(item.done_tokens + chunk, bs) - item.blocks)
         return chunks, need, grow
-
-    @staticmethod
-    def _chunk(item: PrefillItem, budget: int, scheduled: list[tuple[PrefillItem, int]],
-               done_tokens: int | None = None) -> int:
-        """This iteration's chunk of ``item`` (``done_tokens`` computed so far, default its
-        own). Chunk-limited (deflected) prefills share one allowance per iteration, the
-        smallest limit among them: the instance runs one TBT-safe chunked-prefill schedule,
-        not one per deflected request."""
-        left = item.total_tokens - (item.done_tokens if done_tokens is None else done_tokens)
-        if item.chunk_limit is None:
-            return min(left, budget)
-        limited = [(it.chunk_limit, c) for it, c in scheduled if it.chunk_limit is not None]
-        allowance = min([item.chunk_limit, *(lim for lim, _ in limited)]) - sum(c for _, c in limited)
-        return max(0, min(left, budget, allowance))
 
     def _preempt_latest(self) -> None:
         """Preempt the running request admitted last (vLLM's FCFS victim)."""
@@ -259,7 +244,7 @@ class Engine(KvBlocks):
                 continue
             hit, keys = self._prefix_hit(item)
             done = hit * self.cfg.block_size if hit else item.done_tokens
-            chunk = self._chunk(item, budget, running + chunks, done)
+            chunk = chunk_of(item, budget, running + chunks, done)
             if chunk <= 0 and item.chunk_limit is not None:
                 continue  # a deflected prefill waits for the next allowance; others may go
             upto = item.total_tokens if self.cfg.reserve_full_sequence else done + chunk
@@ -280,27 +265,6 @@ class Engine(KvBlocks):
             chunks.append((item, chunk))
             budget -= chunk
         return chunks
-
-    def _decode_horizon(self, residues: np.ndarray) -> int:
-        """Iterations until the decode batch must change: a finish, a watched length, or
-        the KV blocks running out (``residues``: each row's (ctx + bs - 1) % bs)."""
-        st, table, bs = self.state, self.state.decodes, self.cfg.block_size
-        left = table.col("stop_at") - table.col("generated")
-        horizon = int(left.min())
-        horizon = min(horizon, max(1, int((table.col("watch_ctx") - table.col("ctx")).min())))
-        free = st.kv_blocks_total - st.kv_blocks_used
-        n = table.n
-        # Blocks needed while iteration k runs: n*(k//bs) + #{residue >= bs - k%bs}
-        def growth(k: int) -> int:
-            whole, part = divmod(k, bs)
-            return n * whole + (int((residues >= bs - part).sum()) if part else 0)
-        if growth(horizon - 1) > free:
-            lo, hi = 0, horizon - 1  # growth(lo) <= free < growth(hi)
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                lo, hi = (mid, hi) if growth(mid) <= free else (lo, mid)
-            horizon = lo + 1
-        return max(1, min(horizon, MAX_SEGMENT_ITERS))
 
     # --- segment end -------------------------------------------------------------------
     def finish(self, now_s: float) -> SegmentResult:
@@ -342,6 +306,8 @@ class Engine(KvBlocks):
         self.chunks = []
         st.set_segment(None)
         self.busy = False
+        if self.aborting:
+            self._drop_aborted(result)
         self.count_requests()
         return result
 
@@ -359,6 +325,49 @@ class Engine(KvBlocks):
             result.finished.append(rid)
         if len(done):
             self._cv2 = None
+
+    # --- aborts (the emulator's clients leave; the simulator has none) --------------------
+    def abort(self, req_id: int) -> None:
+        """Drop a request wherever it is here (queued or running prefill, a decode waiting
+        for a slot or running, KV held for a transfer) and free its blocks. As in vLLM,
+        which handles aborts between steps, work in the running segment leaves when the
+        segment ends (``finish`` then reports nothing about it); the rest leaves now."""
+        if self.busy and (req_id in self.state.decodes or any(it.req_id == req_id for it, _ in self.chunks)):
+            self.aborting.add(req_id)
+            return
+        self._drop(req_id)
+        self.count_requests()
+
+    def _drop_aborted(self, result: SegmentResult) -> None:
+        gone = self.aborting
+        for item in [it for it in result.prefilled if it.req_id in gone]:
+            result.prefilled.remove(item)  # its blocks were the caller's to place: free them
+            self.free_request(item.req_id, item.blocks, item.done_tokens)
+        result.finished = [r for r in result.finished if r not in gone]
+        result.thresholds = [t for t in result.thresholds if t[0] not in gone]
+        result.first_tokens = [t for t in result.first_tokens if t[0] not in gone]
+        for req_id in gone:
+            self._drop(req_id)
+        gone.clear()
+
+    def _drop(self, req_id: int) -> None:
+        if req_id in self.held_blocks:
+            return self.release_held(req_id)
+        item = self.prefills.pop(req_id, None)
+        if item is not None:
+            self.admitted -= item.admitted
+            self.free_request(req_id, item.blocks, item.done_tokens)
+            return self.state.drop_prefill(req_id)
+        if req_id in self.state.decodes:
+            row = DecodeRow.removed_from(self.state.decodes, req_id)
+            self.new_rows.pop(req_id, None)
+            self._cv2 = None
+            return self.free_request(req_id, row.blocks, row.ctx)
+        join = next((j for j in self.joins if j.req_id == req_id), None)
+        if join is not None:
+            self.joins.remove(join)
+            self.state.drop_incoming(req_id)
+            self.free_request(req_id, join.blocks, join.ctx)
 
     def remove_decode(self, req_id: int) -> DecodeRow:
         """Take a decode out of the batch (migration); its blocks stay allocated."""

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from baton.core.instance import InstanceState
-from baton.sim.engine_types import EngineConfig, PrefillItem
-from baton.core.prefix_cache import PrefixCache
+from baton.engine_model.work import EngineConfig, PrefillItem
+from baton.engine_model.prefix_cache import PrefixCache
 
 KeySource = Callable[[int, int], tuple[int, ...]]  # (request id, block size) -> its block keys
 

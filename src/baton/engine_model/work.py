@@ -26,7 +26,7 @@ class EngineConfig:
     kv_buffer_bytes: float = 0.0
     kv_tokens: int | None = None
     reserve_full_sequence: bool = True  # vLLM's scheduler_reserve_full_isl
-    enable_prefix_caching: bool = True  # vLLM v1's default (sim/prefix_cache.py)
+    enable_prefix_caching: bool = True  # vLLM v1's default (engine_model/prefix_cache.py)
 
     def memory_flags(self) -> MemoryFlags:
         return MemoryFlags(self.gpu_memory_utilization, self.max_num_batched_tokens,

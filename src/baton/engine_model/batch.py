@@ -1,0 +1,45 @@
+"""The arithmetic of one batch that needs no engine state: a prefill's chunk this iteration
+and how many decode-only iterations may run before the batch must change."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from baton.core.decode_table import DecodeTable
+from baton.engine_model.work import PrefillItem
+
+MAX_SEGMENT_ITERS = 1 << 30
+
+
+def chunk_of(item: PrefillItem, budget: int, scheduled: list[tuple[PrefillItem, int]],
+             done_tokens: int | None = None) -> int:
+    """This iteration's chunk of ``item`` in tokens (``done_tokens`` computed so far, default
+    its own; ``budget`` tokens left in the iteration). Chunk-limited (deflected) prefills
+    share one allowance per iteration, the smallest limit among them: the instance runs one
+    TBT-safe chunked-prefill schedule, not one per deflected request."""
+    left = item.total_tokens - (item.done_tokens if done_tokens is None else done_tokens)
+    if item.chunk_limit is None:
+        return min(left, budget)
+    limited = [(it.chunk_limit, c) for it, c in scheduled if it.chunk_limit is not None]
+    allowance = min([item.chunk_limit, *(lim for lim, _ in limited)]) - sum(c for _, c in limited)
+    return max(0, min(left, budget, allowance))
+
+
+def decode_horizon(table: DecodeTable, residues: np.ndarray, free_blocks: int, block_size: int) -> int:
+    """Iterations until the decode batch must change: a finish, a watched length, or the
+    ``free_blocks`` KV blocks running out (``residues``: each row's (ctx + bs - 1) % bs)."""
+    bs, n = block_size, table.n
+    horizon = int((table.col("stop_at") - table.col("generated")).min())
+    horizon = min(horizon, max(1, int((table.col("watch_ctx") - table.col("ctx")).min())))
+
+    def growth(k: int) -> int:
+        """Blocks needed while iteration k runs: n*(k//bs) + #{residue >= bs - k%bs}."""
+        whole, part = divmod(k, bs)
+        return n * whole + (int((residues >= bs - part).sum()) if part else 0)
+    if growth(horizon - 1) > free_blocks:
+        lo, hi = 0, horizon - 1  # growth(lo) <= free < growth(hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if growth(mid) <= free_blocks else (lo, mid)
+        horizon = lo + 1
+    return max(1, min(horizon, MAX_SEGMENT_ITERS))
