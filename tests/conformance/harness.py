@@ -29,12 +29,13 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from baton.emulator.batcher import BatcherConfig
+from baton.emulator.engine_loop import LoopConfig
 from baton.emulator.server import Emulator, EmulatorConfig
 from baton.gateway.config import parse_config
 from baton.perf import presets
-from baton.perf.memory import MemoryFlags
-from baton.perf.model import BatchShape, PerfModel
+from baton.engine_model.work import EngineConfig
+from baton.perf.model import PerfModel
+from baton.perf.scaled import ScaledPerf
 
 ADMIN_TOKEN = "conformance"
 AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -77,9 +78,9 @@ def lean_emulator(emulator: Emulator) -> Emulator:
     scrape (prometheus_client's text parser), half of this suite's CPU."""
     from baton.emulator.server import _EngineMetrics
     emulator.registry = CollectorRegistry()
-    emulator.registry.register(_EngineMetrics(emulator.batcher, emulator.config.model,
+    emulator.registry.register(_EngineMetrics(emulator.engine, emulator.config.model,
                                               emulator.perf.kv_bytes_per_token))
-    emulator.batcher.timings = None
+    emulator.engine.timings = None
     return emulator
 
 
@@ -150,11 +151,11 @@ async def _serve(app: web.Application, sock: socket.socket) -> web.AppRunner:
 
 def _emulator(port: int, preset: str, batched_tokens: int, kv_port: int | None = None) -> Emulator:
     perf = presets.build(preset)
-    flags = MemoryFlags(0.9, batched_tokens, 256, 16)
-    batcher = BatcherConfig(perf.kv_tokens_for(flags) // 16, 16, batched_tokens, 256)
+    engine = EngineConfig(batched_tokens, 256, 16)
+    loop = LoopConfig(engine, perf.kv_tokens_for(engine.memory_flags()) // engine.block_size)
     events = (f'{{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:{kv_port}"}}'
               if kv_port else None)
-    return lean_emulator(Emulator(EmulatorConfig(port=port, kv_events=events), batcher, perf))
+    return lean_emulator(Emulator(EmulatorConfig(port=port, kv_events=events), loop, perf))
 
 
 @dataclass(slots=True)

@@ -8,7 +8,7 @@ import pytest
 
 from baton.core.errors import ConfigError
 from baton.core.prefix import vllm_block_hashes
-from baton.emulator.batcher import Sequence
+from baton.emulator.engine_loop import Sequence
 from baton.emulator.tokens import word_ids
 from baton.protocol.kv_events import BlockIndex, KvEvent, KvEventBatch, KvEventsConfig, decode_batch, encode_batch
 from tests.live import free_port, post, servers, start_emulator

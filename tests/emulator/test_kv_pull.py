@@ -10,7 +10,7 @@ import socket
 import aiohttp
 from aiohttp import web
 
-from baton.emulator.batcher import BatcherConfig
+from baton.emulator.engine_loop import LoopConfig
 from baton.emulator.server import Emulator, EmulatorConfig
 from baton.perf import presets
 
@@ -38,8 +38,8 @@ async def _abandoned() -> None:
     socks = _socket(), _socket()
     ports = [s.getsockname()[1] for s in socks]
     # a slow link: a 2,000-token prompt's KV takes about a second to move
-    prefill = Emulator(EmulatorConfig(port=ports[0], nic_gbps=2.0), BatcherConfig(20000, 16, 2048, 64), perf)
-    decode = Emulator(EmulatorConfig(port=ports[1], nic_gbps=2.0), BatcherConfig(20000, 16, 2048, 64), perf)
+    prefill = Emulator(EmulatorConfig(port=ports[0], nic_gbps=2.0), LoopConfig.of(20000, 16, 2048, 64), perf)
+    decode = Emulator(EmulatorConfig(port=ports[1], nic_gbps=2.0), LoopConfig.of(20000, 16, 2048, 64), perf)
     runners = [await _serve(prefill, socks[0]), await _serve(decode, socks[1])]
     try:
         async with aiohttp.ClientSession() as session:
@@ -53,14 +53,14 @@ async def _abandoned() -> None:
                 task = asyncio.create_task(session.post(f"http://127.0.0.1:{ports[1]}/v1/completions",
                                                         json=decode_body))
                 await asyncio.sleep(0.2)  # the pull is under way
-                assert decode.batcher.blocks_used > 0
+                assert decode.engine.blocks_used > 0
                 task.cancel()  # the client goes away
                 await asyncio.gather(task, return_exceptions=True)
             for _ in range(100):
-                if decode.batcher.blocks_used == 0:
+                if decode.engine.blocks_used == 0:
                     break
                 await asyncio.sleep(0.05)
-            assert decode.batcher.blocks_used == 0 and not decode.batcher.running
+            assert decode.engine.blocks_used == 0 and not decode.engine.running
     finally:
         for runner in runners:
             await runner.cleanup()

@@ -6,8 +6,8 @@ vLLM counters appear on /metrics."""
 import asyncio
 import time
 
-from baton.emulator.batcher import BatcherConfig, Sequence
-from tests.emulator.test_batcher import drain, run, with_batcher
+from baton.emulator.engine_loop import LoopConfig, Sequence
+from tests.emulator.test_engine_loop import drain, run, with_engine
 from tests.live import get, post, servers, start_emulator
 
 
@@ -27,7 +27,7 @@ def test_a_repeated_prefix_is_served_from_cache_and_its_first_token_comes_sooner
         b.submit(second)
         positions, _ = await drain(second)
         return cold, time.monotonic() - t0, positions, b
-    cold, warm, positions, b = run(with_batcher(BatcherConfig(kv_blocks=400, block_size=16, time_scale=5.0), body))
+    cold, warm, positions, b = run(with_engine(LoopConfig.of(kv_blocks=400, block_size=16, time_scale=5.0), body))
     assert positions == list(range(2003, 2007))
     assert (b.cache.stats.queries, b.cache.stats.hits) == (2000 + 2003, 2000)  # 125 full blocks, then 125 again
     assert warm < 0.5 * cold
@@ -41,7 +41,7 @@ def test_an_identical_prompt_still_computes_its_last_token():
             b.submit(s)
             await drain(s)
         return b
-    b = run(with_batcher(BatcherConfig(kv_blocks=50, block_size=16), body))
+    b = run(with_engine(LoopConfig.of(kv_blocks=50, block_size=16), body))
     assert b.cache.stats.hits == 144  # 9 of 10 blocks: the 10th holds the last token
 
 
@@ -51,7 +51,7 @@ def test_preemption_with_shared_prefixes_keeps_sequences_exact_and_blocks_conser
         for s in seqs:
             b.submit(s)
         return b, await asyncio.gather(*(drain(s) for s in seqs))
-    b, outs = run(with_batcher(BatcherConfig(kv_blocks=24, block_size=16), body))
+    b, outs = run(with_engine(LoopConfig.of(kv_blocks=24, block_size=16), body))
     assert all(positions == list(range(49, 109)) and reason == "length" for positions, reason in outs)
     assert b.preemptions > 0 and b.cache.stats.hits > 0
     assert b.blocks_used == 0 and b.cache.free_blocks() == 24 and not b.cache.active

@@ -110,7 +110,7 @@ def test_the_gateway_routes_to_the_ready_pods_of_its_pool():
 
 async def _pool() -> None:
     from baton.emulator.server import Emulator, EmulatorConfig
-    from baton.emulator.batcher import BatcherConfig
+    from baton.emulator.engine_loop import LoopConfig
     from baton.gateway.server import Gateway
     from baton.perf import presets
     kube = FakeKube()
@@ -119,8 +119,8 @@ async def _pool() -> None:
         runner, api_port = await kube_api(kube)
         runners.append(runner)
         perf = presets.build("llama-3.1-8b@a100-80g")
-        first, port = await serve(Emulator(EmulatorConfig(port=0), BatcherConfig(4096, 16, 2048, 64), perf).app())
-        second, _ = await serve(Emulator(EmulatorConfig(port=0), BatcherConfig(4096, 16, 2048, 64), perf).app(),
+        first, port = await serve(Emulator(EmulatorConfig(port=0), LoopConfig.of(4096, 16, 2048, 64), perf).app())
+        second, _ = await serve(Emulator(EmulatorConfig(port=0), LoopConfig.of(4096, 16, 2048, 64), perf).app(),
                                 "127.0.0.2", port)  # a pool's pods share the target port
         runners += [first, second]
         await kube.put("pod-a", "127.0.0.1")

@@ -12,6 +12,7 @@ from baton.core.info import ViewMode
 from baton.experiments import Experiment, WorkloadConfig, load_experiment, with_cluster
 from baton.metrics import SLO
 from baton.perf.presets import model_route
+from baton.engine_model.flags import add_engine_flags, engine_flags_given
 from baton.sim.cluster import check_counts, engine_from_dict
 from baton.workload import FORMATS
 from baton.workload.loaders import parse_columns
@@ -62,15 +63,7 @@ def add_common(p: argparse.ArgumentParser, rate_list: bool = False) -> None:
                         "scrape, own bookings exact; scraped-only: /metrics only")
     v.add_argument("--scrape-interval", type=float, help="seconds between scrapes (default 1.0)")
     v.add_argument("--scrape-delay", type=float, help="seconds before a scrape is visible (default 0)")
-    g = p.add_argument_group("engine flags (as vLLM's; every role, over the YAML's cluster.engine)")
-    g.add_argument("--kv-tokens", type=int, help="KV cache tokens per instance (overrides the computed size)")
-    g.add_argument("--gpu-memory-utilization", type=float, help="share of GPU memory the engine may use")
-    g.add_argument("--max-num-seqs", type=int, help="running sequences per instance")
-    g.add_argument("--max-num-batched-tokens", type=int, help="tokens per iteration")
-    g.add_argument("--block-size", type=int, help="tokens per KV block")
-    g.add_argument("--max-model-len", type=int, help="longest prompt + output served (longer: rejected, reason context)")
-    g.add_argument("--enable-prefix-caching", dest="prefix_caching", action=argparse.BooleanOptionalAction,
-                   default=None, help="vLLM v1's automatic prefix caching (on unless --no-enable-prefix-caching)")
+    add_engine_flags(p.add_argument_group("engine flags (as vLLM's; every role, over the YAML's cluster.engine)"))
     p.add_argument("--ttft-slo", type=float, help="TTFT SLO in seconds")
     p.add_argument("--tpot-slo", type=float, help="TPOT SLO in seconds")
     p.add_argument("--seed", type=int, help="random seed")
@@ -177,14 +170,9 @@ def preset_flag(args: argparse.Namespace) -> str | None:
         raise ConfigError(f"--{err}") from None
 
 
-ENGINE_FLAGS = ("kv_tokens", "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens",
-                "block_size", "max_model_len", "prefix_caching")
-
-
 def _with_engine_flags(exp: Experiment, args: argparse.Namespace) -> Experiment:
     """Engine flags apply to every role: the base engine and any per-role override."""
-    values = {k: getattr(args, k, None) for k in ENGINE_FLAGS}
-    values = {k: v for k, v in values.items() if v is not None}
+    values = engine_flags_given(args)
     if not values:
         return exp
     c = exp.cluster

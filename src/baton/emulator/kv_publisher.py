@@ -1,6 +1,6 @@
 """The emulator's KV events: vLLM's ZMQ publisher, fed by the prefix cache.
 
-The batcher's ``PrefixCache`` reports blocks it caches and evicts (``CacheListener``); each
+The engine's ``PrefixCache`` reports blocks it caches and evicts (``CacheListener``); each
 engine iteration's events go out as one batch, ``[topic, sequence, msgpack batch]`` on a PUB
 socket (``protocol/kv_events.py``), as vLLM's ``ZmqEventPublisher`` sends them. Block
 hashes are the emulator's block keys (chained over token ids), token ids those of the
@@ -42,7 +42,7 @@ class KvEventPublisher:
         self._pending: list[KvEvent] = []
 
     def stored(self, req_id: Any, first_index: int, keys: Seq[int]) -> None:
-        seq, bs = req_id, self.block_size  # the batcher keys its cache by Sequence
+        seq, bs = req_id, self.block_size  # engine_loop names the request by its Sequence
         ids = seq.token_ids()
         parent = seq.block_keys(bs)[first_index - 1] if first_index else None
         tokens = tuple(ids[first_index * bs:(first_index + len(keys)) * bs])

@@ -6,9 +6,11 @@ import argparse
 from typing import TYPE_CHECKING
 
 from baton.core.errors import ConfigError
-from baton.emulator.batcher import BatcherConfig
+from baton.emulator.engine_loop import LoopConfig
+from baton.engine_model.flags import add_engine_flags, engine_from_flags
 from baton.perf import presets
-from baton.perf.memory import MemoryFlags
+
+DEFAULT_MAX_MODEL_LEN = 32768
 
 if TYPE_CHECKING:  # the server (aiohttp) is imported when an emulator is built: the CLI parser needs only the args
     from baton.emulator.server import Emulator
@@ -19,22 +21,14 @@ def add_emulate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8100)
     p.add_argument("--model", default="baton-emulated", help="served model name")
     p.add_argument("--preset", default=presets.DEFAULT_PRESET, help="perf preset timing the iterations")
-    p.add_argument("--kv-blocks", type=int, help="KV capacity in blocks (default: from the memory flags)")
-    p.add_argument("--kv-tokens", type=int, help="KV capacity in tokens (default: from the memory flags)")
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.9,
-                   help="share of GPU memory the engine may use (sizes the KV cache as vLLM does)")
-    p.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
-    p.add_argument("--max-num-seqs", type=int, default=256)
-    p.add_argument("--max-num-batched-tokens", type=int, default=8192)
-    p.add_argument("--max-model-len", type=int, default=32768)
+    p.add_argument("--kv-blocks", type=int, help="KV capacity in blocks (default: from the engine flags)")
     p.add_argument("--time-scale", type=float, default=1.0, help="multiply every iteration time (2 = slower)")
+    add_engine_flags(p.add_argument_group("engine flags (as vLLM's; the same as baton simulate's)"))
     p.add_argument("--nic-gbps", type=float, default=100.0, help="KV transfer bandwidth, Gbit/s")
     p.add_argument("--disaggregation-mode", choices=["null", "prefill", "decode"], default="null",
                    help="role for SGLang bootstrap requests")
     p.add_argument("--kv-hold-timeout-s", type=float, default=30.0,
                    help="free a remote-decode prefill's KV if nobody pulls it in this time")
-    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
-                   help="vLLM v1's automatic prefix caching: a prompt's cached full blocks cost no prefill")
     p.add_argument("--kv-events-config", metavar="JSON",
                    help="vLLM's KV events config, e.g. '{\"enable_kv_cache_events\": true, \"publisher\": \"zmq\", "
                         "\"endpoint\": \"tcp://*:5557\"}' (needs pyzmq and msgpack)")
@@ -58,29 +52,25 @@ def build_emulator(args: argparse.Namespace) -> "Emulator":
     from baton.emulator.server import Emulator, EmulatorConfig
 
     perf = presets.build(args.preset)
-    for name in ("block_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len"):
-        if getattr(args, name) <= 0:
-            raise ConfigError(f"--{name.replace('_', '-')}: expected a positive integer")
+    engine = engine_from_flags(args)
     if args.time_scale <= 0 or args.nic_gbps <= 0:
         raise ConfigError("--time-scale and --nic-gbps must be positive")
-    flags = MemoryFlags(args.gpu_memory_utilization, args.max_num_batched_tokens, args.max_num_seqs,
-                        args.block_size, kv_tokens=args.kv_tokens)
-    kv_blocks = args.kv_blocks if args.kv_blocks is not None else perf.kv_tokens_for(flags) // args.block_size
+    kv_blocks = args.kv_blocks if args.kv_blocks is not None else perf.kv_tokens_for(engine.memory_flags()) // engine.block_size
     if kv_blocks <= 0:
         raise ConfigError("--kv-blocks: expected a positive integer")
-    batcher = BatcherConfig(kv_blocks, args.block_size, args.max_num_batched_tokens, args.max_num_seqs,
-                            args.time_scale, args.enable_prefix_caching)
+    # a chat without max_tokens runs to the end of the context: the model's own limit, at most 32768
+    max_model_len = engine.max_model_len or min(perf.max_model_len or DEFAULT_MAX_MODEL_LEN, DEFAULT_MAX_MODEL_LEN)
     if args.hidden_states_every <= 0:
         raise ConfigError("--hidden-states-every: expected a positive integer")
     secret = secret_key_from_file(args.hidden_states_key_file) if args.hidden_states_key_file else None
     if args.hidden_states_client_key and secret is None:
         raise ConfigError("--hidden-states-client-key: needs --hidden-states-key-file")
-    config = EmulatorConfig(args.model, args.host, args.port, args.max_model_len, args.nic_gbps,
+    config = EmulatorConfig(args.model, args.host, args.port, max_model_len, args.nic_gbps,
                             args.disaggregation_mode, args.kv_hold_timeout_s,
                             hidden_states=args.hidden_states, hidden_every_tokens=args.hidden_states_every,
                             hidden_secret_key=secret, hidden_client_keys=tuple(args.hidden_states_client_key),
                             tokenizer=args.tokenizer, kv_events=args.kv_events_config)
-    return Emulator(config, batcher, perf)
+    return Emulator(config, LoopConfig(engine, kv_blocks, args.time_scale), perf)
 
 
 def serve(emulator: "Emulator") -> None:
@@ -89,6 +79,6 @@ def serve(emulator: "Emulator") -> None:
 
     cfg = emulator.config
     print(f"baton emulate: {cfg.model} on http://{cfg.host}:{cfg.port} "
-          f"({emulator.batcher.config.kv_blocks} KV blocks)", flush=True)
+          f"({emulator.engine.config.kv_blocks} KV blocks)", flush=True)
     web.run_app(emulator.app(), host=cfg.host, port=cfg.port, print=None, handler_cancellation=True,
                 access_log=None)

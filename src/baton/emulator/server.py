@@ -13,7 +13,7 @@ from aiohttp import ClientSession, ClientTimeout, web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from baton.emulator.batcher import Batcher, BatcherConfig, Sequence, SeqState, blocks_for
+from baton.emulator.engine_loop import EngineLoop, LoopConfig, Sequence, SeqState, blocks_for
 from baton.emulator.timings import RequestTimings
 from baton.emulator.stops import StopPlan, plan_stop, stop_strings
 from baton.emulator.tokens import prompt_ids, token_text
@@ -50,19 +50,19 @@ class EmulatorConfig:
 
 
 class _EngineMetrics:
-    """Collector exposing the batcher's state under vLLM's metric names."""
+    """Collector exposing the engine's state under vLLM's metric names."""
 
-    def __init__(self, batcher: Batcher, model: str, kv_bytes_per_token: int) -> None:
-        self.batcher, self.labels = batcher, {"model_name": model, "engine": "0"}
+    def __init__(self, engine: EngineLoop, model: str, kv_bytes_per_token: int) -> None:
+        self.engine, self.labels = engine, {"model_name": model, "engine": "0"}
         self.kv_bytes_per_token = kv_bytes_per_token
 
     def _cache_info(self) -> GaugeMetricFamily:
         """vLLM's ``cache_config_info``: the KV cache's shape in labels, value 1."""
-        c = self.batcher.config
+        c = self.engine.config
         info = {"block_size": str(c.block_size), "num_gpu_blocks": str(c.kv_blocks),
                 "kv_cache_size_tokens": str(c.kv_blocks * c.block_size),
                 "kv_cache_memory_bytes": str(c.kv_blocks * c.block_size * self.kv_bytes_per_token),
-                "enable_prefix_caching": str(c.enable_prefix_caching), "engine": "0"}
+                "enable_prefix_caching": str(c.engine.enable_prefix_caching), "engine": "0"}
         g = GaugeMetricFamily("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
                               labels=list(info))
         g.add_metric(list(info.values()), 1.0)
@@ -79,9 +79,9 @@ class _EngineMetrics:
         return c
 
     def collect(self):
-        b = self.batcher
-        yield self._gauge("vllm:num_requests_running", "Requests in the running batch", len(b.running))
-        yield self._gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled", len(b.waiting))
+        b = self.engine
+        yield self._gauge("vllm:num_requests_running", "Requests in the running batch", b.running)
+        yield self._gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled", b.waiting)
         yield self._gauge("vllm:kv_cache_usage_perc", "KV-cache usage, 1 = 100%", b.kv_usage)
         yield self._counter("vllm:num_preemptions", "Preemptions", b.preemptions)
         yield self._counter("vllm:prompt_tokens", "Prefilled prompt tokens", b.prompt_tokens)
@@ -95,9 +95,10 @@ class _EngineMetrics:
 
 
 class Emulator:
-    """The server object: owns the batcher, the HTTP app and a client for KV pulls."""
+    """The server object: owns the engine (``engine_loop.EngineLoop``), the HTTP app and a
+    client for KV pulls."""
 
-    def __init__(self, config: EmulatorConfig, batcher_config: BatcherConfig, perf: PerfModel) -> None:
+    def __init__(self, config: EmulatorConfig, engine_config: LoopConfig, perf: PerfModel) -> None:
         self.config, self.perf = config, perf
         self.engine_id = config.engine_id or uuid.uuid4().hex[:12]
         self.registry = CollectorRegistry()
@@ -106,9 +107,9 @@ class Emulator:
             events = KvEventsConfig.from_json(config.kv_events)
             if events.enabled:
                 from baton.emulator.kv_publisher import KvEventPublisher
-                self.publisher = KvEventPublisher(events, batcher_config.block_size)
-        self.batcher = Batcher(batcher_config, perf, RequestTimings(self.registry, config.model), self.publisher)
-        self.registry.register(_EngineMetrics(self.batcher, config.model, perf.kv_bytes_per_token))
+                self.publisher = KvEventPublisher(events, engine_config.block_size)
+        self.engine = EngineLoop(engine_config, perf, RequestTimings(self.registry, config.model), self.publisher)
+        self.registry.register(_EngineMetrics(self.engine, config.model, perf.kv_bytes_per_token))
         self._rooms: dict[int, asyncio.Future] = {}
         self._session: ClientSession | None = None
         self._tasks: list[asyncio.Task] = []
@@ -134,7 +135,7 @@ class Emulator:
 
     async def _start(self, _app: web.Application) -> None:
         self._session = ClientSession(timeout=ClientTimeout(total=None, sock_connect=5))
-        self._tasks.append(asyncio.create_task(self.batcher.run()))
+        self._tasks.append(asyncio.create_task(self.engine.run()))
 
     async def _stop(self, _app: web.Application) -> None:
         for t in self._tasks:
@@ -187,7 +188,7 @@ class Emulator:
             return await self._collect(parsed, seq, ids, stop)
         finally:
             if seq.state is not SeqState.DONE and seq.state is not SeqState.HELD:
-                self.batcher.abort(seq)
+                self.engine.abort(seq)
 
     def _sequence(self, request: web.Request, parsed: ParsedRequest, ids: list[int]) -> Sequence:
         # vLLM's defaults: 16 for completions (an explicit null too), the rest of the context for chat
@@ -196,7 +197,7 @@ class Emulator:
         if len(ids) + max_new > self.config.max_model_len:
             raise ApiError(400, f"prompt ({len(ids)} tokens) plus max_tokens ({max_new}) exceeds "
                                 f"max_model_len {self.config.max_model_len}", param="max_tokens")
-        bc = self.batcher.config
+        bc = self.engine.config
         if blocks_for(len(ids) + max_new, bc.block_size) > bc.kv_blocks:
             raise ApiError(400, "request needs more KV blocks than this instance has", param="max_tokens")
         kvp = parsed.body.get("kv_transfer_params") or {}
@@ -221,13 +222,13 @@ class Emulator:
             if seq.prefill_only and self._sglang_role(body) == "prefill":
                 self._rooms.setdefault(int(body["bootstrap_room"]), asyncio.get_running_loop().create_future())
                 seq.rid = f"room:{body['bootstrap_room']}"
-            self.batcher.submit(seq)
+            self.engine.submit(seq)
             return
         await self._pull_then_decode(seq, *source)
 
     async def _pull_then_decode(self, seq: Sequence, host: str, port: Any, key: dict[str, Any]) -> None:
-        blocks = blocks_for(seq.prompt_len + 1, self.batcher.config.block_size)
-        if not await self.batcher.reserve(blocks, timeout_s=60.0):
+        blocks = blocks_for(seq.prompt_len + 1, self.engine.config.block_size)
+        if not await self.engine.reserve(blocks, timeout_s=60.0):
             raise ApiError(503, "no KV blocks free for the transfer", err_type="server_error")
         try:
             assert self._session is not None
@@ -237,13 +238,13 @@ class Emulator:
         except (OSError, asyncio.TimeoutError, ValueError):
             ok = False
         except BaseException:  # the client went away mid-pull (cancelled): the blocks were for it alone
-            self.batcher.unreserve(blocks)
+            self.engine.unreserve(blocks)
             raise
         if ok:
-            self.batcher.join_decode(seq, blocks)
+            self.engine.join_decode(seq, blocks)
         else:  # like vLLM: a failed pull falls back to prefilling locally
-            self.batcher.unreserve(blocks)
-            self.batcher.submit(seq)
+            self.engine.unreserve(blocks)
+            self.engine.submit(seq)
 
     async def kv_pull(self, request: web.Request) -> web.Response:
         """Side channel: a decode instance reads a held prefill's KV (timed transfer)."""
@@ -258,13 +259,13 @@ class Emulator:
                 await asyncio.wait_for(asyncio.shield(fut), self.config.kv_hold_timeout_s)
             except asyncio.TimeoutError:
                 return web.json_response({"error": "unknown room"}, status=404)
-        seq = self.batcher.held.get(rid)
+        seq = self.engine.held.get(rid)
         if seq is None:
             return web.json_response({"error": f"no held KV for {rid}"}, status=404)
         nbytes = self.perf.kv_bytes(seq.prompt_len)
         gbps = min(self.config.nic_gbps, float(key.get("nic_gbps") or self.config.nic_gbps))
-        await asyncio.sleep(self.perf.transfer_time_s(nbytes, gbps * 1e9 / 8) * self.batcher.config.time_scale)
-        self.batcher.release_held(rid)
+        await asyncio.sleep(self.perf.transfer_time_s(nbytes, gbps * 1e9 / 8) * self.engine.config.time_scale)
+        self.engine.release_held(rid)
         if key.get("room") is not None:
             self._rooms.pop(int(key["room"]), None)
         return web.json_response({"tokens": seq.prompt_len, "bytes": nbytes})
@@ -275,11 +276,11 @@ class Emulator:
             fut = self._rooms.setdefault(int(seq.rid[5:]), asyncio.get_running_loop().create_future())
             if not fut.done():
                 fut.set_result(True)
-        asyncio.get_running_loop().call_later(self.config.kv_hold_timeout_s, self.batcher.release_held, seq.rid)
+        asyncio.get_running_loop().call_later(self.config.kv_hold_timeout_s, self.engine.release_held, seq.rid)
 
     def _transfer_params(self, seq: Sequence) -> dict[str, Any]:
         return {"do_remote_prefill": True, "do_remote_decode": False, "remote_engine_id": self.engine_id,
-                "remote_block_ids": list(range(blocks_for(seq.prompt_len, self.batcher.config.block_size))),
+                "remote_block_ids": list(range(blocks_for(seq.prompt_len, self.engine.config.block_size))),
                 "remote_host": self.config.host, "remote_port": self.config.port,
                 "remote_request_id": seq.rid, "tp_size": 1}
 

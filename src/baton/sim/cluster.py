@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from baton.core.errors import ConfigError
 from baton.core.instance import Role
 from baton.perf.presets import PROFILE_PREFIX, ROUTE_PREFIX, model_route
+from baton.engine_model.flags import engine_from_dict
+from baton.engine_model.flags import typed as _typed
 from baton.engine_model.work import EngineConfig
 
 
@@ -59,16 +61,6 @@ class ClusterSpec:
     @property
     def nic_bytes_per_s(self) -> float:
         return self.nic_gbps * 1e9 / 8.0
-
-
-def _typed(value: Any, kind: type, key: str) -> Any:
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-        raise ConfigError(f"{key}: expected {kind.__name__}, got {value!r}")
-    if kind in (int, float) and value < 0:
-        raise ConfigError(f"{key}: expected a non-negative number, got {value!r}")
-    return value
 
 
 def cluster_from_dict(data: Mapping[str, Any], where: str = "cluster") -> ClusterSpec:
@@ -132,29 +124,6 @@ def check_counts(spec: ClusterSpec, where: str = "cluster") -> None:
         raise ConfigError(f"{where}: the cluster needs an instance that can prefill and one that can "
                           f"decode (prefill {spec.prefill}, decode {spec.decode}, mixed {spec.mixed})")
 
-
-ENGINE_TYPES: dict[str, type] = {"max_num_batched_tokens": int, "max_num_seqs": int, "block_size": int,
-                                 "max_model_len": int, "gpu_memory_utilization": float,
-                                 "kv_buffer_bytes": float, "kv_tokens": int, "reserve_full_sequence": bool,
-                                 "prefix_caching": bool}
-_ENGINE_FIELDS = {"prefix_caching": "enable_prefix_caching"}  # YAML key -> EngineConfig field
-
-
-def engine_from_dict(data: Any, where: str, base: EngineConfig | None = None) -> EngineConfig:
-    """Engine flags from a YAML mapping, over ``base``; errors name the offending key."""
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{where}: expected a mapping")
-    values: dict[str, Any] = {}
-    for key, value in data.items():
-        if key not in ENGINE_TYPES:
-            raise ConfigError(f"{where}.{key}: unknown key; expected one of: {', '.join(sorted(ENGINE_TYPES))}")
-        values[key] = _typed(value, ENGINE_TYPES[key], f"{where}.{key}")
-        if values[key] == 0 and ENGINE_TYPES[key] is not bool and key != "kv_buffer_bytes":
-            raise ConfigError(f"{where}.{key}: expected a positive number, got 0")
-    if values.get("gpu_memory_utilization", 0.5) > 1.0:
-        raise ConfigError(f"{where}.gpu_memory_utilization: expected a fraction in (0, 1], "
-                          f"got {values['gpu_memory_utilization']}")
-    return replace(base or EngineConfig(), **{_ENGINE_FIELDS.get(k, k): v for k, v in values.items()})
 
 
 def check_engines(spec: ClusterSpec, where: str = "cluster") -> None:
