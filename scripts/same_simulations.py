@@ -1,6 +1,6 @@
 """Whether the code in this checkout simulates exactly as a git revision does.
 
-    python scripts/same_simulations.py REV [--policies a,b,...] [--requests N] [--workloads a,b,...]
+    python scripts/same_simulations.py REV [--policies a,b,...] [--requests N] [--workloads a,b,...] [--show]
 
 Runs the same simulations under ``REV`` (exported with ``git archive`` to a temporary
 directory) and under the working tree, each in its own process, and compares every figure
@@ -11,7 +11,9 @@ trace, 2 req/s), ``azure-code`` and ``azure-conv`` (the Azure 2023 traces, 5 and
 ``reasoning`` (the synthetic long-output workload, 3 req/s); a trace absent from
 ``../shared/traces/`` is skipped and named, and a run that compares nothing exits 2.
 A speed-up that claims to change no simulation is checked with it; it exits 1 and names
-the runs that differ, 0 when all agree.
+the runs that differ, 0 when all agree. ``--show`` prints, under each run that differs, the
+headline figures before and after (mean and p99 TTFT, mean TPOT, p99 TBT, SLO attainment,
+preemptions) with the relative change.
 """
 
 from __future__ import annotations
@@ -86,6 +88,20 @@ def differing(before: dict, after: dict) -> list[str]:
             if json.dumps(before[run], sort_keys=True) != json.dumps(after.get(run), sort_keys=True)]
 
 
+SHOWN = ("mean_ttft_s", "p99_ttft_s", "mean_tpot_s", "p99_tbt_s", "slo_attainment", "preemptions")
+
+
+def show(before: dict, after: dict) -> str:
+    """The headline figures of one run, before -> after (relative change)."""
+    parts = []
+    for key in SHOWN:
+        a, b = before.get(key), after.get(key)
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+            change = f" ({(b - a) / a:+.2%})" if a else ""
+            parts.append(f"{key} {a:.4g} -> {b:.4g}{change}")
+    return "         " + "; ".join(parts)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("rev", help="the git revision to compare against (e.g. HEAD~1)")
@@ -93,6 +109,7 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=600)
     ap.add_argument("--workloads", default="sessions,mooncake",
                     help=f"a comma-separated list of {', '.join(WORKLOADS)}")
+    ap.add_argument("--show", action="store_true", help="print the headline figures of each run that differs")
     args = ap.parse_args()
     unknown = sorted(set(args.workloads.split(",")) - set(WORKLOADS))
     if unknown:
@@ -107,6 +124,8 @@ def main() -> int:
     differ = differing(before, after)
     for run in before:
         print(f"{'DIFFERS' if run in differ else 'same   '}  {run}")
+        if args.show and run in differ and run in after:
+            print(show(before[run], after[run]))
     ran = {run.split(",")[0] for run in before}
     for name in args.workloads.split(","):
         if name not in ran:

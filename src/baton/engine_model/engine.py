@@ -115,10 +115,12 @@ class Engine(KvBlocks):
         st, table = self.state, self.state.decodes
         self._admit_joins(now_s)
         self.started = []
+        before = len(self.preempted)  # the list is the caller's to read and clear
         self.chunks = self._schedule_running()
+        preempted = len(self.preempted) > before
         # vLLM admits nothing in a step that preempted; if that step would be empty, the
         # next one (which admits) follows at once
-        if not self.preempted or (not self.chunks and table.n == 0):
+        if not preempted or (not self.chunks and table.n == 0):
             self.chunks += self._admit_waiting(table.n, self.chunks)
         self.count_requests()
         if not self.chunks and table.n == 0:
@@ -135,7 +137,7 @@ class Engine(KvBlocks):
         iter0 = self.perf.iteration_time_s(shape)
         max_iters, slope = 1, 0.0
         # after a preemption vLLM admits nothing until the next iteration: replan then
-        if self.closed_form and not self.chunks and not (self.preempted and self.waiting):
+        if self.closed_form and not self.chunks and not (preempted and self.waiting):
             grown = BatchShape(n_decodes=table.n, decode_ctx_tokens=table.ctx_sum + table.n,
                                decode_ctx_cv2=self._cv2)
             slope = self.perf.iteration_time_s(grown) - iter0

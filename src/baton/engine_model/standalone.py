@@ -79,6 +79,7 @@ class Standalone:
     def plan(self, now_s: float) -> float | None:
         """Form the next iteration at ``now_s``; its end time, or None when idle."""
         end_s = self.engine.plan(now_s)
+        self.engine.preempted.clear()  # the engine counts them (``preemptions``); nobody else reads them
         self._rows = self.engine.state.decodes.col("req_id").tolist() if end_s is not None else []
         return end_s
 

@@ -77,6 +77,7 @@ class Simulator:
         self.events = EventQueue()
         self.now = 0.0
         self._open = 0
+        self._settling: int | None = None  # the engine whose segment end is being handled
         self._progress = progress
         # a context must fit every instance it may land on (capacities differ by role)
         self._max_tokens = min(blocks) * bs if blocks else 0
@@ -126,7 +127,10 @@ class Simulator:
         return keys
 
     def kick(self, instance_id: int) -> None:
-        """Make an engine notice new work: plan if idle, else cut its segment."""
+        """Make an engine notice new work: plan if idle, else cut its segment. An engine
+        whose segment end is being handled plans once, when all of it is handled."""
+        if instance_id == self._settling:
+            return
         eng = self.engines[instance_id]
         if not eng.busy:
             end = eng.plan(self.now)
@@ -194,6 +198,10 @@ class Simulator:
         if version != eng.version or not eng.busy:
             return
         result = eng.finish(self.now)
+        # Every request the segment finished, prefilled or recomputed is placed before the
+        # engine plans again (as vLLM's next step sees all of the last one's outputs): a
+        # colocated prefill joining the batch must not plan it before the next one joins.
+        self._settling = instance_id
         self.recorder.segment_gaps(result)
         for rid, t in result.first_tokens:
             self.states[rid].first_token_s = t
@@ -210,6 +218,7 @@ class Simulator:
         if self.scheduler.observes and result.gaps is not None:
             self.scheduler.observe(self.view, DecodeProgress(
                 instance_id, result.iterations, result.mean_iteration_s, self.now))
+        self._settling = None
         self.retry_receives(instance_id)
         self.kick(instance_id)
 
