@@ -5,7 +5,7 @@ a workload gives (``Request.prefix_ids``)."""
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -125,3 +125,22 @@ def vllm_block_hashes(token_ids: list[int], block_size: int, seed: str = VLLM_NO
         parent = sha((parent, tuple(token_ids[i * block_size:(i + 1) * block_size]), None))
         out.append(int.from_bytes(parent, "big") & ((1 << 64) - 1))
     return out
+
+
+class RequestKeys:
+    """Requests' block keys (``block_keys``) by request id and block size, each computed
+    once until ``drop``: an engine looks a waiting request up every iteration."""
+
+    def __init__(self, request_of: Callable[[int], Request]) -> None:
+        self.request_of = request_of
+        self._keys: dict[tuple[int, int], tuple[int, ...]] = {}
+
+    def __call__(self, req_id: int, block_size: int) -> tuple[int, ...]:
+        keys = self._keys.get((req_id, block_size))
+        if keys is None:
+            keys = self._keys[(req_id, block_size)] = block_keys(self.request_of(req_id), block_size)
+        return keys
+
+    def drop(self, req_id: int, block_size: int) -> None:
+        """Forget a request's keys (it ended)."""
+        self._keys.pop((req_id, block_size), None)

@@ -58,6 +58,12 @@ class ClusterSpec:
             return self.decode_engine
         return self.engine
 
+    def max_model_len(self, model_limit_tokens: int | None) -> int | None:
+        """The longest prompt + output the cluster serves (tokens): the smallest of the
+        engines' ``max_model_len`` flags, each defaulting to the model's own limit."""
+        lens = [n for n in (self.engine_for(r).max_model_len or model_limit_tokens for r in self.roles()) if n]
+        return min(lens) if lens else None
+
     @property
     def nic_bytes_per_s(self) -> float:
         return self.nic_gbps * 1e9 / 8.0

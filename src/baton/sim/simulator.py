@@ -31,7 +31,7 @@ from baton.sim.handoffs import Handoffs
 from baton.sim.migration import Migrator
 from baton.sim.network import Flow, Network
 from baton.sim.port import FlowKind, FlowTag
-from baton.core.prefix import block_keys
+from baton.core.prefix import RequestKeys
 from baton.sim.recorder import Recorder, SimResult
 
 
@@ -59,8 +59,8 @@ class Simulator:
         blocks = [perf.kv_tokens_for(cfg.memory_flags()) // bs for cfg in configs]
         self.block_size = bs
         self.instances = {i: InstanceState(i, role, blocks[i], bs) for i, role in enumerate(roles)}
-        self._keys: dict[tuple[int, int], tuple[int, ...]] = {}  # (request, block size) -> block keys
-        keys = self._block_keys if any(r.prefix_ids for r in self.requests) else None
+        self._keys = RequestKeys(lambda req_id: self.states[req_id].request)
+        keys = self._keys if any(r.prefix_ids for r in self.requests) else None
         self.engines = {i: Engine(s, configs[i], perf, closed_form, keys) for i, s in self.instances.items()}
         self.states: dict[int, RequestState] = {}
         self.view = ClusterView(self.instances, self.states, info, EngineCaches(self.engines))
@@ -81,10 +81,7 @@ class Simulator:
         self._progress = progress
         # a context must fit every instance it may land on (capacities differ by role)
         self._max_tokens = min(blocks) * bs if blocks else 0
-        # an engine's --max-model-len, else the model's own context limit
-        lens = [cfg.max_model_len or perf.max_model_len for cfg in configs]
-        lens = [n for n in lens if n is not None]
-        self._max_model_len = min(lens) if lens else None
+        self._max_model_len = cluster.max_model_len(perf.max_model_len)
 
     # --- event loop ----------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -111,20 +108,11 @@ class Simulator:
             self.counters.events += 1
             handlers[kind](*payload)
         if self._open > 0:
-            stuck = [s.req_id for s in self.states.values() if not s.done][:5]
-            raise SimulationError(f"simulation stalled at t={self.now:.3f}s with {self._open} "
-                                  f"requests open (e.g. {stuck})")
+            raise self._stalled("")
         self._on_sample()
         return self.recorder.result(self.now, wall0, sum(e.preemptions for e in self.engines.values()),
                                     self.net.bytes_moved, self.scheduler.report(),
                                     {i: e.cache.stats for i, e in self.engines.items() if e.cache is not None})
-
-    def _block_keys(self, req_id: int, block_size: int) -> tuple[int, ...]:
-        """A request's block keys, computed once per run (requests that end drop theirs)."""
-        keys = self._keys.get((req_id, block_size))
-        if keys is None:
-            keys = self._keys[(req_id, block_size)] = block_keys(self.states[req_id].request, block_size)
-        return keys
 
     def kick(self, instance_id: int) -> None:
         """Make an engine notice new work: plan if idle, else cut its segment. An engine
@@ -174,7 +162,7 @@ class Simulator:
         st = RequestState(req)
         self.states[req.req_id] = st
         if self.scheduler.needs_prefix_keys:
-            st.block_keys = self._block_keys(req.req_id, self.block_size)[:req.prompt_tokens // self.block_size]
+            st.block_keys = self._keys(req.req_id, self.block_size)[:req.prompt_tokens // self.block_size]
         if self._max_model_len is not None and req.prompt_tokens + req.output_tokens > self._max_model_len:
             return self.reject(st, "context")
         if req.prompt_tokens + req.output_tokens > self._max_tokens:
@@ -198,9 +186,8 @@ class Simulator:
         if version != eng.version or not eng.busy:
             return
         result = eng.finish(self.now)
-        # Every request the segment finished, prefilled or recomputed is placed before the
-        # engine plans again (as vLLM's next step sees all of the last one's outputs): a
-        # colocated prefill joining the batch must not plan it before the next one joins.
+        # All the segment's outputs are placed before the engine plans again, as vLLM's next
+        # step sees them all: a colocated prefill joining must not plan before the next joins
         self._settling = instance_id
         self.recorder.segment_gaps(result)
         for rid, t in result.first_tokens:
@@ -328,7 +315,7 @@ class Simulator:
         st.generated_tokens = st.request.output_tokens
         self.migrator.cancel(st.req_id)
         self.watch_owner.pop(st.req_id, None)
-        self._keys.pop((st.req_id, self.block_size), None)
+        self._keys.drop(st.req_id, self.block_size)
         self.recorder.ended(st)
         self._open -= 1
         if self.scheduler.observes:
@@ -337,7 +324,7 @@ class Simulator:
     def reject(self, st: RequestState, reason: str) -> None:
         st.phase, st.reject_reason = Phase.REJECTED, reason
         bookings.drop_bookings(self.instances, st)
-        self._keys.pop((st.req_id, self.block_size), None)
+        self._keys.drop(st.req_id, self.block_size)
         self.recorder.ended(st)
         self._open -= 1
 
@@ -381,6 +368,11 @@ class Simulator:
         else:
             self.pending_watch[decision.req_id] = decision.context_tokens
 
+    def _stalled(self, why: str) -> SimulationError:
+        stuck = [s.req_id for s in self.states.values() if not s.done][:5]
+        return SimulationError(f"simulation stalled at t={self.now:.3f}s with {self._open} requests open "
+                               f"(e.g. {stuck}){why}")
+
     def _on_scrape(self) -> None:
         """Read every engine's metrics; policies see them ``delay_s`` later."""
         samples = tuple((i, inst.engine_sample(self.now)) for i, inst in self.instances.items())
@@ -401,8 +393,6 @@ class Simulator:
             self._progress(self.now, len(self.recorder.records), len(self.requests))
         if self._open > 0 and self.events.work == 0 and not self.net.flows \
                 and not any(e.busy for e in self.engines.values()) and not self.handoffs.recompute_a_stuck_one():
-            stuck = [s.req_id for s in self.states.values() if not s.done][:5]
-            raise SimulationError(f"simulation stalled at t={self.now:.3f}s: {self._open} requests open "
-                                  f"(e.g. {stuck}) and nothing left to run")
+            raise self._stalled(" and nothing left to run")
         if self._open > 0:
             self.events.push(self.now + self.sample_interval_s, SAMPLE, ())
