@@ -6,7 +6,10 @@ The emulator advances ``baton.engine_model`` one iteration at a time on wall-clo
 keeping the ideal schedule (``emulator/engine_loop.py``); the simulator advances the same
 model on its event clock, many iterations per segment. Arrivals are taken where the
 engine sees them (the emulator's submit), so HTTP's own delay is not counted; what is left
-is the event loop's wake-up and the stream's delivery, well under ``TOLERANCE_S``. Each
+is the event loop's wake-up and the stream's delivery, well under ``TOLERANCE_S``. An event
+loop stalled for longer than the emulator's catch-up allowance (50 ms: a machine busy with
+something else) makes its schedule slip; the emulator says by how much (``slipped_s``),
+and the tolerance grows by exactly that. Each
 trace mixes chunked prefills (prompts over ``max_num_batched_tokens``), prefills batched
 with decodes, and finishing requests; the tight one runs out of KV blocks, so requests
 are preempted and recomputed on both clocks."""
@@ -30,7 +33,7 @@ from baton.sim import ClusterSpec, simulate
 
 PRESET = "llama-3.1-8b@a100-80g"
 TIME_SCALE = 4.0  # iterations of 40-120 ms: the wake-up jitter is small beside them
-TOLERANCE_S = 0.005
+TOLERANCE_S = 0.010  # the smallest iteration here is 40 ms: any difference in scheduling shows
 LEAD_S = 0.05
 # (arrival s, prompt tokens, output tokens): chunked long prompts, overlaps, short answers
 MIXED = [(0.00, 900, 12), (0.03, 200, 30), (0.05, 2500, 8), (0.20, 64, 40), (0.21, 1200, 5),
@@ -57,8 +60,9 @@ async def _stream(session: aiohttp.ClientSession, url: str, i: int, prompt: int,
 
 
 async def _serve_trace(trace: list[tuple[float, int, int]], engine: EngineConfig,
-                       kv_blocks: int) -> tuple[dict[int, float], dict[int, list[float]]]:
-    """Run the trace against one emulator: (engine-side arrival s, token times s) by request."""
+                       kv_blocks: int) -> tuple[dict[int, float], dict[int, list[float]], float]:
+    """Run the trace against one emulator: (engine-side arrival s, token times s) by
+    request, and how far the emulator's schedule slipped (s)."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
@@ -85,13 +89,14 @@ async def _serve_trace(trace: list[tuple[float, int, int]], engine: EngineConfig
             tokens = await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(len(trace)))), 120)
     finally:
         await runner.cleanup()
-    return arrivals, dict(enumerate(tokens))
+    return arrivals, dict(enumerate(tokens)), emulator.engine.slipped_s
 
 
 @pytest.mark.parametrize("trace, kv_tokens", [(MIXED, 40_000), (GROWING, 1_600)], ids=["mixed", "preempting"])
 def test_emulator_token_times_equal_the_simulators(trace, kv_tokens):
     engine = EngineConfig(max_num_batched_tokens=1024, max_num_seqs=8, block_size=16, kv_tokens=kv_tokens)
-    arrivals, tokens = asyncio.run(_serve_trace(trace, engine, kv_tokens // engine.block_size))
+    arrivals, tokens, slipped_s = asyncio.run(_serve_trace(trace, engine, kv_tokens // engine.block_size))
+    assert slipped_s < 0.5, f"the event loop stalled {slipped_s:.2f} s in all: nothing to compare"
     # what the tokens are, block by block (no two requests share one), so that the simulated
     # engine's prefix cache serves a recomputed context from its own freed blocks as the
     # emulator's does (it knows the tokens)
@@ -107,4 +112,4 @@ def test_emulator_token_times_equal_the_simulators(trace, kv_tokens):
         first_s, last_s = rec.arrival_s + rec.ttft_s, rec.arrival_s + rec.e2e_s
         off += [(rec.req_id, "first", got[0] - first_s), (rec.req_id, "last", got[-1] - last_s)]
     worst = max(off, key=lambda o: abs(o[2]))
-    assert abs(worst[2]) <= TOLERANCE_S, (worst, off)
+    assert abs(worst[2]) <= TOLERANCE_S + slipped_s, (worst, slipped_s, off)

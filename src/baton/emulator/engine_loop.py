@@ -145,6 +145,7 @@ class EngineLoop:
         self._reserving = 0
         self._idle = True
         self._leaving: set[int] = set()  # aborted in the running iteration: forgotten at its end
+        self.slipped_s = 0.0  # how far the schedule slipped behind the ideal one (a stalled event loop)
 
     # --- reads -----------------------------------------------------------------------
     @property
@@ -237,7 +238,9 @@ class EngineLoop:
         loop = asyncio.get_running_loop()
         clock_s = loop.time()
         while True:
-            clock_s = max(clock_s, loop.time() - MAX_LAG_S)
+            if clock_s < loop.time() - MAX_LAG_S:  # the event loop stalled: the schedule slips
+                self.slipped_s += loop.time() - MAX_LAG_S - clock_s
+                clock_s = loop.time() - MAX_LAG_S
             end_s = self.model.plan(clock_s)
             self._mark_scheduled()
             if end_s is None:

@@ -157,8 +157,9 @@ class Engine(KvBlocks):
         table = self.state.decodes
         while self.joins and table.n + self.admitted < self.cfg.max_num_seqs:
             j = self.joins.popleft()
-            self.admit_seq += 1
-            table.add(j.req_id, j.ctx, j.generated, j.stop_at, self.admit_seq, j.blocks, j.watch_ctx,
+            if not j.admit_seq:  # KV from elsewhere: it enters the running order now
+                self.admit_seq += 1
+            table.add(j.req_id, j.ctx, j.generated, j.stop_at, j.admit_seq or self.admit_seq, j.blocks, j.watch_ctx,
                       joined_s=now_s)
             self.state.drop_incoming(j.req_id)
             self.new_rows[j.req_id] = j.last_token_s

@@ -105,5 +105,6 @@ class Standalone:
             self.engine.free_request(rid, item.blocks, item.total_tokens)
             return [Emission(rid, Step.TOKEN), Emission(rid, Step.DONE)]
         self.engine.state.add_incoming(rid, item.total_tokens + 1)
-        self.engine.add_join(DecodeJoin(rid, item.total_tokens + 1, generated, item.stop_at, item.blocks, now_s))
+        self.engine.add_join(DecodeJoin(rid, item.total_tokens + 1, generated, item.stop_at, item.blocks, now_s,
+                                        admit_seq=item.admit_seq))
         return [Emission(rid, Step.TOKEN)]

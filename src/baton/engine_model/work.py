@@ -70,6 +70,7 @@ class DecodeJoin:
     blocks: int
     last_token_s: float | None
     watch_ctx: int | None = None
+    admit_seq: int = 0  # a prefill continuing here keeps its admission's place (vLLM's running order); 0: new here
 
 
 @dataclass(slots=True, frozen=True)

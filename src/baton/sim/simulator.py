@@ -231,7 +231,7 @@ class Simulator:
             # colocated: the prefill's own iteration samples the first token
             st.first_token_s = st.last_token_s = self.now
             st.generated_tokens = 1
-            return self.join(instance_id, st, st.request.prompt_tokens + 1, 1, item.blocks)
+            return self.join(instance_id, st, st.request.prompt_tokens + 1, 1, item.blocks, item.admit_seq)
         done_s = self.handoffs.prefill_done(st.req_id, instance_id, dst, item.blocks)
         if done_s is not None:
             self.events.push(done_s, XFER_DONE, (st.req_id,))
@@ -247,10 +247,11 @@ class Simulator:
         if generated >= item.stop_at:
             self.engines[instance_id].free_request(st.req_id, item.blocks, item.total_tokens)
             return self.finish(st)
-        self.join(instance_id, st, item.total_tokens + 1, generated, item.blocks)
+        self.join(instance_id, st, item.total_tokens + 1, generated, item.blocks, item.admit_seq)
 
-    def join(self, instance_id: int, st: RequestState, ctx: int, generated: int, blocks: int) -> None:
-        """``st``'s KV is here (``ctx`` tokens in ``blocks`` already taken): join the decode batch."""
+    def join(self, instance_id: int, st: RequestState, ctx: int, generated: int, blocks: int,
+             admit_seq: int = 0) -> None:
+        """``st``'s KV is here (``ctx`` tokens in ``blocks``): join the batch (``admit_seq``: a prefill continuing here keeps its place)."""
         self.recorder.new_work(self.now, instance_id, Role.DECODE)
         st.phase, st.decode_instance = Phase.DECODE_WAIT, instance_id
         st.visit(instance_id)
@@ -260,7 +261,7 @@ class Simulator:
         watch = self.pending_watch.pop(st.req_id, None)
         self.engines[instance_id].add_join(DecodeJoin(
             st.req_id, ctx, generated, st.request.output_tokens, blocks,
-            st.last_token_s if generated else None, watch))
+            st.last_token_s if generated else None, watch, admit_seq))
         st.phase = Phase.DECODE
         if st.decode_start_s is None:
             st.decode_start_s = self.now
