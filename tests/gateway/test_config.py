@@ -37,6 +37,7 @@ def test_admin_token_from_environment(monkeypatch):
     ({"engines": [ENGINE], "port": "80"}, "port"),
     ({"engines": [ENGINE], "pd_protocol": "carrier-pigeon"}, "pd_protocol"),
     ({"engines": [ENGINE], "max_inflight": 0}, "max_inflight"),
+    ({"engines": [ENGINE], "link_gbps": 0}, "link_gbps"),
     ({"engines": [ENGINE], "listen": 1}, "listen"),
 ])
 def test_errors_name_the_key(raw, where):

@@ -157,3 +157,9 @@ def test_policies_see_engine_metrics_as_scraped_and_own_bookings_exact():
     assert c.view.prefill_load(0) >= 320    # the gateway's own booking, at once
     c.record_scrape(1, ScrapeSample(1.0, running=1))
     assert c.view.running_requests(1) == 1 and c.view.waiting_requests(1) == 0
+
+
+def test_instances_carry_the_configured_link_for_policies():
+    c = LiveCluster(Clock(), default_kv_blocks=100, block_size=16, link_gbps=25.0)
+    iid = c.add_engine(EngineSpec("http://d:1", Role.DECODE, "d"))
+    assert c.view.link_bytes_per_s(iid) == c.instances[iid].link_bytes_per_s == 25e9 / 8

@@ -18,11 +18,12 @@ def ares(**params):
     return build_scheduler(cfg, PolicyContext(np.random.default_rng(0), PERF)).stages[0]
 
 
-def view_of(instances_spec, capacity_blocks=50_000):
-    """instances_spec: per decode instance, a list of (context tokens, generated, output length)."""
+def view_of(instances_spec, capacity_blocks=50_000, link_gbps=25.0):
+    """instances_spec: per decode instance, a list of (context tokens, generated, output
+    length); links of ``link_gbps`` (ARES's testbed: 25 Gb/s)."""
     instances, states, rid = {}, {}, 0
     for i, reqs in enumerate(instances_spec):
-        inst = InstanceState(i, Role.DECODE, capacity_blocks, 16)
+        inst = InstanceState(i, Role.DECODE, capacity_blocks, 16, link_bytes_per_s=link_gbps * 1e9 / 8)
         inst.recent_iteration_s = 0.03
         for ctx, gen, out in reqs:
             rid += 1
@@ -130,3 +131,11 @@ def test_preempted_waiting_requests_count_as_load_but_only_move_when_asked():
     moved = ares(move_preempted=True).tick(view)
     waiting_moves = [d for d in moved if d.req_id == rid]
     assert waiting_moves and waiting_moves[0].mode.value == "recompute" and waiting_moves[0].target_instance == 2
+
+
+def test_the_migration_cost_is_read_from_the_cluster_link_not_guessed():
+    """The same long request on an overloaded instance: worth moving over a fast link,
+    not over one so slow that its KV takes longer than its remaining tokens."""
+    spec = [[LONG, LONG, LONG], []]
+    assert len(ares().tick(view_of(spec, link_gbps=100.0))) == 1
+    assert ares().tick(view_of(spec, link_gbps=0.001)) == []

@@ -135,3 +135,12 @@ def test_live_kairos_makes_no_re_fits_the_engine_cannot_apply():
     view = view_of([(P, [], []), (D, [3000], BUSY)])
     view.request(100).chunk_limit_tokens = 2048
     assert kairos(max_chunk_tokens=2048, fixed_chunk=True).tick(view) == []
+
+
+@pytest.mark.parametrize("link_gbps, want_s", [(100.0, 8e-3), (10.0, 80e-3)])
+def test_the_pd_paths_transfer_is_timed_over_the_prefill_instances_link(link_gbps, want_s):
+    """1,000 prompt tokens x 100 kB = 100 MB of KV: 8 ms at 100 Gb/s, 80 ms at 10 (the
+    runtime's link, not a guess of the policy's)."""
+    view = view_of([(P, [], []), (D, [], [])])
+    view.instance(0).link_bytes_per_s = link_gbps * 1e9 / 8
+    assert kairos().transfer_s(view, 1000, 0) == pytest.approx(want_s)

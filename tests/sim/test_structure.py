@@ -53,3 +53,11 @@ def test_no_simulator_or_engine_model_module_reaches_400_lines():
     files = [*SIM.glob("*.py"), *(SRC / "engine_model").glob("*.py")]
     sizes = {f"{p.parent.name}/{p.name}": len(p.read_text().splitlines()) for p in files}
     assert all(n < 400 for n in sizes.values()), sizes
+
+
+def test_instances_carry_the_simulated_clusters_link_for_policies():
+    from baton.sim import ClusterSpec, EngineConfig
+    sim, _ = run([req(0, 0.0, 100, 5)], cluster=ClusterSpec(prefill=1, decode=2, engine=EngineConfig(512, 32, 16),
+                                                              nic_gbps=25))
+    assert {inst.link_bytes_per_s for inst in sim.instances.values()} == {25e9 / 8}
+    assert sim.view.link_bytes_per_s() == 25e9 / 8

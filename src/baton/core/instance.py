@@ -115,6 +115,9 @@ class InstanceState:
     sample: EngineSample | None = None  # the last scrape policies may see (scraped views)
     # the dirty set of the load columns this instance is registered with (core.load_columns)
     load_dirty: set[int] | None = None
+    # its link for KV (bytes/s): a fact of the cluster the runtime sets (the simulated
+    # cluster's nic_gbps, the gateway's link_gbps); policies read it here, never guess it
+    link_bytes_per_s: float = 100e9 / 8
 
     def __post_init__(self) -> None:
         self.decodes.on_change = self.touch

@@ -75,6 +75,12 @@ class ClusterView:
     def instance(self, instance_id: int) -> InstanceState:
         return self._instances[instance_id]
 
+    def link_bytes_per_s(self, *instance_ids: int) -> float:
+        """The KV link (bytes/s) a move between ``instance_ids`` gets: the slowest of
+        theirs (of every instance's when none is named). A cluster fact the runtime sets."""
+        ids = instance_ids or tuple(self._instances)
+        return min((self._instances[i].link_bytes_per_s for i in ids), default=100e9 / 8)
+
     def has_instance(self, instance_id: int) -> bool:
         """Whether ``instance_id`` is an instance of this cluster (healthy or not)."""
         return instance_id in self._instances

@@ -65,6 +65,7 @@ class GatewayConfig:
     # others' activity from it); also BATON_METRICS_TOKEN
     metrics_token: str | None = None
     scrape_interval_s: float = 1.0
+    link_gbps: float = 100.0  # each engine's link for KV (Gb/s): what policies cost a KV move at
     unhealthy_after_failures: int = 3
     scrape_timeout_s: float = 5.0
     max_inflight: int = 1024
@@ -249,7 +250,7 @@ def _hidden_key(raw: Mapping[str, Any], where: str, admin: bool) -> str | None:
 
 
 _SCALARS = {"host": str, "port": int, "model": str, "preset": str, "pd_protocol": str,
-            "admin_token": str, "metrics_token": str, "scrape_interval_s": (int, float), "scrape_timeout_s": (int, float), "unhealthy_after_failures": int,
+            "admin_token": str, "metrics_token": str, "scrape_interval_s": (int, float), "link_gbps": (int, float), "scrape_timeout_s": (int, float), "unhealthy_after_failures": int,
             "max_inflight": int, "max_inflight_per_client": int, "client_write_timeout_s": (int, float),
             "max_body_bytes": int, "upstream_timeout_s": (int, float),
             "connect_timeout_s": (int, float), "max_recoveries": int, "max_engine_deaths": int,
@@ -296,7 +297,7 @@ def parse_config(raw: Any, source: str = "config") -> GatewayConfig:
                         api_keys=parse_api_keys(raw.get("api_keys"), raw.get("api_keys_file")), **kwargs)
     _require(cfg.log_level.upper() in LOG_LEVELS, "log_level", f"expected one of {', '.join(LOG_LEVELS)}")
     _require(cfg.pd_protocol in PD_PROTOCOLS, "pd_protocol", f"expected one of {', '.join(PD_PROTOCOLS)}")
-    for key in ("scrape_interval_s", "scrape_timeout_s", "max_inflight", "max_body_bytes", "upstream_timeout_s",
+    for key in ("scrape_interval_s", "link_gbps", "scrape_timeout_s", "max_inflight", "max_body_bytes", "upstream_timeout_s",
                 "connect_timeout_s", "block_size", "unhealthy_after_failures", "max_engine_deaths", "death_window_s",
                 "default_max_tokens", "decisions_log_size", "first_token_timeout_factor",
                 "first_token_timeout_base_s", "token_timeout_factor", "token_timeout_min_s",

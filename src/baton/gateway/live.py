@@ -54,8 +54,8 @@ class LiveCluster:
     the gateway started; every mutation refreshes the instance's effective KV usage."""
 
     def __init__(self, clock: Callable[[], float], default_kv_blocks: int, block_size: int,
-                 scrape_interval_s: float = 1.0) -> None:
-        self.clock = clock
+                 scrape_interval_s: float = 1.0, link_gbps: float = 100.0) -> None:
+        self.clock, self.link_bytes_per_s = clock, link_gbps * 1e9 / 8
         self.default_kv_blocks, self.block_size = default_kv_blocks, block_size
         self.instances: dict[int, InstanceState] = {}
         self.engines: dict[int, LiveEngine] = {}
@@ -77,7 +77,7 @@ class LiveCluster:
         iid = self._next_instance
         self._next_instance += 1
         self.instances[iid] = InstanceState(iid, spec.role, spec.kv_blocks or self.default_kv_blocks,
-                                            self.block_size)
+                                            self.block_size, link_bytes_per_s=self.link_bytes_per_s)
         self.engines[iid] = LiveEngine(spec)
         self.view.invalidate_roles()
         return iid

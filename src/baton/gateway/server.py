@@ -49,7 +49,7 @@ class Gateway(Front):
         perf = presets.build(config.preset)
         self._t0 = time.monotonic()  # the clock starts again when the server starts
         cluster = LiveCluster(lambda: time.monotonic() - self._t0, perf.kv_capacity_tokens // config.block_size,
-                              config.block_size, config.scrape_interval_s)
+                              config.block_size, config.scrape_interval_s, config.link_gbps)
         engines = Engines(config, cluster, perf)
         for spec in config.engines:
             engines.add(spec)

@@ -55,7 +55,7 @@ class Ares(Stage):
     def __init__(self, context: PolicyContext, estimator: str = "survival", interval_s: float = 1.0,
                  horizon_tokens: int = 2000, horizon_steps: int = 8, beta: float = 0.8, theta: float = 0.1,
                  max_migrations: int = 1, max_per_instance: int = 1, mode: str = "live",
-                 link_gbps: float = 25.0, repredict_tokens: int = 20, memory_headroom: float = 0.95,
+                 repredict_tokens: int = 20, memory_headroom: float = 0.95,
                  max_targets: int = 32, move_preempted: bool = False, estimator_params: dict | None = None,
                  trigger: str = "variance") -> None:
         super().__init__(context)
@@ -81,7 +81,6 @@ class Ares(Stage):
         self.weights = np.concatenate([[1.0], self.beta])  # σ0² plus the weighted future terms
         self.max_migrations, self.max_per_instance = max_migrations, max_per_instance
         self.mode = MigrationMode(mode)
-        self.link_bytes_per_s = link_gbps * 1e9 / 8
         self.k = max(1, repredict_tokens)
         self.headroom = memory_headroom
         self.max_targets = max(1, max_targets)
@@ -166,13 +165,14 @@ class Ares(Stage):
         return w > (1 + self.theta) * bar, loads[:, 0] < (1 + self.theta) * bar
 
     def candidates(self, iter_s: np.ndarray, owner: np.ndarray, ctx: np.ndarray,
-                   remaining: np.ndarray, over: np.ndarray, req_ids: np.ndarray) -> np.ndarray:
+                   remaining: np.ndarray, over: np.ndarray, req_ids: np.ndarray, link: np.ndarray) -> np.ndarray:
         """Phase 2 (first filter): rows of requests on overloaded instances whose predicted
-        remaining tokens exceed the migration cost in iterations."""
+        remaining tokens exceed the migration cost in iterations (its KV over the link of
+        the instance it is on, ``link`` in bytes/s by position)."""
         rows = np.flatnonzero(over[owner])
         if rows.size == 0:
             return rows
-        cost_iters = self.context.perf.kv_bytes(1) * ctx[rows] / self.link_bytes_per_s / iter_s[owner[rows]]
+        cost_iters = self.context.perf.kv_bytes(1) * ctx[rows] / link[owner[rows]] / iter_s[owner[rows]]
         keep = (remaining[rows] > cost_iters) | (self.static & (remaining[rows] >= 0))
         moving = np.isin(req_ids[rows], np.fromiter(self.in_flight, dtype=np.int64, count=len(self.in_flight)))
         return rows[keep & ~moving]
@@ -216,6 +216,7 @@ class Ares(Stage):
         capacity = np.array([view.instance(int(i)).kv_blocks_total * view.instance(int(i)).block_size_tokens
                              for i in ids], dtype=np.float64) * self.headroom
         iter_s = np.array([max(view.token_interval_s(int(i)), 1e-4) for i in ids])
+        link = np.array([view.link_bytes_per_s(int(i)) for i in ids])
         busy = self._busy(ids)
         need = np.where(self.static, ctx, ctx + remaining)  # the request's final size
         if not self.move_preempted:
@@ -225,7 +226,7 @@ class Ares(Stage):
             over, under = self.classify(loads)
             if self.trigger == "overflow":  # sources only where projected KV outgrows the capacity
                 over &= loads.max(axis=1) > capacity
-            rows = self.candidates(iter_s, owner, ctx, remaining, over & ~busy, req_ids)
+            rows = self.candidates(iter_s, owner, ctx, remaining, over & ~busy, req_ids, link)
             move = self.best_move(loads, traj, rows, owner, self.targets(loads, under & ~busy), capacity, need)
             if move is None:
                 break

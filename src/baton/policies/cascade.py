@@ -9,15 +9,14 @@ length-homogeneous.
   ``cascade_plan`` (exact DP by default, ``exact: false`` for the two-phase heuristic),
   costed by the QoE model the runtime fits for its perf model (``context.extras["qoe"]``),
   on the period's statistics: the snapshots of sequences in flight (queued prefills
-  included) taken at every tick of the period, pooled and thinned by the number of
-  snapshots to one concurrent population (``plan_window: false`` plans on the snapshot at
-  planning time). Prefills are weighed by their residence in a stage
-  (``prefill_residence_tokens``, the QoE profile's output length; see
-  ``cascade_plan``). Instances go to stages in order of the median context they hold
-  (``assign: stable``; ``id`` for id order), so an instance keeps the lengths it has;
-  after a re-plan, sequences beyond their instance's new range hand over to the stage
-  that covers them and the rest watch their new bound (``rewatch``). Work already on an
-  instance stays. Before the first plan there is one stage.
+  included) taken at every tick of the period, pooled and thinned by the number of snapshots
+  to one concurrent population (``plan_window: false`` plans on the snapshot at planning
+  time). Prefills are weighed by their residence in a stage (``prefill_residence_tokens``,
+  the QoE profile's output length; see ``cascade_plan``). Instances go to stages in order of
+  the median context they hold (``assign: stable``; ``id`` for id order), so an instance
+  keeps the lengths it has; after a re-plan, sequences beyond their instance's new range
+  hand over to the stage that covers them and the rest watch their new bound (``rewatch``).
+  Work already on an instance stays. Before the first plan there is one stage.
 - **Boundaries** are ``Watch``es set at arrival (``ArrivalPlan.watch_context_tokens``). A
   migrated request gets its next stage's watch on the first tick after its move lands
   (the contract has no migration-done event; lengths at least double between cuts, so a
@@ -28,20 +27,21 @@ length-homogeneous.
   and is frozen below ``freeze_below`` (5) sequences. ``refine: count`` / ``memory``
   split into equal counts / equal context tokens instead (the paper's ablations). One
   bound per stage (the paper lets each instance keep its own).
-- **Bid-ask** (4.4) for handovers: all next-stage instances are asked; the more-loaded
-  half (token load) is dropped, the 3 with the earliest start (least KV already on its
-  way to them) are kept, and the first reply wins: Baton models reply order by that same
-  start time (then load, then id). A receiver with ``max_moves`` (3) transfers arriving,
-  or without free KV for the request, does not bid; with no bidder the request retries
-  ``retry_tokens`` later, unless every candidate is only full of transfers (or the sender
-  already sends ``max_moves``: the limit holds both ways): then the
-  ask waits in the stage's queue of asks, which receivers serve as transfers land in
-  order of the sender's token load (most loaded first), except that an ask waiting
-  ``starvation_s`` (2 s) or longer goes first (oldest first). Every ask goes to every
-  candidate of its stage and all of them rank asks alike, so one queue per stage, served
-  by whichever receiver frees a slot, stands for the paper's per-receiver queues. Within a stage, an instance ``outlier`` (25%) above the stage's
-  mean token load gives its longest request to a peer by the same auction.
-  ``balance: rr`` hands over round-robin; ``balance: inter`` skips the intra-stage part.
+- **Bid-ask** (4.4) for handovers: all next-stage instances are asked; the more-loaded half
+  (token load) is dropped, the 3 with the earliest start (least KV already on its way to
+  them) are kept, and the first reply wins: Baton models reply order by that same start time
+  (then load, then id). A receiver with ``max_moves`` (3) transfers arriving, or without
+  free KV for the request, does not bid; with no bidder the request retries ``retry_tokens``
+  later, unless every candidate is only full of transfers (or the sender already sends
+  ``max_moves``: the limit holds both ways): then the ask waits in the stage's queue of
+  asks, which receivers serve as transfers land in order of the sender's token load (most
+  loaded first), except that an ask waiting ``starvation_s`` (2 s) or longer goes first
+  (oldest first). Every ask goes to every candidate of its stage and all of them rank asks
+  alike, so one queue per stage, served by whichever receiver frees a slot, stands for the
+  paper's per-receiver queues. Within a stage, an instance ``outlier`` (25%) above the
+  stage's mean token load gives its longest request to a peer by the same auction.
+  ``balance: rr`` hands over round-robin; ``balance: inter`` skips the intra-stage part. A
+  move is costed at the cluster's link for KV (``ClusterView.link_bytes_per_s``).
 - ``layout: chain`` fixes one instance per stage on the length tiers; ``nopipe`` keeps
   one stage (the layout ablations).
 """
@@ -77,33 +77,28 @@ class Cascade(Stage):
                  balance: str = "bidask", tick_interval_s: float = 1.0, plan_interval_s: float = 10.0,
                  ema: float = 0.5, freeze_below: int = 5, outlier: float = 0.25, max_moves: int = 3,
                  retry_tokens: int = 64, first_cut: int = 256, max_context: int = 131072,
-                 link_gbps: float = 50.0, mean_output_tokens: float = 256.0, assign: str = "stable",
-                 rewatch: bool = True, plan_window: bool = True, prefill_residence_tokens: float = 128.0,
+                 mean_output_tokens: float = 256.0, assign: str = "stable", rewatch: bool = True,
+                 plan_window: bool = True, prefill_residence_tokens: float = 128.0,
                  starvation_s: float = 2.0, warmup_s: float = 0.0, hysteresis: float | None = None,
                  prefill_share: float | None = None) -> None:
         super().__init__(context)
         if layout not in ("plan", "chain", "nopipe") or refine not in ("qoe", "count", "memory", "off") \
                 or balance not in ("bidask", "rr", "inter"):
             raise ValueError("layout: plan|chain|nopipe, refine: qoe|count|memory|off, balance: bidask|rr|inter")
-        if assign not in ("stable", "id"):
-            raise ValueError("assign: stable|id")
-        if warmup_s < 0 or (hysteresis or 0) < 0 or not 0 < (prefill_share or 1) <= 1:
-            raise ValueError("warmup_s and hysteresis must be >= 0, prefill_share in (0, 1]")
+        if assign not in ("stable", "id") or min(warmup_s, hysteresis or 0) < 0 or not 0 < (prefill_share or 1) <= 1:
+            raise ValueError("assign: stable|id; warmup_s and hysteresis >= 0; prefill_share in (0, 1]")
         self.layout, self.exact, self.refine, self.balance = layout, exact, refine, balance
         self.tick_interval_s, self.plan_interval_s = tick_interval_s, plan_interval_s
         self.ema, self.freeze_below, self.outlier, self.max_moves = ema, freeze_below, outlier, max_moves
         self.retry_tokens, self.first_cut, self.max_context = retry_tokens, first_cut, max_context
-        self.link_bytes_per_s, self.mean_output = link_gbps * 1e9 / 8, mean_output_tokens
-        self.members: list[list[int]] = []
-        self.bounds: list[float] = []
+        self.mean_output, self.assign, self.rewatch, self.plan_window = mean_output_tokens, assign, rewatch, plan_window
+        self.members: list[list[int]] = []  # instances by stage
+        self.bounds: list[float] = []  # the stages' upper bounds (context tokens)
         self.moving: dict[int, int] = {}  # request -> target of its handover, until it lands
-        self.next_plan_s = warmup_s  # the first plan: after a warm-up period of statistics
         self.guard = PlanGuard(hysteresis, prefill_share) if hysteresis is not None or prefill_share else None
         self.arrivals: list[int] = []  # prompt tokens of this period's arrivals
-        self._period_start_s = 0.0
-        self._rr = itertools.count()
-        self.assign, self.rewatch, self.plan_window = assign, rewatch, plan_window
-        self.residence, self.starvation_s = prefill_residence_tokens, starvation_s
+        self._period_start_s, self._rr = 0.0, itertools.count()
+        self.residence, self.starvation_s, self.next_plan_s = prefill_residence_tokens, starvation_s, warmup_s
         self.window: list[tuple[np.ndarray, np.ndarray]] = []  # this period's snapshots
         self.asks: dict[int, tuple[int, float]] = {}  # request -> (target stage, asked at s)
         self.granted: dict[int, int] = {}  # receiver -> handovers arriving, not yet in its incoming
@@ -171,8 +166,8 @@ class Cascade(Stage):
         prompt, ctx = self._period(view)
         if len(ctx) < self.freeze_below:
             return
-        perf = self.context.perf
-        cost = PlanCost(prompt, ctx, self.qoe, perf.kv_bytes_per_token, self.link_bytes_per_s, self.mean_output,
+        link = view.link_bytes_per_s(*view.decode_ids)  # the runtime's; a move may cross any of them
+        cost = PlanCost(prompt, ctx, self.qoe, self.context.perf.kv_bytes_per_token, link, self.mean_output,
                         self.first_cut, self.max_context, self.residence)
         ids = sorted(view.decode_ids)
         plan = (exact_plan if self.exact else heuristic_plan)(cost, len(ids))
@@ -390,7 +385,8 @@ class Cascade(Stage):
                 if mean <= 0 or loads[i] <= (1 + self.outlier) * mean or self.sending.get(i, 0) >= self.max_moves:
                     continue
                 rids, ctx, _ = view.decode_snapshot(i)
-                free = [(int(c), int(r)) for r, c in zip(rids, ctx) if int(r) not in self.moving and int(r) not in self.asks]
+                free = [(int(c), int(r)) for r, c in zip(rids, ctx)
+                        if int(r) not in self.moving and int(r) not in self.asks]
                 if not free:
                     continue
                 c, rid = max(free)

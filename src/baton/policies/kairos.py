@@ -9,7 +9,7 @@ The summary gives no formulas beyond the deflection condition; Baton's choices:
 - **TTFT on the prefill path**: the least predicted queueing delay among prefill
   instances (``PrefillPredictor``: a quadratic fit of the perf model's prefill time,
   summed over the queued prompts), plus the request's own prefill time, plus its KV
-  transfer over ``link_gbps``.
+  transfer over the prefill instance's link (``ClusterView.link_bytes_per_s``: the runtime's).
 - **TTFT on decode instance n**: X* is the largest chunk (at most ``max_chunk_tokens``,
   the engine's token budget) such that one iteration of n's current decodes (running and
   arriving, with their contexts) plus a chunk of X* tokens stays within the TBT SLO,
@@ -69,15 +69,14 @@ class Kairos(Stage):
 
     def __init__(self, context: PolicyContext, alpha: float = 1.0, tbt_slo_s: float | None = None,
                  ttft_slo_s: float | None = None, max_chunk_tokens: int = 2048, min_chunk_tokens: int = 32,
-                 link_gbps: float = 100.0, replan_interval_s: float = 0.1, max_replans: int = 8,
+                 replan_interval_s: float = 0.1, max_replans: int = 8,
                  proactive: bool = True, fixed_chunk: bool = False, chunk_attention: bool = False) -> None:
         super().__init__(context)
-        if alpha < 1 or max_chunk_tokens < min_chunk_tokens or min_chunk_tokens < 1 or link_gbps <= 0:
-            raise ValueError("need alpha >= 1, 1 <= min_chunk_tokens <= max_chunk_tokens, link_gbps > 0")
+        if alpha < 1 or max_chunk_tokens < min_chunk_tokens or min_chunk_tokens < 1:
+            raise ValueError("need alpha >= 1, 1 <= min_chunk_tokens <= max_chunk_tokens")
         self.alpha, self.max_chunk, self.min_chunk = alpha, max_chunk_tokens, min_chunk_tokens
         self.tbt_slo_s = tbt_slo_s or context.tpot_slo_s or DEFAULT_TBT_SLO_S
         self.ttft_slo_s = ttft_slo_s or context.ttft_slo_s or DEFAULT_TTFT_SLO_S
-        self.link_bytes_per_s = link_gbps * 1e9 / 8
         self.predictor = PrefillPredictor(context.perf)
         self.tick_interval_s = replan_interval_s if proactive else None
         self.max_replans = max_replans
@@ -90,9 +89,12 @@ class Kairos(Stage):
         self.exclude: frozenset[int] = frozenset()
 
     # --- the two paths -------------------------------------------------------------------
-    def transfer_s(self, prompt_tokens: int) -> float:
+    def transfer_s(self, view: ClusterView, prompt_tokens: int, prefill_id: int | None) -> float:
+        """The PD path's KV handoff of ``prompt_tokens`` from ``prefill_id`` (s), over its
+        link (the cluster's slowest when no instance is named)."""
         perf = self.context.perf
-        return perf.transfer_time_s(perf.kv_bytes(prompt_tokens), self.link_bytes_per_s)
+        link = view.link_bytes_per_s(prefill_id) if prefill_id is not None else view.link_bytes_per_s()
+        return perf.transfer_time_s(perf.kv_bytes(prompt_tokens), link)
 
     def chunk_for(self, view: ClusterView, n: int, prompt_tokens: int = 0) -> tuple[int, float]:
         """(X*, the iteration time with it) on decode instance ``n``; (0, inf) if none fits.
@@ -157,7 +159,7 @@ class Kairos(Stage):
         tokens = request.request.prompt_tokens
         delays = [(self.predictor.delay(view, p), p) for p in view.prefill_ids]
         p_delay, p = min(delays) if delays else (math.inf, None)
-        ttft_pf = p_delay + self.predictor.pt(tokens) + self.transfer_s(tokens)
+        ttft_pf = p_delay + self.predictor.pt(tokens) + self.transfer_s(view, tokens, p)
         best = self.best_decode(view, tokens)
         if best is not None and (p is None or self.qualifies(best[0], ttft_pf)):
             return ArrivalPlan(best[1], best[1], best[2], plan.reject_reason, plan.role_changes)
@@ -179,7 +181,7 @@ class Kairos(Stage):
                 own = self.predictor.pt(self.predictor.queued_tokens(view, p, rid, left))
                 if st.phase is Phase.WAITING and left == st.request.prompt_tokens and st.chunk_limit_tokens is None:
                     best = self.best_decode(view, left, extra)
-                    if best is not None and self.qualifies(best[0], ahead + own + self.transfer_s(left)):
+                    if best is not None and self.qualifies(best[0], ahead + own + self.transfer_s(view, left, p)):
                         out.append(Deflect(rid, best[1], best[2]))
                         extra[best[1]] = extra.get(best[1], 0) + left
                         if len(out) >= self.max_replans:

@@ -58,7 +58,8 @@ class Simulator:
         configs = [cluster.engine_for(role) for role in roles]
         blocks = [perf.kv_tokens_for(cfg.memory_flags()) // bs for cfg in configs]
         self.block_size = bs
-        self.instances = {i: InstanceState(i, role, blocks[i], bs) for i, role in enumerate(roles)}
+        self.instances = {i: InstanceState(i, r, blocks[i], bs, link_bytes_per_s=cluster.nic_bytes_per_s)
+                          for i, r in enumerate(roles)}
         self._keys = RequestKeys(lambda req_id: self.states[req_id].request)
         keys = self._keys if any(r.prefix_ids for r in self.requests) else None
         self.engines = {i: Engine(s, configs[i], perf, closed_form, keys) for i, s in self.instances.items()}
@@ -76,8 +77,7 @@ class Simulator:
         self.sample_interval_s = sample_interval_s
         self.events = EventQueue()
         self.now = 0.0
-        self._open = 0
-        self._settling: int | None = None  # the engine whose segment end is being handled
+        self._open, self._settling = 0, None  # requests open; the engine whose segment end is handled
         self._progress = progress
         # a context must fit every instance it may land on (capacities differ by role)
         self._max_tokens = min(blocks) * bs if blocks else 0
