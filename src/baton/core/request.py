@@ -12,8 +12,7 @@ class Phase(enum.Enum):
     WAITING = "waiting"          # arrived, prefill not started
     PREFILL = "prefill"          # prefill chunks running
     TRANSFER = "transfer"        # KV moving to the decode instance
-    DECODE_WAIT = "decode_wait"  # KV on the decode instance, not yet in a batch
-    DECODE = "decode"            # in the running decode batch
+    DECODE = "decode"            # its KV on the decode instance: in the batch or joining it
     FINISHED = "finished"
     REJECTED = "rejected"
 

@@ -253,7 +253,7 @@ class Simulator:
              admit_seq: int = 0) -> None:
         """``st``'s KV is here (``ctx`` tokens in ``blocks``): join the batch (``admit_seq``: a prefill continuing here keeps its place)."""
         self.recorder.new_work(self.now, instance_id, Role.DECODE)
-        st.phase, st.decode_instance = Phase.DECODE_WAIT, instance_id
+        st.phase, st.decode_instance = Phase.DECODE, instance_id
         st.visit(instance_id)
         self.instances[instance_id].add_incoming(st.req_id, ctx)
         if st.decode_start_s is None:
@@ -262,7 +262,6 @@ class Simulator:
         self.engines[instance_id].add_join(DecodeJoin(
             st.req_id, ctx, generated, st.request.output_tokens, blocks,
             st.last_token_s if generated else None, watch, admit_seq))
-        st.phase = Phase.DECODE
         if st.decode_start_s is None:
             st.decode_start_s = self.now
         self.kick(instance_id)
