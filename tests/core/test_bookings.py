@@ -1,7 +1,7 @@
 """Placement bookings (``core.bookings``): the transitions themselves, and the same request
 lifecycle through both runtimes, the simulator and the gateway's ``LiveCluster``, giving
-the same bookings at every step (early binding -> [deflection] -> [KV transfer] ->
-decoding -> end)."""
+the same bookings and the same phase (``core.lifecycle``) at every step (early binding ->
+[deflection] -> [KV transfer] -> decoding -> end)."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def snapshot(instances_by_id, st) -> tuple:
     rid = st.req_id
     books = tuple((i, {rid: s.shadow[rid]} if rid in s.shadow else {}, {rid: s.incoming[rid]} if rid in s.incoming
                    else {}) for i, s in sorted(instances_by_id.items()))
-    return books, (st.prefill_instance, st.decode_instance, st.bound_early, st.chunk_limit_tokens)
+    return books, (st.prefill_instance, st.decode_instance, st.bound_early, st.chunk_limit_tokens), st.phase
 
 
 class Script(Stage):
@@ -81,7 +81,8 @@ class Script(Stage):
         if st is None:
             return []
         facts = {"phase": st.phase, "deflected": self.deflected, "moving": st.transfer_start_s is not None
-                 and st.transfer_end_s is None, "generated": view.generated_tokens(REQ) if not st.done else 0}
+                 and st.transfer_end_s is None and st.prefill_end_s is not None,
+                 "generated": view.generated_tokens(REQ) if not st.done else 0}
         self.rows.append((facts, snapshot({i.instance_id: i for i in view.instances()}, st)))
         if self.deflect and not self.deflected and st.phase is Phase.WAITING:
             self.deflected = True
@@ -93,7 +94,8 @@ def simulated(deflect: bool) -> dict[str, tuple]:
     perf = build("llama-3.1-8b@a100-80g")
     script = Script(PolicyContext(np.random.default_rng(0), perf), deflect)
     reqs = [Request(LONG, 0.0, 9000, 2), Request(REQ, 0.0005, PROMPT, OUTPUT)]
-    Simulator(ClusterSpec(prefill=1, decode=2), perf, Scheduler("script", [script]), reqs).run()
+    # a slow link: the early-bound handoff is still moving after the prefill ends
+    Simulator(ClusterSpec(prefill=1, decode=2, nic_gbps=1), perf, Scheduler("script", [script]), reqs).run()
 
     def first(pred):
         return next(snap for facts, snap in script.rows if pred(facts))
@@ -117,11 +119,13 @@ def live(deflect: bool) -> dict[str, tuple]:
     assert st.req_id == REQ
     c.bind(st, 0, 1, None)
     steps["queued"] = snapshot(c.instances, st)
-    if deflect:  # the flow's re-planned leg: one colocated leg on 2
+    if deflect:  # the flow's re-planned leg: one colocated leg on 2, sent
         c.deflect(st, 2, CHUNK)
+        c.begin_prefill(st)
         steps["deflected"] = snapshot(c.instances, st)
         c.prefill_done(st)
-    else:  # the prefill leg returned; the decode leg pulls the KV to 1
+    else:  # the prefill leg was sent and returned; the decode leg pulls the KV to 1
+        c.begin_prefill(st)
         c.prefill_done(st)
         c.expect_decode(st, 1)
         steps["moving"] = snapshot(c.instances, st)
@@ -140,4 +144,6 @@ def test_both_runtimes_book_a_lifecycle_alike(deflect):
     for step in sim:
         assert sim[step] == gw[step], step
     assert sim["queued"][0][1][1] == {REQ: PROMPT}  # the early binding is shadow load on 1
+    phases = [sim[step][2] for step in ("queued", "deflected" if deflect else "moving", "decoding", "ended")]
+    assert phases == [Phase.WAITING, Phase.PREFILL if deflect else Phase.TRANSFER, Phase.DECODE, Phase.FINISHED]
     assert all(not shadow and not incoming for _, shadow, incoming in sim["ended"][0])

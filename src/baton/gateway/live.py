@@ -12,10 +12,10 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from baton.core import bookings
+from baton.core import bookings, lifecycle
 from baton.core.info import EngineSample, InfoModel, ViewMode
 from baton.core.instance import InstanceState, Role
-from baton.core.request import Phase, Request, RequestState
+from baton.core.request import Request, RequestState
 from baton.core.view import ClusterView
 from baton.gateway.config import EngineSpec, endpoint_address, public_url
 
@@ -239,7 +239,7 @@ class LiveCluster:
 
     def begin_prefill(self, state: RequestState) -> None:
         """The prefill leg was sent: the request can no longer be moved or deflected."""
-        state.phase = Phase.PREFILL
+        lifecycle.prefill_started(state, state.prefill_instance, self.now())
 
     def colocate(self, state: RequestState, instance: int) -> None:
         """The request decodes where it prefills (one leg on ``instance``)."""
@@ -249,7 +249,7 @@ class LiveCluster:
         """The request's decode moves to ``target`` (a migration or a recovery): off its
         instance, its context on the way to ``target``."""
         self.leave_decode(state)
-        state.phase = Phase.TRANSFER
+        lifecycle.transferring(state)
         self.expect_decode(state, target)
 
     def migration_over(self, state: RequestState, moved: bool) -> None:
@@ -262,7 +262,7 @@ class LiveCluster:
         now = self.now()
         self._drop_prefill(state)
         state.first_token_s = state.first_token_s or now
-        state.phase = Phase.TRANSFER
+        lifecycle.transferring(state)
 
     def expect_decode(self, state: RequestState, decode: int) -> None:
         """The decode leg is being sent to ``decode``: its KV is on the way there."""
@@ -282,8 +282,7 @@ class LiveCluster:
         inst.decodes.add(state.req_id, ctx, state.generated_tokens, state.request.output_tokens,
                          self._admits, self._blocks(ctx), joined_s=now)
         self._own(d, self._blocks(ctx))
-        state.phase, state.decode_start_s = Phase.DECODE, state.decode_start_s or now
-        state.visit(d)
+        lifecycle.decoding(state, d, now)
 
     def token(self, state: RequestState, count: int = 1) -> None:
         """``count`` output tokens relayed for a decoding request."""
@@ -329,8 +328,7 @@ class LiveCluster:
         The ended request stays readable (``ClusterView.ended_request``) until ``forget``."""
         self._drop_prefill(state)
         self.leave_decode(state)
-        state.phase = Phase.REJECTED if reason else Phase.FINISHED
-        state.reject_reason, state.finish_s = reason, self.now()
+        lifecycle.ended(state, self.now(), reason)
 
     def forget(self, state: RequestState) -> None:
         self.requests.pop(state.req_id, None)

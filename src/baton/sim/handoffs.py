@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from baton.core import bookings
+from baton.core import bookings, lifecycle
 from baton.core.request import Phase
 from baton.engine_model.work import PrefillItem, PrefillKind
 from baton.sim.port import FlowKind, FlowTag, SimPort
@@ -57,6 +57,7 @@ class Handoffs:
         completes. Returns when it completes if the bytes are already through (the last
         layers' tail), else None: the flow's end completes it."""
         self.port.engines[src].hold(rid, blocks, self.port.states[rid].request.prompt_tokens)
+        lifecycle.transferring(self.port.states[rid])  # an early-bound flow may have begun in PREFILL
         tr = self.transfers.get(rid)
         if tr is None:
             self.begin(rid, src, dst)
@@ -89,7 +90,7 @@ class Handoffs:
         st = port.states[tr.req_id]
         st.transfer_start_s = port.now
         if st.phase is not Phase.PREFILL:
-            st.phase = Phase.TRANSFER
+            lifecycle.transferring(st)
         bookings.kv_heading_to(port.instances, st, tr.dst, st.request.prompt_tokens)
         nbytes = port.perf.kv_bytes(st.request.prompt_tokens)
         tr.alone_s = port.perf.transfer_time_s(nbytes, self.nic_bytes_per_s)
@@ -128,7 +129,7 @@ class Handoffs:
                 port.engines[tr.src].release_held(rid)
                 st = port.states[rid]
                 port.instances[dst].drop_shadow(rid)
-                st.phase = Phase.PREFILL
+                lifecycle.back_to_prefill(st)
                 port.counters.handoff_recomputes += 1
                 port.engines[dst].add_prefill(PrefillItem(rid, st.request.prompt_tokens, PrefillKind.RECOMPUTE,
                                                           st.request.output_tokens, 0))

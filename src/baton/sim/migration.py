@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from baton.core import lifecycle
 from baton.core.decisions import Migrate, MigrationMode
 from baton.core.request import Phase
 from baton.engine_model.work import DecodeJoin, DecodeRow, PrefillItem, PrefillKind
@@ -126,7 +127,8 @@ class Migrator:
         eng, st = port.engines[move.src], port.states[move.req_id]
         row = eng.remove_decode(move.req_id)
         move.row = row
-        st.phase, st.last_token_s = Phase.TRANSFER, port.now
+        lifecycle.transferring(st)
+        st.last_token_s = port.now
         st.generated_tokens = row.generated
         if move.mode is MigrationMode.RECOMPUTE:
             eng.free_request(move.req_id, row.blocks, row.ctx)
@@ -165,7 +167,7 @@ class Migrator:
         self._refuse()
         port.engines[move.src].add_join(DecodeJoin(move.req_id, row.ctx, row.generated, row.stop_at,
                                                   row.blocks, port.now))
-        st.phase = Phase.DECODE
+        lifecycle.decoding(st, move.src, port.now)
         port.kick(move.src)
 
     def _complete_live(self, move: Move) -> None:

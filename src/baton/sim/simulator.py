@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from baton.core import bookings
+from baton.core import bookings, lifecycle
 from baton.core.decisions import (ChangeRole, Decision, Deflect, Migrate, Watch, apply_decode_choice, apply_plan,
                                   check_usable, dispatch)
 from baton.core.errors import BatonError, ConfigError
@@ -140,7 +140,7 @@ class Simulator:
             st.preemptions += 1
             if st.phase is Phase.DECODE:
                 self.migrator.cancel(rid)  # its KV is gone: a move in flight has nothing to move
-                st.phase = Phase.PREFILL
+                lifecycle.back_to_prefill(st)
                 st.generated_tokens = eng.prefills[rid].generated  # the table row is gone
                 if st.first_token_s is not None:
                     st.last_token_s = self.now  # preemption happens at an iteration boundary
@@ -148,9 +148,7 @@ class Simulator:
         for rid in eng.started:
             st = self.states[rid]
             if st.prefill_start_s is None:
-                st.prefill_start_s = self.now
-                st.phase = Phase.PREFILL
-                st.visit(instance_id)
+                lifecycle.prefill_started(st, instance_id, self.now)
                 if st.bound_early and st.decode_instance != instance_id:
                     self.handoffs.begin(rid, instance_id, st.decode_instance)
         eng.started = []
@@ -253,17 +251,14 @@ class Simulator:
              admit_seq: int = 0) -> None:
         """``st``'s KV is here (``ctx`` tokens in ``blocks``): join the batch (``admit_seq``: a prefill continuing here keeps its place)."""
         self.recorder.new_work(self.now, instance_id, Role.DECODE)
-        st.phase, st.decode_instance = Phase.DECODE, instance_id
-        st.visit(instance_id)
-        self.instances[instance_id].add_incoming(st.req_id, ctx)
         if st.decode_start_s is None:
             self.recorder.decode_start(instance_id, ctx)
+        lifecycle.decoding(st, instance_id, self.now)
+        self.instances[instance_id].add_incoming(st.req_id, ctx)
         watch = self.pending_watch.pop(st.req_id, None)
         self.engines[instance_id].add_join(DecodeJoin(
             st.req_id, ctx, generated, st.request.output_tokens, blocks,
             st.last_token_s if generated else None, watch, admit_seq))
-        if st.decode_start_s is None:
-            st.decode_start_s = self.now
         self.kick(instance_id)
 
     # --- KV moving in: reservations and flows (PD handoffs: handoffs.py) -----------------
@@ -311,7 +306,7 @@ class Simulator:
 
     # --- ends ----------------------------------------------------------------------------
     def finish(self, st: RequestState) -> None:
-        st.phase, st.finish_s = Phase.FINISHED, self.now
+        lifecycle.ended(st, self.now)
         st.generated_tokens = st.request.output_tokens
         self.migrator.cancel(st.req_id)
         self.watch_owner.pop(st.req_id, None)
@@ -322,7 +317,7 @@ class Simulator:
             self.scheduler.observe(self.view, Completed(st.req_id, st.request.output_tokens, self.now))
 
     def reject(self, st: RequestState, reason: str) -> None:
-        st.phase, st.reject_reason = Phase.REJECTED, reason
+        lifecycle.ended(st, self.now, reason)
         bookings.drop_bookings(self.instances, st)
         self._keys.drop(st.req_id, self.block_size)
         self.recorder.ended(st)
