@@ -251,10 +251,11 @@ class Simulator:
              admit_seq: int = 0) -> None:
         """``st``'s KV is here (``ctx`` tokens in ``blocks``): join the batch (``admit_seq``: a prefill continuing here keeps its place)."""
         self.recorder.new_work(self.now, instance_id, Role.DECODE)
-        if st.decode_start_s is None:
-            self.recorder.decode_start(instance_id, ctx)
+        first = st.decode_start_s is None
         lifecycle.decoding(st, instance_id, self.now)
         self.instances[instance_id].add_incoming(st.req_id, ctx)
+        if first:  # the assignment's quality, judged with it placed
+            self.recorder.decode_start(instance_id, ctx)
         watch = self.pending_watch.pop(st.req_id, None)
         self.engines[instance_id].add_join(DecodeJoin(
             st.req_id, ctx, generated, st.request.output_tokens, blocks,
