@@ -11,7 +11,8 @@ from aiohttp import web
 from baton.core.decisions import Migrate
 from baton.core.errors import ConfigError
 from baton.core.instance import Role
-from baton.gateway.config import GatewayConfig, parse_engine, public_url
+from baton.gateway.config import GatewayConfig, parse_engine
+from baton.gateway.urls import public_url
 from baton.gateway.control import Control, InFlight
 from baton.gateway.auth import FailedLogins, token_matches
 from baton.gateway.engines import Engines

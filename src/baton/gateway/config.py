@@ -18,6 +18,7 @@ from baton.gateway.pool import parse_discovery
 from baton.core.instance import Role
 from baton.gateway.outliers import OutlierSettings
 from baton.gateway.hidden import MAX_DIM, is_z85_key, public_key_from_file
+from baton.gateway.urls import public_url
 from baton.yamlfile import read_yaml
 
 PD_PROTOCOLS = ("nixl", "sglang")
@@ -150,22 +151,6 @@ class GatewayConfig:
     kv_events_rate_per_s: float = 2000.0
     kv_events_max_bytes: int = 16 * 1024 * 1024
     tokenizer: str | None = None
-
-
-def public_url(url: str) -> str:
-    """``url`` without user:password, for anything a person or a client may read."""
-    parts = urlparse(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return parts._replace(netloc=netloc).geturl()
-
-
-def endpoint_address(url: str) -> str:
-    """``host:port`` of a base URL, as a data plane names endpoints (GIE's EPP protocol)."""
-    parts = urlparse(url)
-    return f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
 
 
 def _require(cond: bool, where: str, msg: str) -> None:

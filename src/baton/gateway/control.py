@@ -1,13 +1,10 @@
 """The gateway's control state: policy calls, decision execution, health and per-request
 bookkeeping. No HTTP here (no aiohttp): the server, the flows, the scrape loops and the
 admin API call into ``Control``; it calls back into a request in flight only through the
-small ``InFlight`` protocol.
-
-``Control`` is the gateway's ``core.decisions.Executor``: decisions go through the same
-``dispatch`` the simulator uses, so an unknown decision fails and a stale one (about a
-request that ended between a tick and its decisions) is dropped and counted
-(``baton_stale_decisions_total{kind}``) in both runtimes alike.
-"""
+small ``InFlight`` protocol. ``Control`` is the gateway's ``core.decisions.Executor``:
+decisions go through the simulator's ``dispatch``, so an unknown decision fails and a stale
+one (about a request that ended between a tick and its decisions) is dropped and counted
+(``baton_stale_decisions_total{kind}``) in both runtimes alike."""
 
 from __future__ import annotations
 

@@ -37,7 +37,7 @@ from baton.core.errors import ConfigError
 from baton.core.instance import Role
 from baton.core.request import Phase, RequestState
 from baton.gateway.auth import token_matches
-from baton.gateway.config import endpoint_address
+from baton.gateway.urls import endpoint_address
 from baton.gateway.metrics import TokenTimes
 from baton.gateway.upstream import MAX_ANSWER_BYTES, StreamLeg, UpstreamError
 from baton.protocol.errors import ApiError

@@ -16,9 +16,8 @@ from baton.core.instance import Role
 from baton.core.request import Phase, RequestState
 from baton.gateway import handoff
 from baton.gateway.client import ClientOut
-from baton.gateway.control import Control
-from baton.gateway.engines import Engines
 from baton.gateway.faults import LegFaults
+from baton.gateway.flow_parts import FlowParts
 from baton.gateway.metrics import TokenTimes
 from baton.gateway.scan import IdLog, Run
 from baton.gateway.upstream import (Piece, StreamLeg, UpstreamError, endpoint, plausible_prompt_tokens,
@@ -34,9 +33,11 @@ class Flow:
     """Drives one request. ``request_migration`` may be called by a policy tick at any
     time; the relay acts on it between two tokens."""
 
-    def __init__(self, control: Control, engines: Engines, parsed: ParsedRequest, out: ClientOut,
+    def __init__(self, parts: FlowParts, parsed: ParsedRequest, out: ClientOut,
                  state: RequestState, xid: str, prompt_ids: list[int] | None, client: str = "") -> None:
-        self.control, self.engines, self.cluster = control, engines, control.cluster
+        control, engines = parts.control, parts.engines
+        self.control, self.engines, self.cluster = control, engines, parts.cluster
+        self.config, self.metrics = parts.config, parts.metrics
         self.parsed, self.out, self.state = parsed, out, state
         self.client_xid = xid  # echoed to the client and shown in admin; never sent to engines
         self.client = client  # whose in-flight share it takes (gateway.admission)
@@ -119,7 +120,7 @@ class Flow:
             self._set_path("pd-early")
         if d == p or (d is None and self.cluster.role(p) is Role.MIXED):
             await self._colocated(p)
-        elif self.control.config.pd_protocol == "sglang":
+        elif self.config.pd_protocol == "sglang":
             await self._sglang(p, d)
         else:
             await self._nixl(p, d)
@@ -154,7 +155,7 @@ class Flow:
 
     def _count_deflection(self) -> None:
         self._set_path("deflected")
-        self.control.metrics.deflections.inc()
+        self.metrics.deflections.inc()
 
     def _set_path(self, path: str) -> None:
         self.path = path
@@ -163,7 +164,7 @@ class Flow:
     async def _prefill_leg(self, p: int) -> tuple[int, dict[str, Any] | None]:
         """Run the prefill leg, moving to another prefill instance on engine faults."""
         body = handoff.prefill_body(self.parsed)
-        for _ in range(self.control.config.max_recoveries + 1):
+        for _ in range(self.config.max_recoveries + 1):
             self.leg_sent_s = self.cluster.clock()
             try:
                 resp = await within(
@@ -172,12 +173,12 @@ class Flow:
                               self._body(p, body), self.engines.headers(p), self.engines.upstream_timeout))
             except UpstreamError as err:
                 await self.faults.failed(p, err, "prefill", self.cluster.clock() - self.leg_sent_s)
-                self.control.metrics.child(self.control.metrics.retries, "prefill").inc()
+                self.metrics.child(self.metrics.retries, "prefill").inc()
                 p = await self.faults.elsewhere(err, "prefill", lambda ex: self.control.pick_prefill(self.state, ex))
                 continue
             self.faults.succeeded(p)
             counted = plausible_prompt_tokens((resp.get("usage") or {}).get("prompt_tokens"), self.prompt_ids,
-                                              self.control.config.max_prompt_tokens)
+                                              self.config.max_prompt_tokens)
             if counted is not None:
                 self.cluster.set_prompt_tokens(self.state, counted)
                 self.out.prompt_tokens = counted
@@ -209,7 +210,7 @@ class Flow:
         """A leg that starts the client's response: relayed verbatim when it turns out to
         speak the client's format (decided at its first chunk)."""
         leg = StreamLeg(iid, kind, self.engines.url(iid) + endpoint(kind), self._body(iid, body), self.engines.headers(iid))
-        if self.control.config.verbatim_relay and self.parsed.stream and kind == self.parsed.kind and not self.out.started:
+        if self.config.verbatim_relay and self.parsed.stream and kind == self.parsed.kind and not self.out.started:
             leg.verbatim, leg.client_model, leg.null_ids = None, self.out.model, not self.out.with_ids
         return leg
 
@@ -241,7 +242,7 @@ class Flow:
                 continue
             tokens = sum(self._on_piece(piece) for piece in pieces)
             if tokens:  # the accounting once per read: one gap, not a burst of zero gaps
-                self.control.metrics.tokens_relayed(self.times, self.cluster.clock(), self.path,
+                self.metrics.tokens_relayed(self.times, self.cluster.clock(), self.path,
                                                     self._name(leg.instance_id), self.state.request.arrival_s)
                 self.control.tokens(self.state, tokens)
             if self.leg.done:  # what this read brought goes out with the response's end
@@ -264,7 +265,7 @@ class Flow:
         it asked for (a completions request without ``max_tokens``: the default; ``length``)."""
         cap = self.parsed.max_tokens
         if cap is None and self.parsed.kind == COMPLETIONS:
-            cap = self.control.config.default_max_tokens
+            cap = self.config.default_max_tokens
         if self.reason is None and cap is not None and self.out.tokens >= cap:
             self.reason = "length"
         return self.reason is not None
@@ -280,7 +281,7 @@ class Flow:
         if piece.prompt_tokens and not self.out.prompt_tokens:
             # (a continuation's prompt holds the output too: _continuation sets it first)
             self.out.prompt_tokens = plausible_prompt_tokens(piece.prompt_tokens, self.prompt_ids,
-                                                             self.control.config.max_prompt_tokens) or 0
+                                                             self.config.max_prompt_tokens) or 0
         if piece.finish_reason:
             self.reason = piece.finish_reason
         n = piece.tokens
@@ -316,7 +317,7 @@ class Flow:
     # --- migration and recovery ---------------------------------------------------------------
     def _continuation(self, target: int) -> StreamLeg:
         body = handoff.continuation_body(self.parsed, self.prompt_ids or [], self.output_ids.all(),
-                                         default_max_tokens=self.control.config.default_max_tokens,
+                                         default_max_tokens=self.config.default_max_tokens,
                                          context_tokens=self.engines.names.context_tokens.get(target))
         if not self.out.prompt_tokens and self.prompt_ids:
             self.out.prompt_tokens = len(self.prompt_ids)
@@ -343,7 +344,7 @@ class Flow:
     async def _migrate_to(self, target: int | None) -> bool:
         source = self.leg.instance_id if self.leg else None
         if target is None or target == source or not self.can_continue or not self.cluster.healthy(target):
-            self.control.metrics.migrations.labels("refused").inc()
+            self.metrics.migrations.labels("refused").inc()
             log.info("request %s: migration to %s refused", self.client_xid,
                      "nowhere" if target is None else self._name(target))
             return False
@@ -353,12 +354,12 @@ class Flow:
         except UpstreamError as err:
             self.leg_sent_s = sent_s  # the source leg goes on
             self.control.backend_error(target, err)
-            self.control.metrics.migrations.labels("failed").inc()
+            self.metrics.migrations.labels("failed").inc()
             log.info("request %s: migration to %s failed; it stays put", self.client_xid, self._name(target))
             return False
         self._move_to(target, leg)
         self.leg_sent_s = float("-inf")  # a move the policy chose: its engine dying is no sign of a poison request
-        self.control.metrics.migrations.labels("ok").inc()
+        self.metrics.migrations.labels("ok").inc()
         log.info("request %s: migrated from %s to %s after %d tokens", self.client_xid,
                  "?" if source is None else self._name(source), self._name(target), self.out.tokens)
         return True
@@ -367,7 +368,7 @@ class Flow:
         """The decode leg on ``iid`` failed: continue elsewhere when that is safe, else
         fail the request."""
         await self.faults.failed(iid, err, "decode", self.cluster.clock() - self.leg_sent_s)
-        for _ in range(self.control.config.max_recoveries):  # attempts for this one failure
+        for _ in range(self.config.max_recoveries):  # attempts for this one failure
             target = await self.faults.elsewhere(err, "decode", lambda ex: self.control.pick_decode(self.state, ex))
             self.out.discard_unsent()  # a failed leg's chunks not yet sent go with it
             if self.can_continue:
@@ -384,7 +385,7 @@ class Flow:
                 await self.faults.failed(target, err2, "decode", self.cluster.clock() - self.leg_sent_s)
                 err = err2
                 continue
-            self.control.metrics.recoveries.inc()
+            self.metrics.recoveries.inc()
             log.info("request %s: decode on %s failed (%s); recovered on %s after %d tokens", self.client_xid,
                      self._name(iid), err, self._name(target), self.out.tokens)
             return

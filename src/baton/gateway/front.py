@@ -20,6 +20,7 @@ from baton.gateway.client import ClientOut
 from baton.gateway.config import GatewayConfig
 from baton.gateway.engines import Engines
 from baton.gateway.flow import Flow
+from baton.gateway.flow_parts import FlowParts
 from baton.gateway.live import LiveCluster
 from baton.gateway.metrics import GatewayMetrics
 from baton.gateway.guards import json_bodies_only
@@ -73,6 +74,7 @@ class Front:
                  needs_prefix_keys: bool) -> None:
         self.config, self.cluster, self.engines, self.control = config, cluster, engines, control
         self.needs_prefix_keys = needs_prefix_keys
+        self.flow_parts = FlowParts(control, engines, cluster, config, control.metrics)
         c = config
         self.bodies = BodyReads(BodyLimits(c.max_body_bytes, c.body_timeout_s, c.max_body_reads,
                                            c.max_body_reads_per_client, c.slow_body_after_s, c.min_body_bytes_per_s),
@@ -172,7 +174,7 @@ class Front:
         out = ClientOut(request, parsed, model, f"cmpl-{oid}" if kind == COMPLETIONS else f"chatcmpl-{oid}",
                         self.config.client_write_timeout_s)
         out.headers["X-Request-Id"] = xid
-        flow = Flow(self.control, self.engines, parsed, out, state, xid, ids, client_of(request))
+        flow = Flow(self.flow_parts, parsed, out, state, xid, ids, client_of(request))
         try:
             self.control.admit(flow)
         except ApiError as err:  # its client holds its share of the slots

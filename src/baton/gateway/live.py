@@ -17,7 +17,8 @@ from baton.core.info import EngineSample, InfoModel, ViewMode
 from baton.core.instance import InstanceState, Role
 from baton.core.request import Request, RequestState
 from baton.core.view import ClusterView
-from baton.gateway.config import EngineSpec, endpoint_address, public_url
+from baton.gateway.config import EngineSpec
+from baton.gateway.urls import endpoint_address, public_url
 
 _RATE_SMOOTHING = 0.1  # EMA weight of each observed token gap in an instance's iteration time
 

@@ -24,7 +24,8 @@ from aiohttp import web
 from baton.core.errors import ConfigError
 from baton.core.instance import Role
 from baton.gateway import handoff
-from baton.gateway.config import EngineSpec, GatewayConfig, endpoint_address
+from baton.gateway.config import EngineSpec, GatewayConfig
+from baton.gateway.urls import endpoint_address
 from baton.gateway.discovery import PodDiscovery
 from baton.gateway.live import LiveCluster
 from baton.gateway.framing import upstream_connector

@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from baton.gateway.config import public_url
+from baton.gateway.urls import public_url
 from baton.gateway.scan import EVENT_END, Run, split
 from baton.protocol.chunks import chunk_text
 from baton.protocol.errors import ApiError
