@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from baton.gateway.control import Control
+from baton.gateway.flow_parts import FlowParts
 from baton.gateway.upstream import UpstreamError
 from baton.protocol.errors import ApiError
 
@@ -33,8 +33,9 @@ class LegFaults:
     """Failed legs of one request and what they mean for it and for the engines.
     ``rediscover(iid)`` asks an engine that answered 404 for its model names again."""
 
-    def __init__(self, control: Control, rediscover: Callable[[int], None]) -> None:
-        self.control, self.rediscover = control, rediscover
+    def __init__(self, parts: FlowParts, rediscover: Callable[[int], None]) -> None:
+        self.control, self.rediscover = parts.control, rediscover
+        self.config, self.metrics, self.cluster = parts.config, parts.metrics, parts.cluster
         self.failed_on: set[int] = set()  # instances whose leg failed for this request
         self.deaths = 0                   # engine faults while the request was in flight
         self.hung_on: set[int] = set()    # instances whose leg failed only by a read deadline
@@ -64,9 +65,9 @@ class LegFaults:
 
     def _engine_fault(self, iid: int, err: UpstreamError, leg_age_s: float) -> None:
         self.control.backend_error(iid, err)
-        if not err.connect and leg_age_s <= self.control.config.death_window_s:
+        if not err.connect and leg_age_s <= self.config.death_window_s:
             self.deaths += 1
-        if self.deaths >= self.control.config.max_engine_deaths:
+        if self.deaths >= self.config.max_engine_deaths:
             raise ApiError(502, f"engines failed {self.deaths} times while serving this request; "
                                 "not retrying it", err_type="server_error", code="backend_error")
 
@@ -74,8 +75,8 @@ class LegFaults:
         engines = sorted(self.suspects)
         if await self.control.at_fault(engines):
             self.suspects.clear()
-            self.control.metrics.quarantined.inc()
-            names = ", ".join(self.control.cluster.engines[i].spec.name for i in engines)
+            self.metrics.quarantined.inc()
+            names = ", ".join(self.cluster.engines[i].spec.name for i in engines)
             raise ApiError(422, f"the request failed on {len(engines)} engines ({names}) that serve other "
                                 f"requests; it is not tried again. Last answer: {err}",
                            err_type="invalid_request_error", code="request_failed_on_engines")

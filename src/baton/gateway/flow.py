@@ -42,7 +42,7 @@ class Flow:
         self.client_xid = xid  # echoed to the client and shown in admin; never sent to engines
         self.client = client  # whose in-flight share it takes (gateway.admission)
         self.prompt_ids = prompt_ids
-        self.faults = LegFaults(control, engines.rediscover)
+        self.faults = LegFaults(parts, engines.rediscover)
         self.output_ids = IdLog()  # every relayed token's id, while ids_complete
         self.ids_complete = True
         self.leg: StreamLeg | None = None
