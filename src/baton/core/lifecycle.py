@@ -14,6 +14,7 @@ walk a request through the same phases with the same bookings."""
 
 from __future__ import annotations
 
+from baton.core.events import Completed, PrefillDone
 from baton.core.request import Phase, RequestState
 
 
@@ -50,3 +51,69 @@ def ended(st: RequestState, now_s: float, reason: str | None = None) -> None:
     """It finished (``reason`` None) or was rejected or failed for ``reason``."""
     st.phase = Phase.REJECTED if reason else Phase.FINISHED
     st.reject_reason, st.finish_s = reason, now_s
+
+
+def preempted(st: RequestState, generated_tokens: int, now_s: float) -> None:
+    """Its KV was dropped where it ran; ``generated_tokens`` of output survive (recomputed
+    with the prompt), and a decoding request's token gap is measured from now."""
+    st.preemptions += 1
+    if st.phase is Phase.DECODE:
+        st.phase, st.generated_tokens = Phase.PREFILL, generated_tokens
+        if st.first_token_s is not None:
+            st.last_token_s = now_s  # preemption happens at an iteration boundary
+
+
+def prefill_ended(st: RequestState, instance_id: int, now_s: float) -> PrefillDone:
+    """Its prefill finished on ``instance_id``; the observation a policy gets."""
+    st.prefill_end_s = now_s
+    return PrefillDone(st.req_id, instance_id, now_s)
+
+
+def first_token(st: RequestState, now_s: float) -> None:
+    """The decode side's first iteration emitted its first token (a PD handoff's; the
+    gaps after it the runtime measures in bulk)."""
+    st.first_token_s = now_s
+
+
+def token_emitted(st: RequestState, now_s: float, generated_tokens: int | None = None) -> None:
+    """It emitted a token at ``now_s`` (its first sets its TTFT); ``generated_tokens``, when
+    the runtime knows it, is its output so far."""
+    if st.first_token_s is None:
+        st.first_token_s = now_s
+    st.last_token_s = now_s
+    if generated_tokens is not None:
+        st.generated_tokens = generated_tokens
+
+
+def paused(st: RequestState, generated_tokens: int, now_s: float) -> None:
+    """Its decode stopped where it ran with ``generated_tokens`` of output (a migration's
+    last round); the gap to its next token runs from now."""
+    st.generated_tokens, st.last_token_s = generated_tokens, now_s
+
+
+def transfer_started(st: RequestState, now_s: float) -> None:
+    """Its prompt's KV began to move to the decode instance."""
+    st.transfer_start_s = now_s
+
+
+def transfer_ended(st: RequestState, now_s: float) -> None:
+    """Its prompt's KV is on the decode instance."""
+    st.transfer_end_s = now_s
+
+
+def migrating(st: RequestState) -> None:
+    """A migration of its decode began."""
+    st.migrating = True
+
+
+def migration_over(st: RequestState, moved: bool) -> None:
+    """The migration ended: ``moved`` to its target, or it stays where it was."""
+    st.migrating = False
+    st.migrations += int(moved)
+
+
+def completed(st: RequestState, now_s: float) -> Completed:
+    """It finished with all its output; the observation a policy gets."""
+    ended(st, now_s)
+    st.generated_tokens = st.request.output_tokens
+    return Completed(st.req_id, st.request.output_tokens, now_s)

@@ -201,7 +201,7 @@ class Control:
         flow = self.flows.get(decision.req_id)
         if flow is None:  # tracked but not served here (an admin call raced its end)
             return self.note_stale("migrate")
-        flow.state.migrating = True
+        self.cluster.migration_begins(flow.state)
         flow.request_migration(decision.target_instance)
 
     def watch(self, decision: Watch, stage_index: int) -> None:

@@ -250,7 +250,8 @@ class Flow:
             await self.out.flush()
             if self.migrate_to is not None:
                 if self._complete():  # nothing left to move: the finish chunk is on its way
-                    self.migrate_to, self.state.migrating = None, False
+                    self.migrate_to = None
+                    self.cluster.migration_over(self.state, moved=False)
                 else:
                     await self._migrate()
 

@@ -165,7 +165,7 @@ class ControlHub:
         if queued:
             return
         self.cluster.prefill_done(st)
-        st.generated_tokens = generated
+        st.generated_tokens = generated  # adopted: what the relay reports it relayed
         if d is not None:
             self.cluster.expect_decode(st, d)
             if phase == Phase.DECODE.value:

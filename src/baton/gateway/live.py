@@ -253,16 +253,19 @@ class LiveCluster:
         lifecycle.transferring(state)
         self.expect_decode(state, target)
 
+    def migration_begins(self, state: RequestState) -> None:
+        """The policy asked to move the request's decode (the flow moves it between tokens)."""
+        lifecycle.migrating(state)
+
     def migration_over(self, state: RequestState, moved: bool) -> None:
         """A migration the policy asked for ended: moved, or stayed put."""
-        state.migrating = False
-        state.migrations += int(moved)
+        lifecycle.migration_over(state, moved)
 
     def prefill_done(self, state: RequestState) -> None:
         """The prefill leg returned (PD) or the first token arrived (colocated)."""
         now = self.now()
         self._drop_prefill(state)
-        state.first_token_s = state.first_token_s or now
+        lifecycle.token_emitted(state, now)  # the client's first token (PD: the prefill leg's)
         lifecycle.transferring(state)
 
     def expect_decode(self, state: RequestState, decode: int) -> None:
@@ -294,8 +297,7 @@ class LiveCluster:
             gap = (now - state.last_token_s) / count
             inst.recent_iteration_s += _RATE_SMOOTHING * (gap - inst.recent_iteration_s)
             inst.recent_token_interval_s = inst.recent_iteration_s
-        state.generated_tokens += count
-        state.last_token_s = now
+        lifecycle.token_emitted(state, now, state.generated_tokens + count)
         if state.req_id in inst.decodes:
             ctx = state.request.prompt_tokens + state.generated_tokens
             inst.decodes.set(state.req_id, "ctx", ctx)

@@ -22,6 +22,7 @@ import time
 from dataclasses import asdict
 from typing import Any, Callable
 
+from baton.core import lifecycle
 from baton.core.decisions import ArrivalPlan, Deflect
 from baton.core.instance import Role
 from baton.core.request import RequestState
@@ -377,7 +378,7 @@ class RemoteControl:
         """Control's ``Migrate`` for a request this relay carries."""
         flow = self.flows.get(req_id)
         if flow is not None:
-            flow.state.migrating = True
+            lifecycle.migrating(flow.state)
             flow.request_migration(target)
 
     def records(self) -> list[list]:

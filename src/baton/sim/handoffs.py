@@ -76,7 +76,7 @@ class Handoffs:
         port = self.port
         tr = self.transfers.pop(rid)
         st = port.states[rid]
-        st.transfer_end_s = port.now
+        lifecycle.transfer_ended(st, port.now)
         port.engines[tr.src].release_held(rid)
         bookings.kv_arrived(port.instances, st, tr.dst)
         # As with vLLM's KV connectors, the decode instance recomputes the prompt's last
@@ -88,7 +88,7 @@ class Handoffs:
     def _send_prompt_kv(self, tr: Transfer) -> None:
         port = self.port
         st = port.states[tr.req_id]
-        st.transfer_start_s = port.now
+        lifecycle.transfer_started(st, port.now)
         if st.phase is not Phase.PREFILL:
             lifecycle.transferring(st)
         bookings.kv_heading_to(port.instances, st, tr.dst, st.request.prompt_tokens)

@@ -68,7 +68,7 @@ class Migrator:
             return self._refuse()
         move = Move(rid, st.decode_instance, dst, decision.mode, blocks, round_start_ctx=ctx)
         self.moves[rid] = move
-        st.migrating = True
+        lifecycle.migrating(st)
         if decision.mode is not MigrationMode.LIVE:
             self._detach_at_boundary(move)
         else:
@@ -93,7 +93,7 @@ class Migrator:
                                                  item.generated))
         st.decode_instance = dst
         st.visit(dst)
-        st.migrations += 1
+        lifecycle.migration_over(st, moved=True)  # a queued prefill moved
         port.counters.migrations += 1
         port.retry_receives(src)  # its queue head moved on
         port.kick(dst)
@@ -128,8 +128,7 @@ class Migrator:
         row = eng.remove_decode(move.req_id)
         move.row = row
         lifecycle.transferring(st)
-        st.last_token_s = port.now
-        st.generated_tokens = row.generated
+        lifecycle.paused(st, row.generated, port.now)
         if move.mode is MigrationMode.RECOMPUTE:
             eng.free_request(move.req_id, row.blocks, row.ctx)
             port.retry_receives(move.src)
@@ -163,7 +162,7 @@ class Migrator:
         port.engines[move.dst].release(move.reserved_blocks)
         port.retry_receives(move.dst)
         st = port.states[move.req_id]
-        st.migrating = False
+        lifecycle.migration_over(st, moved=False)
         self._refuse()
         port.engines[move.src].add_join(DecodeJoin(move.req_id, row.ctx, row.generated, row.stop_at,
                                                   row.blocks, port.now))
@@ -186,8 +185,7 @@ class Migrator:
         port = self.port
         del self.moves[move.req_id]
         st = port.states[move.req_id]
-        st.migrating = False
-        st.migrations += 1
+        lifecycle.migration_over(st, moved=True)
         port.counters.migrations += 1
 
     def cancel(self, req_id: int) -> None:
@@ -201,5 +199,5 @@ class Migrator:
         if move.flow_id is not None:
             # the bytes never sent leave both totals (transfer_bytes is their difference)
             port.counters.migration_bytes -= port.stop_flow(move.flow_id)
-        port.states[req_id].migrating = False
+        lifecycle.migration_over(port.states[req_id], moved=False)
         port.retry_receives(move.dst)

@@ -13,7 +13,7 @@ from baton.core.decisions import (ChangeRole, Decision, Deflect, Migrate, Watch,
                                   check_usable, dispatch)
 from baton.core.errors import BatonError, ConfigError
 from baton.core.info import InfoModel
-from baton.core.events import Completed, DecodeProgress, PrefillDone
+from baton.core.events import DecodeProgress
 from baton.core.instance import InstanceState, Role
 from baton.core.request import Phase, Request, RequestState
 from baton.core.view import ClusterView
@@ -137,13 +137,9 @@ class Simulator:
         changed = bool(eng.preempted or eng.started)
         for rid in eng.preempted:
             st = self.states[rid]
-            st.preemptions += 1
             if st.phase is Phase.DECODE:
                 self.migrator.cancel(rid)  # its KV is gone: a move in flight has nothing to move
-                lifecycle.back_to_prefill(st)
-                st.generated_tokens = eng.prefills[rid].generated  # the table row is gone
-                if st.first_token_s is not None:
-                    st.last_token_s = self.now  # preemption happens at an iteration boundary
+            lifecycle.preempted(st, eng.prefills[rid].generated, self.now)  # the table row is gone
         eng.preempted.clear()
         for rid in eng.started:
             st = self.states[rid]
@@ -189,7 +185,7 @@ class Simulator:
         self._settling = instance_id
         self.recorder.segment_gaps(result)
         for rid, t in result.first_tokens:
-            self.states[rid].first_token_s = t
+            lifecycle.first_token(self.states[rid], t)
         for rid in result.finished:
             self.finish(self.states[rid])
         for rid, ctx in result.thresholds:
@@ -211,11 +207,11 @@ class Simulator:
         st = self.states[item.req_id]
         if item.kind is not PrefillKind.FRESH:
             return self._resume_local(instance_id, item, st)
-        st.prefill_end_s = self.now
+        done = lifecycle.prefill_ended(st, instance_id, self.now)
         if self.scheduler.observes:
-            self.scheduler.observe(self.view, PrefillDone(st.req_id, instance_id, self.now))
+            self.scheduler.observe(self.view, done)
         if st.request.output_tokens <= 1:
-            st.first_token_s = st.last_token_s = self.now
+            lifecycle.token_emitted(st, self.now)
             self.engines[instance_id].free_request(st.req_id, item.blocks, item.total_tokens)
             return self.finish(st)
         dst = st.decode_instance if st.bound_early else apply_decode_choice(
@@ -226,9 +222,7 @@ class Simulator:
         check_usable(self.view, dst, "decode")
         st.decode_instance = dst
         if dst == instance_id:
-            # colocated: the prefill's own iteration samples the first token
-            st.first_token_s = st.last_token_s = self.now
-            st.generated_tokens = 1
+            lifecycle.token_emitted(st, self.now, 1)  # colocated: the prefill's iteration samples it
             return self.join(instance_id, st, st.request.prompt_tokens + 1, 1, item.blocks, item.admit_seq)
         done_s = self.handoffs.prefill_done(st.req_id, instance_id, dst, item.blocks)
         if done_s is not None:
@@ -236,11 +230,9 @@ class Simulator:
 
     def _resume_local(self, instance_id: int, item: PrefillItem, st: RequestState) -> None:
         """A recompute (after preemption or migration) ended: it emits one token."""
-        if st.first_token_s is None:
-            st.first_token_s = self.now  # preempted before the decode side's first token
-        else:
+        if st.first_token_s is not None:  # else preempted before the decode side's first token
             self.recorder.gap(self.now - st.last_token_s)
-        st.last_token_s = self.now
+        lifecycle.token_emitted(st, self.now)
         generated = item.generated + 1
         if generated >= item.stop_at:
             self.engines[instance_id].free_request(st.req_id, item.blocks, item.total_tokens)
@@ -307,15 +299,14 @@ class Simulator:
 
     # --- ends ----------------------------------------------------------------------------
     def finish(self, st: RequestState) -> None:
-        lifecycle.ended(st, self.now)
-        st.generated_tokens = st.request.output_tokens
+        done = lifecycle.completed(st, self.now)
         self.migrator.cancel(st.req_id)
         self.watch_owner.pop(st.req_id, None)
         self._keys.drop(st.req_id, self.block_size)
         self.recorder.ended(st)
         self._open -= 1
         if self.scheduler.observes:
-            self.scheduler.observe(self.view, Completed(st.req_id, st.request.output_tokens, self.now))
+            self.scheduler.observe(self.view, done)
 
     def reject(self, st: RequestState, reason: str) -> None:
         lifecycle.ended(st, self.now, reason)
