@@ -157,10 +157,6 @@ class EngineLoop:
         return self.state.kv_blocks_used
 
     @property
-    def free_blocks(self) -> int:
-        return self.config.kv_blocks - self.state.kv_blocks_used
-
-    @property
     def kv_usage(self) -> float:
         return self.state.kv_blocks_used / self.config.kv_blocks
 
