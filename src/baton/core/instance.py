@@ -16,6 +16,9 @@ from baton.core.decode_table import DecodeTable
 from baton.core.info import EngineSample
 
 
+DEFAULT_LINK_BYTES_PER_S = 100e9 / 8  # a hand-built instance's KV link; runtimes set their own
+
+
 class Role(str, enum.Enum):
     """What new work an instance accepts. Existing work always drains where it is."""
 
@@ -117,7 +120,7 @@ class InstanceState:
     load_dirty: set[int] | None = None
     # its link for KV (bytes/s): a fact of the cluster the runtime sets (the simulated
     # cluster's nic_gbps, the gateway's link_gbps); policies read it here, never guess it
-    link_bytes_per_s: float = 100e9 / 8
+    link_bytes_per_s: float = DEFAULT_LINK_BYTES_PER_S
 
     def __post_init__(self) -> None:
         self.decodes.on_change = self.touch

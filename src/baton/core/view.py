@@ -8,7 +8,7 @@ from typing import Protocol
 import numpy as np
 
 from baton.core.info import EXACT, EngineSample, InfoModel
-from baton.core.instance import InstanceState
+from baton.core.instance import DEFAULT_LINK_BYTES_PER_S, InstanceState
 from baton.core.load_columns import LoadColumns
 from baton.core.request import Phase, RequestState
 
@@ -79,7 +79,7 @@ class ClusterView:
         """The KV link (bytes/s) a move between ``instance_ids`` gets: the slowest of
         theirs (of every instance's when none is named). A cluster fact the runtime sets."""
         ids = instance_ids or tuple(self._instances)
-        return min((self._instances[i].link_bytes_per_s for i in ids), default=100e9 / 8)
+        return min((self._instances[i].link_bytes_per_s for i in ids), default=DEFAULT_LINK_BYTES_PER_S)
 
     def has_instance(self, instance_id: int) -> bool:
         """Whether ``instance_id`` is an instance of this cluster (healthy or not)."""
