@@ -40,7 +40,8 @@ def test_kv_heading_elsewhere_drops_the_early_binding_and_books_incoming():
     bookings.bind(insts, st, 0, 1, None)
     bookings.kv_heading_to(insts, st, 2, 110)
     assert insts[1].shadow_tokens == 0 and insts[2].incoming == {7: 110} and st.decode_instance == 2
-    bookings.kv_arrived(insts, st, 2)
+    bookings.joining(insts, st, 2, 111)  # landed: the booking stays, sized to the context now
+    assert insts[2].incoming == {7: 111} and insts[2].incoming_tokens == 111
     bookings.drop_bookings(insts, st)
     assert all(s.shadow_tokens == 0 and s.incoming_tokens == 0 for s in insts.values())
 

@@ -56,9 +56,26 @@ def kv_heading_to(instances: Mapping[int, InstanceState], st: RequestState, dst:
     instances[dst].add_incoming(st.req_id, ctx_tokens)
 
 
-def kv_arrived(instances: Mapping[int, InstanceState], st: RequestState, dst: int) -> None:
-    """The KV heading to ``dst`` has landed (it joins the batch there)."""
-    instances[dst].drop_incoming(st.req_id)
+def joining(instances: Mapping[int, InstanceState], st: RequestState, dst: int, ctx_tokens: int) -> None:
+    """The request's KV (``ctx_tokens`` of context) is on ``dst`` and waits to join its batch:
+    the incoming booking its transfer made stays (its size updated), or one is made; the
+    engine drops it when the request joins."""
+    inst = instances[dst]
+    if inst.incoming.get(st.req_id) != ctx_tokens:
+        inst.drop_incoming(st.req_id)
+        inst.add_incoming(st.req_id, ctx_tokens)
+
+
+def decode_on(st: RequestState, dst: int) -> None:
+    """The request will decode on ``dst`` (chosen when its prefill ended, or colocated with
+    it); nothing is booked there until its KV heads that way."""
+    st.decode_instance = dst
+
+
+def prefill_on(st: RequestState, prefill: int) -> None:
+    """The request's prefill moves to ``prefill`` (a retry that landed elsewhere); the
+    runtime moves its queue booking."""
+    st.prefill_instance = prefill
 
 
 def drop_bookings(instances: Mapping[int, InstanceState], st: RequestState) -> None:

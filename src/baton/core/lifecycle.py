@@ -91,6 +91,19 @@ def paused(st: RequestState, generated_tokens: int, now_s: float) -> None:
     st.generated_tokens, st.last_token_s = generated_tokens, now_s
 
 
+def requeued(st: RequestState, instance_id: int) -> None:
+    """Its KV is gone and it waits to recompute on ``instance_id`` (a migration by
+    recompute), which then decodes it."""
+    st.decode_instance = instance_id
+    st.visit(instance_id)
+
+
+def relayed(st: RequestState, generated_tokens: int) -> None:
+    """``generated_tokens`` of its output were relayed before this runtime saw it (a flow
+    adopted from another gateway process)."""
+    st.generated_tokens = generated_tokens
+
+
 def transfer_started(st: RequestState, now_s: float) -> None:
     """Its prompt's KV began to move to the decode instance."""
     st.transfer_start_s = now_s

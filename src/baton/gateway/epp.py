@@ -247,7 +247,7 @@ class Exchange:
             iid = self.gw.cluster.by_address(served) if served else None
             if iid is not None and iid != pick.state.prefill_instance:  # a retry landed elsewhere
                 self.gw.cluster.rebind_prefill(pick.state, iid)
-                pick.state.decode_instance = iid
+                self.gw.cluster.colocate(pick.state, iid)
                 if self.reader is not None:
                     self.reader.instance_id = iid
             if self.reader is None and pick.status == 200:  # no bodies: it counts as decoding now

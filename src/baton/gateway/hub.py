@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from baton.core import lifecycle
 from baton.core.request import Phase, RequestState
 from baton.gateway import ipc
 from baton.gateway.control import Control
@@ -165,7 +166,7 @@ class ControlHub:
         if queued:
             return
         self.cluster.prefill_done(st)
-        st.generated_tokens = generated  # adopted: what the relay reports it relayed
+        lifecycle.relayed(st, generated)  # adopted: what the relay reports it relayed
         if d is not None:
             self.cluster.expect_decode(st, d)
             if phase == Phase.DECODE.value:

@@ -216,7 +216,7 @@ class LiveCluster:
     def rebind_prefill(self, state: RequestState, prefill: int) -> None:
         """Move a prefill that failed to start onto another instance."""
         self._drop_prefill(state)
-        state.prefill_instance = prefill
+        bookings.prefill_on(state, prefill)
         self._queue_prefill(state, prefill)
 
     def deflect(self, state: RequestState, instance: int, chunk_limit_tokens: int) -> None:
@@ -244,7 +244,7 @@ class LiveCluster:
 
     def colocate(self, state: RequestState, instance: int) -> None:
         """The request decodes where it prefills (one leg on ``instance``)."""
-        state.decode_instance = instance
+        bookings.decode_on(state, instance)
 
     def move_decode(self, state: RequestState, target: int) -> None:
         """The request's decode moves to ``target`` (a migration or a recovery): off its

@@ -78,7 +78,6 @@ class Handoffs:
         st = port.states[rid]
         lifecycle.transfer_ended(st, port.now)
         port.engines[tr.src].release_held(rid)
-        bookings.kv_arrived(port.instances, st, tr.dst)
         # As with vLLM's KV connectors, the decode instance recomputes the prompt's last
         # token and samples the first output token: the client sees it from there.
         port.join(tr.dst, st, st.request.prompt_tokens, 0, tr.dst_blocks)

@@ -91,8 +91,7 @@ class Migrator:
         eng.count_requests()
         port.engines[dst].add_prefill(PrefillItem(rid, item.total_tokens, PrefillKind.MIGRATE, item.stop_at,
                                                  item.generated))
-        st.decode_instance = dst
-        st.visit(dst)
+        lifecycle.requeued(st, dst)
         lifecycle.migration_over(st, moved=True)  # a queued prefill moved
         port.counters.migrations += 1
         port.retry_receives(src)  # its queue head moved on
@@ -139,8 +138,7 @@ class Migrator:
             port.engines[move.dst].release(move.reserved_blocks)
             port.engines[move.dst].add_prefill(PrefillItem(
                 move.req_id, row.ctx, PrefillKind.MIGRATE, row.stop_at, row.generated))
-            st.decode_instance = move.dst
-            st.visit(move.dst)
+            lifecycle.requeued(st, move.dst)
             port.kick(move.dst)
             return
         need = -(-(row.ctx - 1) // port.block_size)

@@ -220,7 +220,7 @@ class Simulator:
             self.engines[instance_id].free_request(st.req_id, item.blocks, item.total_tokens)
             return self.reject(st, "no_decode_instance")
         check_usable(self.view, dst, "decode")
-        st.decode_instance = dst
+        bookings.decode_on(st, dst)
         if dst == instance_id:
             lifecycle.token_emitted(st, self.now, 1)  # colocated: the prefill's iteration samples it
             return self.join(instance_id, st, st.request.prompt_tokens + 1, 1, item.blocks, item.admit_seq)
@@ -245,7 +245,7 @@ class Simulator:
         self.recorder.new_work(self.now, instance_id, Role.DECODE)
         first = st.decode_start_s is None
         lifecycle.decoding(st, instance_id, self.now)
-        self.instances[instance_id].add_incoming(st.req_id, ctx)
+        bookings.joining(self.instances, st, instance_id, ctx)
         if first:  # the assignment's quality, judged with it placed
             self.recorder.decode_start(instance_id, ctx)
         watch = self.pending_watch.pop(st.req_id, None)
