@@ -2,7 +2,7 @@
 
 import pytest
 
-from baton.gateway.config import DEFAULT_METRIC_NAMES
+from baton.gateway.engine_types import DEFAULT_METRIC_NAMES
 from baton.gateway.scrape import parse_metrics
 
 VLLM = """# HELP vllm:num_requests_running Number of requests in model execution batches.

@@ -30,7 +30,7 @@ def engine_for(pod: Any, s: DiscoverySettings) -> EngineSpec | None:
         return None
     if not any(c.type == "Ready" and c.status == "True" for c in status.conditions or ()):
         return None
-    role = ROLES.get((meta.labels or {}).get(s.role_label, ""), s.default_role)
+    role = ROLES.get((meta.labels or {}).get(s.role_label, ""), s.role)
     host = f"[{status.pod_ip}]" if ":" in status.pod_ip else status.pod_ip
     return EngineSpec(f"http://{host}:{s.port}", role, meta.name, s.engine_type,
                       metric_names=dict(DEFAULT_METRIC_NAMES[s.engine_type]),

@@ -32,6 +32,8 @@ import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from baton.core.settings import setting
+
 
 @dataclass(slots=True)
 class OutlierSettings:
@@ -39,18 +41,22 @@ class OutlierSettings:
     except ``max_ejection_percent``: Envoy's 10 % suits clusters of hundreds of hosts;
     a disaggregated fleet has pools of 2-16 engines, where 10 % would allow only one."""
 
-    enabled: bool = True
-    consecutive_errors: int = 5
-    interval_s: float = 10.0
-    base_ejection_s: float = 30.0
-    max_ejection_s: float = 300.0
-    max_ejection_percent: float = 50.0
-    success_rate_min_hosts: int = 5
-    success_rate_request_volume: int = 100
-    success_rate_stdev_factor: float = 1.9
-    failure_percentage_threshold: float = 85.0
-    failure_percentage_min_hosts: int = 5
-    failure_percentage_request_volume: int = 50
+    enabled: bool = setting(True, doc="eject engines whose legs keep failing")
+    consecutive_errors: int = setting(5, gt=0, doc="failed legs in a row that eject an engine")
+    interval_s: float = setting(10.0, gt=0, unit="s", doc="how often success and failure rates are judged")
+    base_ejection_s: float = setting(30.0, gt=0, unit="s", doc="first ejection's length (times the ejection count)")
+    max_ejection_s: float = setting(300.0, gt=0, unit="s", doc="longest ejection")
+    max_ejection_percent: float = setting(50.0, gt=0, le=100, unit="%", doc="most of a pool ejected at once")
+    success_rate_min_hosts: int = setting(5, gt=0, doc="engines with enough legs before success-rate ejection runs")
+    success_rate_request_volume: int = setting(100, gt=0, doc="legs in an interval that make an engine count there")
+    success_rate_stdev_factor: float = setting(1.9, gt=0, doc="ejected below the mean success rate minus this many "
+                                                              "standard deviations")
+    failure_percentage_threshold: float = setting(85.0, gt=0, le=100, unit="%",
+                                                  doc="ejected above this share of failed legs in an interval")
+    failure_percentage_min_hosts: int = setting(5, gt=0, doc="engines with enough legs before failure-percentage "
+                                                             "ejection runs")
+    failure_percentage_request_volume: int = setting(50, gt=0, doc="legs in an interval that make an engine count "
+                                                                   "there")
 
 
 @dataclass(slots=True)
