@@ -58,7 +58,7 @@ def test_bad_input_gives_one_line_error(tmp_path, args, message):
 
 @pytest.mark.parametrize("text,message", [
     ("cluster: {prefill: 2\n", "malformed YAML"),
-    ("cluster: {prefill: two}\n", "cluster.prefill: expected int"),
+    ("cluster: {prefill: two}\n", "cluster.prefill: expected an integer, got 'two'"),
     ("cluster: {gpus: 2}\n", "cluster.gpus: unknown key"),
     ("workload: {synthetic: {requests: ten}}\n", "workload.synthetic.requests"),
     ("- a\n- b\n", "expected a mapping"),

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from baton.core import settings
 from baton.core.errors import ConfigError
+from baton.core.settings import setting
 
 
 class ViewMode(str, enum.Enum):
@@ -51,9 +52,10 @@ class ViewMode(str, enum.Enum):
 class InfoModel:
     """The information model: a mode, a scrape interval and a publication delay (s)."""
 
-    mode: ViewMode = ViewMode.SCRAPED
-    scrape_interval_s: float = 1.0
-    delay_s: float = 0.0
+    mode: ViewMode = setting(ViewMode.SCRAPED, doc="what policies see: exact (the runtime's own state) or "
+                                                   "scraped (engine metrics every interval, with a delay)")
+    scrape_interval_s: float = setting(1.0, gt=0, unit="s", doc="how often the scraped view refreshes")
+    delay_s: float = setting(0.0, ge=0, unit="s", doc="how stale a scrape is when policies see it")
 
     def __post_init__(self) -> None:
         if not (self.scrape_interval_s > 0 and math.isfinite(self.scrape_interval_s)):
@@ -67,24 +69,7 @@ EXACT = InfoModel(ViewMode.EXACT)
 
 def info_from_dict(data: Any, where: str = "view") -> InfoModel:
     """``{mode, scrape_interval_s, delay_s}`` from YAML; errors name the key."""
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{where}: expected a mapping with mode, scrape_interval_s, delay_s")
-    unknown = sorted(set(data) - {"mode", "scrape_interval_s", "delay_s"})
-    if unknown:
-        raise ConfigError(f"{where}.{unknown[0]}: unknown key; expected mode, scrape_interval_s or delay_s")
-    try:
-        mode = ViewMode(data.get("mode", "scraped"))
-    except ValueError:
-        raise ConfigError(f"{where}.mode: expected one of {', '.join(m.value for m in ViewMode)}, "
-                          f"got {data.get('mode')!r}") from None
-    values = {}
-    for key in ("scrape_interval_s", "delay_s"):
-        if key in data:
-            v = data[key]
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise ConfigError(f"{where}.{key}: expected a number, got {v!r}")
-            values[key] = float(v)
-    return InfoModel(mode, **values)
+    return settings.parse(InfoModel, data, where)
 
 
 @dataclass(slots=True, frozen=True)

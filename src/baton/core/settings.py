@@ -29,13 +29,14 @@ _MISSING = dataclasses.MISSING
 def setting(default: Any = _MISSING, *, doc: str, unit: str | None = None, gt: float | None = None,
             ge: float | None = None, le: float | None = None, choices: tuple[Any, ...] | None = None,
             key: str | None = None, check: Callable[[Any], str | None] | None = None, secret: bool = False,
-            factory: Callable[[], Any] | None = None, internal: bool = False) -> Any:
+            factory: Callable[[], Any] | None = None, internal: bool = False, flag: str | bool = False) -> Any:
     """A settings field: ``default`` (or ``factory``), a one-line ``doc``, its ``unit``,
     bounds (``gt``/``ge``/``le``), allowed ``choices``, the YAML ``key`` where it differs
     from the field's name, a ``check`` returning what is wrong with a value (or None),
-    ``secret`` (never echoed), ``internal`` (derived by code, not read from YAML)."""
+    ``secret`` (never echoed), ``internal`` (derived by code, not read from YAML), and
+    ``flag``: the command-line flag that sets it too (True: ``--`` and the key with dashes)."""
     meta = {"doc": doc, "unit": unit, "gt": gt, "ge": ge, "le": le, "choices": choices, "key": key,
-            "check": check, "secret": secret, "internal": internal}
+            "check": check, "secret": secret, "internal": internal, "flag": flag}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -59,6 +60,7 @@ class Setting:
     choices: tuple[Any, ...] | None
     check: Callable[[Any], str | None] | None
     secret: bool
+    flag: str | None
 
 
 def settings_of(cls: type) -> list[Setting]:
@@ -71,9 +73,10 @@ def settings_of(cls: type) -> list[Setting]:
             continue
         required = f.default is _MISSING and f.default_factory is _MISSING
         default = None if required else f.default if f.default is not _MISSING else f.default_factory()
-        out.append(Setting(meta["key"] or f.name, f.name, hints[f.name], default, required, meta["doc"],
-                           meta["unit"], meta["gt"], meta["ge"], meta["le"], meta["choices"], meta["check"],
-                           meta["secret"]))
+        key = meta["key"] or f.name
+        flag = meta["flag"] if isinstance(meta["flag"], str) else "--" + key.replace("_", "-") if meta["flag"] else None
+        out.append(Setting(key, f.name, hints[f.name], default, required, meta["doc"], meta["unit"], meta["gt"],
+                           meta["ge"], meta["le"], meta["choices"], meta["check"], meta["secret"], flag))
     return out
 
 
@@ -82,7 +85,16 @@ def parse(cls: type, raw: Any, where: str, extra_keys: tuple[str, ...] = (),
     """A ``cls`` from the mapping ``raw`` (``where``: its key path, for errors). Keys in
     ``extra_keys`` are allowed and left for the caller; fields in ``built`` (by name) the
     caller has already read from ``raw``."""
-    built = built or {}
+    values = given(cls, raw, where, extra_keys, built)
+    for s in settings_of(cls):
+        if s.required and s.name not in values:
+            raise ConfigError(f"{_join(where, s.key)}: required ({describe_kind(s.kind)}: {s.doc})")
+    return cls(**values)
+
+
+def given(cls: type, raw: Any, where: str, extra_keys: tuple[str, ...] = (),
+          built: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The settings ``raw`` gives (by field name, checked), to lay over defaults or a base."""
     if raw is None:
         raw = {}
     if not isinstance(raw, Mapping):
@@ -96,17 +108,20 @@ def parse(cls: type, raw: Any, where: str, extra_keys: tuple[str, ...] = (),
             listed = f"; known: {', '.join(sorted(names))}" if len(names) <= 24 else \
                 "; `baton config schema` lists them"
             raise ConfigError(f"{_join(where, k)}: unknown key{hint or listed}")
-    values = dict(built)
+    values = dict(built or {})
     for s in known:
-        path = _join(where, s.key)
-        if s.name in built:
-            continue
-        if raw.get(s.key) is None:
-            if s.required:
-                raise ConfigError(f"{path}: required ({describe_kind(s.kind)}: {s.doc})")
-            continue
-        values[s.name] = check_value(s, raw[s.key], path)
-    return cls(**values)
+        if s.name not in values and raw.get(s.key) is not None:
+            values[s.name] = check_value(s, raw[s.key], _join(where, s.key))
+    return values
+
+
+def validate(obj: Any, where: str) -> None:
+    """ConfigError naming the first field of the settings object ``obj`` (built by code or
+    flags, not parsed) whose value is out of its bounds or choices."""
+    for s in settings_of(type(obj)):
+        value = getattr(obj, s.name)
+        if value is not None and not dataclasses.is_dataclass(value):
+            check_value(s, value, _join(where, s.key))
 
 
 def check_value(s: Setting, value: Any, path: str) -> Any:

@@ -8,6 +8,7 @@ import enum
 from dataclasses import dataclass, field
 
 from baton.core.decode_table import DecodeTable
+from baton.core.settings import setting
 from baton.perf.memory import MemoryFlags
 
 
@@ -18,15 +19,24 @@ class EngineConfig:
     what sizes its KV cache: ``gpu_memory_utilization``, a KV connector's transfer buffer
     (``kv_buffer_bytes``), or ``kv_tokens`` set outright (see ``baton.perf.memory``)."""
 
-    max_num_batched_tokens: int = 8192
-    max_num_seqs: int = 256
-    block_size: int = 16
-    max_model_len: int | None = None
-    gpu_memory_utilization: float = 0.9
-    kv_buffer_bytes: float = 0.0
-    kv_tokens: int | None = None
-    reserve_full_sequence: bool = True  # vLLM's scheduler_reserve_full_isl
-    enable_prefix_caching: bool = True  # vLLM v1's default (engine_model/prefix_cache.py)
+    max_num_batched_tokens: int = setting(8192, gt=0, unit="tokens", flag=True, doc="tokens per iteration")
+    max_num_seqs: int = setting(256, gt=0, flag=True, doc="running sequences per instance")
+    block_size: int = setting(16, gt=0, unit="tokens", flag=True, doc="tokens per KV block")
+    max_model_len: int | None = setting(None, gt=0, unit="tokens", flag=True,
+                                        doc="longest prompt + output served (default: the model's own limit)")
+    gpu_memory_utilization: float = setting(0.9, gt=0, le=1, flag=True,
+                                            doc="share of GPU memory the engine may use (sizes the KV cache as "
+                                                "vLLM does)")
+    kv_buffer_bytes: float = setting(0.0, ge=0, unit="bytes", doc="a KV connector's transfer buffer, taken from "
+                                                                   "the KV cache")
+    kv_tokens: int | None = setting(None, gt=0, unit="tokens", flag=True,
+                                    doc="KV cache tokens per instance (overrides the size computed from the memory "
+                                        "flags)")
+    reserve_full_sequence: bool = setting(True, doc="admit a prefill only when its whole prompt's blocks fit "
+                                                    "(vLLM's scheduler_reserve_full_isl)")
+    enable_prefix_caching: bool = setting(True, key="prefix_caching", flag="--enable-prefix-caching",
+                                          doc="vLLM v1's automatic prefix caching: a prompt's cached full blocks "
+                                              "cost no prefill (engine_model/prefix_cache.py)")
 
     def memory_flags(self) -> MemoryFlags:
         return MemoryFlags(self.gpu_memory_utilization, self.max_num_batched_tokens,

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from baton.core import settings
 from baton.core.errors import ConfigError
-from baton.core.info import InfoModel, info_from_dict
+from baton.core.settings import setting
+from baton.core.info import InfoModel
 from baton.yamlfile import read_yaml
 from baton.core.request import Request
 from baton.metrics import SLO
@@ -24,16 +26,19 @@ from baton.workload.sessions import SessionsSpec, generate_sessions
 class WorkloadConfig:
     """A trace file, or a synthetic spec; plus optional rate scaling and truncation."""
 
-    trace: str | None = None
-    format: str | None = None
-    synthetic: SyntheticSpec = field(default_factory=SyntheticSpec)
+    kind: str = setting("synthetic", choices=("synthetic", "trace", "sessions"),
+                        doc="synthetic (the synthetic mapping), trace (a file) or sessions (multi-turn sessions: "
+                            "their keys sit beside kind)")
+    trace: str | None = setting(None, doc="a trace file (relative to the YAML; `baton list formats`)")
+    format: str | None = setting(None, doc="the trace's format (default: from its name and columns)")
+    synthetic: SyntheticSpec = setting(factory=SyntheticSpec, doc="the synthetic workload")
     sessions: SessionsSpec | None = None  # the multi-turn sessions generator instead (workload/sessions.py)
-    requests: int | None = None
-    rate_rps: float | None = None
-    arrivals: str | None = None  # poisson:R | uniform:R, for traces without arrival times
-    columns: dict[str, str] | None = None  # time/prompt/output column names (any CSV or JSONL)
+    requests: int | None = setting(None, gt=0, doc="a trace's first N requests, or exactly N synthetic ones")
+    rate_rps: float | None = setting(None, gt=0, unit="1/s", doc="rescale arrival times to this mean rate")
+    arrivals: str | None = setting(None, doc="poisson:R or uniform:R, for traces without arrival times")
+    columns: dict[str, str] | None = None  # time/prompt/output column names (any CSV or JSONL; --columns)
     time_unit: str = "s"
-    tokenizer: str | None = None  # a local tokenizer.json (or its folder) for text traces
+    tokenizer: str | None = setting(None, doc="a local tokenizer.json (or its folder) for text traces")
     # one-line notes the loader gave (rows dropped, lengths estimated), for the run's output
     notes: list[str] = field(default_factory=list, compare=False, repr=False)
 
@@ -76,86 +81,30 @@ class WorkloadConfig:
 class Experiment:
     """Everything one simulation needs."""
 
-    cluster: ClusterSpec = field(default_factory=ClusterSpec)
-    policy: Any = "least-loaded"
-    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
-    slo: SLO = field(default_factory=SLO)
-    seed: int = 0
-    view: InfoModel = field(default_factory=InfoModel)
-    warmup_s: float | None = None  # None: 10% of the arrival span
-
-
-def _spec(cls: Any, data: Any, where: str) -> Any:
-    """A dataclass of ints, floats and strings from a mapping; errors name the key."""
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{where}: expected a mapping")
-    kinds = {f.name: f.type for f in fields(cls)}
-    out = {}
-    for key, value in data.items():
-        if key not in kinds:
-            raise ConfigError(f"{where}.{key}: unknown key; expected one of: {', '.join(kinds)}")
-        want = {"int": int, "float": (int, float), "str": str}[str(kinds[key])]
-        if not isinstance(value, want) or isinstance(value, bool):
-            raise ConfigError(f"{where}.{key}: expected {kinds[key]}, got {value!r}")
-        out[key] = float(value) if str(kinds[key]) == "float" else value
-    return cls(**out)
-
-
-def _synthetic(data: Any, where: str) -> SyntheticSpec:
-    return _spec(SyntheticSpec, data, where)
+    cluster: ClusterSpec = setting(factory=ClusterSpec, doc="instances, roles, engines and links")
+    policy: Any = setting("least-loaded", doc="a policy name (`baton list policies`) or {name, stages: [...]}")
+    workload: WorkloadConfig = setting(factory=WorkloadConfig, doc="what arrives")
+    slo: SLO = setting(factory=SLO, doc="latency targets for attainment and goodput")
+    seed: int = setting(0, doc="seed of the workload and the policy's random generator")
+    view: InfoModel = setting(factory=InfoModel, doc="what policies see of the cluster")
+    warmup_s: float | None = setting(None, ge=0, unit="s", doc="requests arriving before this are left out of "
+                                                                "the figures (default: 10% of the arrival span)")
 
 
 _COMMON_KEYS = ("requests", "rate_rps", "kind")
 
 
-def _sessions(data: Mapping) -> SessionsSpec:
-    spec = _spec(SessionsSpec, {k: v for k, v in data.items() if k not in _COMMON_KEYS}, "workload")
-    spec.check()
-    return spec
-
-
 def _workload(data: Any) -> WorkloadConfig:
     if not isinstance(data, Mapping):
         raise ConfigError("workload: expected a mapping")
-    cfg = WorkloadConfig()
-    kind = data.get("kind", "synthetic")
-    if kind not in ("synthetic", "trace", "sessions"):
-        raise ConfigError(f"workload.kind: expected synthetic, trace or sessions, got {kind!r}")
-    if kind == "sessions":
-        cfg.sessions = _sessions(data)
-        data = {k: v for k, v in data.items() if k in _COMMON_KEYS}
-    for key, value in data.items():
-        if key == "kind":
-            continue
-        if key == "synthetic":
-            cfg.synthetic = _synthetic(value, "workload.synthetic")
-        elif key in ("trace", "format", "arrivals", "tokenizer"):
-            if not isinstance(value, str):
-                raise ConfigError(f"workload.{key}: expected a string, got {value!r}")
-            setattr(cfg, key, value)
-        elif key == "requests":
-            if not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"workload.requests: expected a positive integer, got {value!r}")
-            cfg.requests = value
-        elif key == "rate_rps":
-            if not isinstance(value, (int, float)) or value <= 0:
-                raise ConfigError(f"workload.rate_rps: expected a positive number, got {value!r}")
-            cfg.rate_rps = float(value)
-        else:
-            raise ConfigError(f"workload.{key}: unknown key; expected kind, trace, format, arrivals, tokenizer, "
-                              f"synthetic, requests or rate_rps")
+    if data.get("kind") != "sessions":
+        return settings.parse(WorkloadConfig, data, "workload")
+    ses_keys = tuple(x.key for x in settings.settings_of(SessionsSpec))
+    cfg = settings.parse(WorkloadConfig, {k: v for k, v in data.items() if k in _COMMON_KEYS}, "workload",
+                         extra_keys=ses_keys)
+    cfg.sessions = settings.parse(SessionsSpec, {k: v for k, v in data.items() if k not in _COMMON_KEYS},
+                                  "workload")
     return cfg
-
-
-def _slo(data: Any) -> SLO:
-    if not isinstance(data, Mapping):
-        raise ConfigError("slo: expected a mapping")
-    for key, value in data.items():
-        if key not in ("ttft_s", "tpot_s"):
-            raise ConfigError(f"slo.{key}: unknown key; expected ttft_s or tpot_s")
-        if not isinstance(value, (int, float)) or value <= 0:
-            raise ConfigError(f"slo.{key}: expected a positive number, got {value!r}")
-    return SLO(**{k: float(v) for k, v in data.items()})
 
 
 def load_experiment(path: str | Path) -> Experiment:
@@ -197,30 +146,14 @@ def resolve_trace(trace: str | None, folder: Path) -> str | None:
 
 def experiment_from_dict(data: Mapping[str, Any]) -> Experiment:
     """An experiment from a parsed YAML mapping; errors name the key."""
-    exp = Experiment()
-    for key, value in data.items():
-        if key == "cluster":
-            exp.cluster = cluster_from_dict(value)
-        elif key == "policy":
-            exp.policy = value
-        elif key == "workload":
-            exp.workload = _workload(value)
-        elif key == "slo":
-            exp.slo = _slo(value)
-        elif key == "view":
-            exp.view = info_from_dict(value)
-        elif key == "warmup_s":
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ConfigError(f"warmup_s: expected a non-negative number, got {value!r}")
-            exp.warmup_s = float(value)
-        elif key == "seed":
-            if not isinstance(value, int):
-                raise ConfigError(f"seed: expected an integer, got {value!r}")
-            exp.seed = value
-        else:
-            raise ConfigError(f"{key}: unknown top-level key; expected cluster, policy, workload, slo, view, "
-                              "warmup_s or seed")
-    return exp
+    if not isinstance(data, Mapping):
+        raise ConfigError("expected a mapping at the top level")
+    built = {}
+    if data.get("cluster") is not None:
+        built["cluster"] = cluster_from_dict(data["cluster"])
+    if data.get("workload") is not None:
+        built["workload"] = _workload(data["workload"])
+    return settings.parse(Experiment, data, "", built=built)
 
 
 def with_cluster(exp: Experiment, **changes: Any) -> Experiment:

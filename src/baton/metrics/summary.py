@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from baton.core.settings import setting
 from baton.metrics.records import RequestRecord
 from baton.metrics.tbt import GapHistogram
 
@@ -16,8 +17,8 @@ from baton.metrics.tbt import GapHistogram
 class SLO:
     """Latency targets: time to first token and time per output token (seconds)."""
 
-    ttft_s: float = 2.0
-    tpot_s: float = 0.1
+    ttft_s: float = setting(2.0, gt=0, unit="s", doc="time-to-first-token target")
+    tpot_s: float = setting(0.1, gt=0, unit="s", doc="time-per-output-token target")
 
 
 @dataclass(slots=True)

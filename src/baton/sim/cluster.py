@@ -3,15 +3,32 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 
+from baton.core import settings
 from baton.core.errors import ConfigError
+from baton.core.settings import setting
 from baton.core.instance import Role
 from baton.perf.presets import PROFILE_PREFIX, ROUTE_PREFIX, model_route
 from baton.engine_model.flags import engine_from_dict
-from baton.engine_model.flags import typed as _typed
 from baton.engine_model.work import EngineConfig
+
+
+def _tp(value: int) -> str | None:
+    return None if value >= 1 else f"expected a tensor-parallel degree >= 1, got {value}"
+
+
+@dataclass(slots=True, frozen=True)
+class ModelSource:
+    """A model by its Hugging Face ``config`` (a config.json) or ``profile`` (a folder of
+    Vidur operator profiles with the model's config.json), on ``gpu`` with ``tp`` GPUs; a
+    relative path is relative to the YAML file."""
+
+    gpu: str = setting(doc="a GPU name from `baton list gpus`")
+    config: str | None = setting(None, doc="a Hugging Face config.json")
+    profile: str | None = setting(None, doc="a folder of Vidur operator profiles with the model's config.json")
+    tp: int = setting(1, check=_tp, doc="tensor-parallel GPUs per instance")
 
 
 @dataclass(slots=True, frozen=True)
@@ -25,16 +42,20 @@ class ClusterSpec:
     transfer still to send when an early-bound prefill ends (its last layers).
     """
 
-    prefill: int = 2
-    decode: int = 2
-    mixed: int = 0
-    preset: str = "llama-3.1-8b@a100-80g"
-    engine: EngineConfig = field(default_factory=EngineConfig)
-    prefill_engine: EngineConfig | None = None
-    decode_engine: EngineConfig | None = None
-    nic_gbps: float = 100.0
-    nic_latency_s: float = 20e-6
-    layerwise_tail: float = 1.0 / 32.0
+    prefill: int = setting(2, ge=0, doc="prefill instances")
+    decode: int = setting(2, ge=0, doc="decode instances")
+    mixed: int = setting(0, ge=0, doc="mixed instances (prefill and decode on one engine)")
+    preset: str = setting("llama-3.1-8b@a100-80g", doc="performance model: a preset (`baton list presets`), "
+                                                      "hf:CONFIG@GPU:tpN, vidur:DIR@GPU:tpN or a profile CSV")
+    engine: EngineConfig = setting(factory=EngineConfig, doc="every instance's engine flags")
+    prefill_engine: EngineConfig | None = setting(None, doc="prefill instances' engine flags, over engine's")
+    decode_engine: EngineConfig | None = setting(None, doc="decode instances' engine flags, over engine's")
+    nic_gbps: float = setting(100.0, gt=0, unit="Gb/s", doc="each instance's NIC bandwidth for KV transfers")
+    nic_latency_s: float = setting(20e-6, ge=0, unit="s", doc="each transfer's one-way latency")
+    layerwise_tail: float = setting(1.0 / 32.0, ge=0, le=1, doc="share of a KV transfer still to send when an "
+                                                                "early-bound prefill ends (its last layers)")
+    model: ModelSource | None = setting(None, doc="instead of preset: a model's config.json (or Vidur profiles) "
+                                                  "on a GPU")
 
     @property
     def size(self) -> int:
@@ -70,56 +91,42 @@ class ClusterSpec:
 
 
 def cluster_from_dict(data: Mapping[str, Any], where: str = "cluster") -> ClusterSpec:
-    """Build a ``ClusterSpec`` from a YAML mapping; errors name the offending key."""
+    """Build a ``ClusterSpec`` from a YAML mapping; errors name the offending key.
+    ``engine`` applies to every role; ``prefill_engine`` and ``decode_engine`` override it."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where}: expected a mapping")
-    types = {"prefill": int, "decode": int, "mixed": int, "preset": str, "nic_gbps": float,
-             "nic_latency_s": float, "layerwise_tail": float}
-    kwargs: dict[str, Any] = {}
-    engines = ("engine", "prefill_engine", "decode_engine", "model")
-    for key, value in data.items():
-        if key in engines:
-            continue
-        if key in types:
-            kwargs[key] = _typed(value, types[key], f"{where}.{key}")
-        else:
-            raise ConfigError(f"{where}.{key}: unknown key; expected one of: "
-                              f"{', '.join(sorted([*types, *engines]))}")
-    # cluster.engine applies to every role; prefill_engine/decode_engine override it
-    if "model" in data:
+    base = engine_from_dict(data.get("engine") or {}, f"{where}.engine")
+    built: dict[str, Any] = {"engine": base}
+    for key in ("prefill_engine", "decode_engine"):
+        if data.get(key) is not None:
+            built[key] = engine_from_dict(data[key], f"{where}.{key}", base)
+    spec = settings.parse(ClusterSpec, data, where, built=built)
+    if spec.model is not None:
         if "preset" in data:
             raise ConfigError(f"{where}: set either preset or model, not both")
-        kwargs["preset"] = model_from_dict(data["model"], f"{where}.model")
-    base = engine_from_dict(data.get("engine", {}), f"{where}.engine")
-    kwargs["engine"] = base
-    for key in engines[1:3]:
-        if key in data:
-            kwargs[key] = engine_from_dict(data[key], f"{where}.{key}", base)
-    spec = ClusterSpec(**kwargs)
+        spec = replace(spec, preset=model_preset(spec.model, f"{where}.model"), model=None)
     check_counts(spec, where)
     check_engines(spec, where)
     return spec
 
 
 def model_from_dict(data: Any, where: str) -> str:
-    """``{config: PATH, gpu: NAME, tp: N}`` as a preset string (``hf:PATH@GPU:tpN``), or
-    ``{profile: DIR, ...}`` (``vidur:DIR@GPU:tpN``: Vidur operator profiles and the model's
-    config.json in DIR); a relative path is resolved by whoever knows the YAML's folder."""
+    """The ``model`` mapping of a cluster as a preset string (``model_preset``)."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where}: expected a mapping with config (or profile), gpu and tp")
-    unknown = sorted(set(data) - {"config", "profile", "gpu", "tp"})
-    if unknown:
-        raise ConfigError(f"{where}.{unknown[0]}: unknown key; expected config, profile, gpu or tp")
-    if ("config" in data) == ("profile" in data):
+    return model_preset(settings.parse(ModelSource, data, where), where)
+
+
+def model_preset(source: ModelSource, where: str) -> str:
+    """``{config: PATH, gpu: NAME, tp: N}`` as a preset string (``hf:PATH@GPU:tpN``), or
+    ``{profile: DIR, ...}`` (``vidur:DIR@GPU:tpN``); a relative path is resolved by whoever
+    knows the YAML's folder."""
+    if (source.config is None) == (source.profile is None):
         raise ConfigError(f"{where}: give exactly one of config (a Hugging Face config.json) or "
                           "profile (a folder of Vidur profiles with the model's config.json)")
-    source = "config" if "config" in data else "profile"
-    if "gpu" not in data:
-        raise ConfigError(f"{where}.gpu: required (a GPU name from `baton list gpus`)")
-    path, gpu = _typed(data[source], str, f"{where}.{source}"), _typed(data["gpu"], str, f"{where}.gpu")
-    tp = _typed(data.get("tp", 1), int, f"{where}.tp")
+    path = source.config if source.config is not None else source.profile
     try:
-        return model_route(path, gpu, tp, ROUTE_PREFIX if source == "config" else PROFILE_PREFIX)
+        return model_route(path, source.gpu, source.tp, ROUTE_PREFIX if source.config is not None else PROFILE_PREFIX)
     except ConfigError as err:
         raise ConfigError(f"{where}.{err}") from None
 

@@ -22,7 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from baton.core.errors import ConfigError, WorkloadError
+from baton.core.errors import WorkloadError
+from baton.core import settings
+from baton.core.settings import setting
 from baton.core.request import Request
 from baton.workload.tokens import ID_BLOCK_TOKENS
 
@@ -32,41 +34,28 @@ from baton.workload.tokens import ID_BLOCK_TOKENS
 class SessionsSpec:
     """The sessions workload's parameters (lengths in tokens, times in seconds)."""
 
-    sessions: int = 200
-    session_rate: float = 1.0
-    system_prompts: int = 8
-    zipf_s: float = 1.1
-    system_tokens: int = 1500
-    turns_mean: float = 5.0
-    user_median: float = 120.0
-    user_sigma: float = 0.8
-    output_median: float = 200.0
-    output_sigma: float = 0.8
-    think_s: float = 20.0
-    tpot_s: float = 0.03
-    agent_share: float = 0.2
-    agent_turns_mean: float = 12.0
-    agent_tool_median: float = 300.0
-    agent_output_median: float = 80.0
-    agent_think_s: float = 1.0
-    max_context: int = 32768
+    sessions: int = setting(200, ge=1, doc="sessions to draw")
+    session_rate: float = setting(1.0, gt=0, unit="1/s", doc="sessions started per second (Poisson)")
+    system_prompts: int = setting(8, ge=1, doc="distinct system prompts sessions share")
+    zipf_s: float = setting(1.1, ge=0, doc="Zipf exponent of the system prompts' popularity")
+    system_tokens: int = setting(1500, ge=1, unit="tokens", doc="a system prompt's length")
+    turns_mean: float = setting(5.0, ge=1, doc="mean turns of a chat session")
+    user_median: float = setting(120.0, gt=0, unit="tokens", doc="median user message")
+    user_sigma: float = setting(0.8, ge=0, doc="user message lognormal sigma")
+    output_median: float = setting(200.0, gt=0, unit="tokens", doc="median answer")
+    output_sigma: float = setting(0.8, ge=0, doc="answer lognormal sigma")
+    think_s: float = setting(20.0, ge=0, unit="s", doc="mean user think time between turns")
+    tpot_s: float = setting(0.03, gt=0, unit="s", doc="assumed time per output token (when the next turn comes)")
+    agent_share: float = setting(0.2, ge=0, le=1, doc="share of sessions that are agents (tool loops)")
+    agent_turns_mean: float = setting(12.0, ge=1, doc="mean turns of an agent session")
+    agent_tool_median: float = setting(300.0, gt=0, unit="tokens", doc="median tool result added per turn")
+    agent_output_median: float = setting(80.0, gt=0, unit="tokens", doc="median agent output")
+    agent_think_s: float = setting(1.0, ge=0, unit="s", doc="mean gap between agent turns")
+    max_context: int = setting(32768, ge=1, unit="tokens", doc="a session ends before its context passes this")
 
     def check(self) -> None:
         """ConfigError naming the first parameter out of range."""
-        for name in ("sessions", "system_prompts", "system_tokens", "max_context"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"workload.{name}: expected a positive integer, got {getattr(self, name)}")
-        for name in ("session_rate", "turns_mean", "user_median", "output_median", "tpot_s",
-                     "agent_turns_mean", "agent_tool_median", "agent_output_median"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"workload.{name}: expected a positive number, got {getattr(self, name)}")
-        for name in ("zipf_s", "user_sigma", "output_sigma", "think_s", "agent_think_s"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"workload.{name}: expected a non-negative number, got {getattr(self, name)}")
-        if not 0 <= self.agent_share <= 1:
-            raise ConfigError(f"workload.agent_share: expected a share in [0, 1], got {self.agent_share}")
-        if self.turns_mean < 1 or self.agent_turns_mean < 1:
-            raise ConfigError("workload.turns_mean and agent_turns_mean: expected at least 1")
+        settings.validate(self, "workload")
 
 
 def _block_ids(segments: list[tuple[int, int]]) -> tuple[int, ...]:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from baton.core.errors import ConfigError
+from baton.core.settings import setting
 from baton.core.request import Request
 
 
@@ -56,6 +57,10 @@ def reasoning_lengths(n: int, cap: int, cap_share: float, median: float, sigma: 
     return np.where(at_cap, cap, body).astype(np.int64)
 
 
+_PROMPTS = ("fixed", "uniform", "lognormal")
+_OUTPUTS = (*_PROMPTS, "reasoning")
+
+
 @dataclass(slots=True, frozen=True)
 class SyntheticSpec:
     """A complete synthetic workload description (all lengths in tokens).
@@ -65,23 +70,24 @@ class SyntheticSpec:
     for prompts.
     """
 
-    requests: int = 1000
-    rate_rps: float = 4.0
-    arrival: str = "poisson"
-    cv: float = 1.0
-    prompt: str = "lognormal"
-    prompt_median: float = 600.0
-    prompt_sigma: float = 0.8
-    prompt_low: int = 1
-    prompt_high: int = 512
-    prompt_cap: int = 16384
-    output: str = "lognormal"
-    output_median: float = 200.0
-    output_sigma: float = 1.0
-    output_low: int = 1
-    output_high: int = 8192
-    output_cap: int = 8192
-    cap_share: float = 0.3
+    requests: int = setting(1000, gt=0, doc="requests to draw")
+    rate_rps: float = setting(4.0, gt=0, unit="1/s", doc="mean arrival rate")
+    arrival: str = setting("poisson", choices=("poisson", "gamma"), doc="arrival process (gamma: bursty with cv)")
+    cv: float = setting(1.0, gt=0, doc="gamma arrivals' coefficient of variation of the gaps (> 1 bursty)")
+    prompt: str = setting("lognormal", choices=_PROMPTS, doc="prompt length distribution")
+    prompt_median: float = setting(600.0, gt=0, unit="tokens", doc="lognormal (and fixed) prompt median")
+    prompt_sigma: float = setting(0.8, ge=0, doc="lognormal prompt sigma (log space)")
+    prompt_low: int = setting(1, ge=1, unit="tokens", doc="uniform prompt lower bound")
+    prompt_high: int = setting(512, ge=1, unit="tokens", doc="uniform prompt upper bound")
+    prompt_cap: int = setting(16384, ge=1, unit="tokens", doc="lognormal prompts clipped here")
+    output: str = setting("lognormal", choices=_OUTPUTS, doc="output length distribution (reasoning: a share "
+                                                            "runs to the cap)")
+    output_median: float = setting(200.0, gt=0, unit="tokens", doc="lognormal, fixed and reasoning output median")
+    output_sigma: float = setting(1.0, ge=0, doc="lognormal output sigma (log space)")
+    output_low: int = setting(1, ge=1, unit="tokens", doc="uniform output lower bound")
+    output_high: int = setting(8192, ge=1, unit="tokens", doc="uniform output upper bound")
+    output_cap: int = setting(8192, ge=1, unit="tokens", doc="outputs clipped here (reasoning: the cap they run to)")
+    cap_share: float = setting(0.3, ge=0, le=1, doc="reasoning outputs: the share that runs to output_cap")
 
 
 def _lengths(kind: str, spec: SyntheticSpec, which: str, rng: np.random.Generator) -> np.ndarray:
