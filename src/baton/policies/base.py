@@ -19,13 +19,16 @@ Hooks, each optional (the defaults do nothing):
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
+from baton.core import settings
 from baton.core.decisions import ArrivalPlan, DecodeChoice, Decision
 from baton.core.errors import ConfigError
 from baton.core.events import Observation
 from baton.core.request import RequestState
+from baton.core.settings import setting
 from baton.core.view import ClusterView
 from baton.perf.model import PerfModel
 
@@ -43,8 +46,33 @@ class PolicyContext:
     tpot_slo_s: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class NoParams:
+    """This stage takes no parameters."""
+
+
+@dataclass(frozen=True, slots=True)
+class BindingParams:
+    """Parameters of the load-based and round-robin baselines."""
+
+    early_binding: bool = setting(False, doc="choose the decode instance on arrival (as SIBYL's baselines do), "
+                                             "not when the prefill ends")
+
+
+def params_for(cls: type[Stage], params: Any, values: dict[str, Any]) -> Any:
+    """A stage's parameters: ``params`` (a ``cls.Params``) as given, or one built from
+    keyword ``values`` and checked against its settings (``core.settings``)."""
+    if params is None:
+        return settings.parse(cls.Params, values, cls.name)
+    if values or not isinstance(params, cls.Params):
+        raise TypeError(f"{cls.__name__}: give a {cls.Params.__name__} or keyword values, not both")
+    return params
+
+
 class Stage:
-    """Base class of pipeline stages; subclasses override the hooks they need."""
+    """Base class of pipeline stages; subclasses override the hooks they need. A stage's
+    parameters are its ``Params`` type (a settings dataclass: defaults, bounds, units and a
+    description per field), built from the policy config by the catalog."""
 
     name = "stage"
     tick_interval_s: float | None = None
@@ -54,6 +82,8 @@ class Stage:
     needs_colocated = False  # places requests on mixed instances only (a PD cluster gives it nothing)
     needs_prefix_keys = False  # reads RequestState.block_keys (the runtime computes them only then)
     splices_streams = False  # may return Migrate: a runtime must move a live stream (baton epp cannot)
+
+    Params: type = NoParams
 
     def __init__(self, context: PolicyContext) -> None:
         self.context = context

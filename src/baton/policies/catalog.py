@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from baton.core import settings
 from baton.core.errors import ConfigError, did_you_mean
 import baton.policies.ares as ares
 import baton.policies.arrow as arrow
@@ -120,14 +121,10 @@ def _build_stage(spec: Any, where: str, context: PolicyContext) -> Stage:
     if cls is None:
         raise ConfigError(f"{where}.stage: unknown stage {name!r}{did_you_mean(str(name), STAGE_TYPES)}; "
                           f"known: {', '.join(sorted(STAGE_TYPES))}")
-    params = {k: v for k, v in spec.items() if k != "stage"}
-    accepted = set(inspect.signature(cls.__init__).parameters) - {"self", "context"}
-    unknown = sorted(set(params) - accepted)
-    if unknown:
-        raise ConfigError(f"{where}.{unknown[0]}: unknown parameter for stage {name!r}; "
-                          f"accepted: {', '.join(sorted(accepted)) or 'none'}")
+    values = {k: v for k, v in spec.items() if k != "stage"}
+    legacy = "params" not in inspect.signature(cls.__init__).parameters  # TODO(settings): until every stage has Params
     try:
-        return cls(context, **params)
+        return cls(context, **values) if legacy else cls(context, settings.parse(cls.Params, values, where))
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}: stage {name!r}: {exc}") from None
 

@@ -3,12 +3,25 @@ requests with chunked prefill; requests go to the least-loaded instance."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from baton.core.decisions import ArrivalPlan, ChangeRole, Decision
 from baton.core.instance import Role
 from baton.core.request import RequestState
+from baton.core.settings import setting
 from baton.core.view import ClusterView
-from baton.policies.base import Stage
+from baton.policies.base import NoParams, PolicyContext, Stage, params_for
 from baton.policies.round_robin import RoundRobin
+
+
+@dataclass(frozen=True, slots=True)
+class ColocatedParams:
+    """Colocated serving's parameters."""
+
+    routing: str = setting("least-loaded", choices=("least-loaded", "round-robin"),
+                           doc="least-loaded: the least token-loaded instance; round-robin: the next in turn "
+                               "(Vidur's global scheduler)")
 
 
 class Colocated(Stage):
@@ -17,12 +30,11 @@ class Colocated(Stage):
     as Vidur's global scheduler does)."""
 
     name = "colocated"
+    Params = ColocatedParams
 
-    def __init__(self, context, routing: str = "least-loaded") -> None:
+    def __init__(self, context: PolicyContext, params: ColocatedParams | None = None, **values: Any) -> None:
         super().__init__(context)
-        if routing not in ("least-loaded", "round-robin"):
-            raise ValueError(f"routing: expected least-loaded or round-robin, got {routing!r}")
-        self.routing, self._turn = routing, 0
+        self.routing, self._turn = params_for(Colocated, params, values).routing, 0
 
     def start(self, view: ClusterView) -> list[Decision]:
         return [ChangeRole(inst.instance_id, Role.MIXED) for inst in view.instances()
@@ -45,8 +57,10 @@ class StaticPairing(RoundRobin):
     to a fixed group of decode instances, round-robin inside the group."""
 
     name = "static-xpyd"
+    Params = NoParams
 
-    def __init__(self, context) -> None:
+    def __init__(self, context: PolicyContext, params: NoParams | None = None, **values: Any) -> None:
+        params_for(StaticPairing, params, values)
         super().__init__(context)
         self._next_in_group: dict[int, int] = {}
 

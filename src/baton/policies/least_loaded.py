@@ -5,10 +5,12 @@ work. The decode instance is chosen when the prefill ends, or on arrival with
 
 from __future__ import annotations
 
+from typing import Any
+
 from baton.core.decisions import ArrivalPlan
 from baton.core.request import RequestState
 from baton.core.view import ClusterView
-from baton.policies.base import PolicyContext, Stage
+from baton.policies.base import BindingParams, PolicyContext, Stage, params_for
 from baton.policies.selection import argmin, argmin_of
 
 
@@ -16,10 +18,11 @@ class LeastLoaded(Stage):
     """Decode to the instance with the least token load (contexts + incoming + queued)."""
 
     name = "least-loaded"
+    Params = BindingParams
 
-    def __init__(self, context: PolicyContext, early_binding: bool = False) -> None:
+    def __init__(self, context: PolicyContext, params: BindingParams | None = None, **values: Any) -> None:
         super().__init__(context)
-        self.early_binding = early_binding
+        self.early_binding = params_for(LeastLoaded, params, values).early_binding
 
     def _bind(self, view: ClusterView, request: RequestState, plan: ArrivalPlan, prefill: int | None) -> ArrivalPlan:
         """The plan with ``prefill``; with early binding, the decode instance chosen now."""

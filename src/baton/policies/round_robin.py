@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from baton.core.decisions import ArrivalPlan
 from baton.core.request import RequestState
 from baton.core.view import ClusterView
-from baton.policies.base import PolicyContext, Stage
+from baton.policies.base import BindingParams, PolicyContext, Stage, params_for
 
 
 class RoundRobin(Stage):
@@ -13,10 +15,11 @@ class RoundRobin(Stage):
     arrival too, with ``early_binding``)."""
 
     name = "round-robin"
+    Params = BindingParams
 
-    def __init__(self, context: PolicyContext, early_binding: bool = False) -> None:
+    def __init__(self, context: PolicyContext, params: BindingParams | None = None, **values: Any) -> None:
         super().__init__(context)
-        self.early_binding = early_binding
+        self.early_binding = params_for(RoundRobin, params, values).early_binding
         self._next_prefill = 0
         self._next_decode = 0
 

@@ -18,6 +18,9 @@ instance (Baton binds at arrival, the paper at prefill start).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 
 from baton.core.decisions import ArrivalPlan
@@ -25,7 +28,8 @@ from baton.core.events import Completed, DecodeProgress, Observation, PrefillDon
 from baton.core.request import RequestState
 from baton.core.view import ClusterView
 from baton.perf.model import BatchShape
-from baton.policies.base import PolicyContext
+from baton.core.settings import setting
+from baton.policies.base import PolicyContext, params_for
 from baton.policies.least_loaded import LeastLoaded
 from baton.policies.projection import ActiveCurves, PendingTable
 from baton.predict.survival import SurvivalTable
@@ -33,33 +37,45 @@ from baton.predict.survival import SurvivalTable
 _RATE_SMOOTHING = 0.05  # EMA weight of each DecodeProgress in v̄_sys
 
 
+@dataclass(frozen=True, slots=True)
+class SibylParams:
+    """SIBYL's parameters (Algorithm 1 and its appendix J ablations)."""
+
+    delta_tokens: int = setting(64, gt=0, unit="tokens", doc="the survival table's bucket width Δ")
+    alpha: float = setting(0.995, gt=0, le=1, doc="EMA smoothing α of the survival table")
+    max_tokens: int = setting(65536, gt=0, unit="tokens", doc="longest output the survival table covers")
+    prob: bool = setting(True, doc="weight projected loads by survival probability (false: PROB@1)")
+    type1: bool = setting(True, doc="count Type 1: running decodes' projected load")
+    type2: bool = setting(True, doc="count Type 2: bound requests whose decode starts by the handoff")
+    type3: bool = setting(True, doc="count Type 3: bound requests starting after it (their prompts)")
+    reqlevel: bool = setting(False, doc="count requests instead of tokens (REQLEVEL)")
+    refresh_s: float = setting(1.0, ge=0, unit="s", doc="the oldest an instance's cached Type-1 curve may be")
+    tick_s: float = setting(0.1, gt=0, unit="s", doc="how often stale curves are recomputed")
+    refresh_budget: int = setting(64, ge=1, doc="instances whose curve one tick may recompute")
+
+
 class Sibyl(LeastLoaded):
     """Early decode binding by projected load at the handoff moment (SIBYL, Algorithm 1).
 
     Prefills go to the instance with the least queued prefill work (as ``least-loaded``).
-    Parameters: ``delta_tokens`` and ``alpha`` of the survival table; ``prob`` (False:
-    PROB@1); ``type1``/``type2``/``type3`` (False drops that term); ``reqlevel`` (count
-    requests instead of tokens); ``refresh_s`` (maximum age of an instance's cached
-    Type-1 curve), recomputed by a periodic ``tick`` every ``tick_s`` seconds, at most
-    ``refresh_budget`` instances per tick, so decisions only interpolate. Between
+    The survival table projects each decoding request's remaining load; an instance's
+    Type-1 curve is recomputed by a periodic ``tick`` when older than ``refresh_s``, at
+    most ``refresh_budget`` instances per tick, so decisions only interpolate. Between
     refreshes a curve is kept exact for completions (their contribution is subtracted)
     and for joins (a request stays in the pending table until its instance is refreshed).
     """
 
     name = "sibyl"
     needs_bookings = True
+    Params = SibylParams
 
-    def __init__(self, context: PolicyContext, delta_tokens: int = 64, alpha: float = 0.995,
-                 max_tokens: int = 65536, prob: bool = True, type1: bool = True, type2: bool = True,
-                 type3: bool = True, reqlevel: bool = False, refresh_s: float = 1.0,
-                 tick_s: float = 0.1, refresh_budget: int = 64) -> None:
+    def __init__(self, context: PolicyContext, params: SibylParams | None = None, **values: Any) -> None:
         super().__init__(context)
-        if refresh_s < 0 or tick_s <= 0 or refresh_budget < 1:
-            raise ValueError("need refresh_s >= 0, tick_s > 0 and refresh_budget >= 1")
-        self.tick_interval_s = tick_s
-        self.survival = SurvivalTable(delta_tokens, alpha, max_tokens)
-        self.prob, self.types, self.reqlevel = prob, (type1, type2, type3), reqlevel
-        self.refresh_s, self.refresh_budget = refresh_s, refresh_budget
+        p = self.params = params_for(Sibyl, params, values)
+        self.tick_interval_s = p.tick_s
+        self.survival = SurvivalTable(p.delta_tokens, p.alpha, p.max_tokens)
+        self.prob, self.types, self.reqlevel = p.prob, (p.type1, p.type2, p.type3), p.reqlevel
+        self.refresh_s, self.refresh_budget = p.refresh_s, p.refresh_budget
         self.curves = ActiveCurves()
         self.pending = PendingTable()
         perf = context.perf
