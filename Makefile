@@ -14,9 +14,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e .
 	touch $(STAMP)
 
-# The tests add pytest and hypothesis (.[test]) and Ray (optional: its test skips without it).
+# The tests add pytest and hypothesis (.[test]), mkdocs for the docs site's strict build (.[docs])
+# and Ray (optional: its test skips without it).
 $(TEST_STAMP): $(STAMP)
-	$(BIN)/pip install --quiet -e ".[test]"
+	$(BIN)/pip install --quiet -e ".[test,docs]"
 	$(BIN)/pip install --quiet -e ".[ray]" || echo "note: Ray could not be installed; --ray and its test are skipped"
 	touch $(TEST_STAMP)
 

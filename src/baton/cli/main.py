@@ -4,28 +4,18 @@ from __future__ import annotations
 
 import argparse
 import errno
+import os
 import sys
 
 from baton import __version__
 from baton.cli import commands
 from baton.cli.listing import cmd_list
 from baton.cli.args import add_common, check_common
+import baton.core.settings as settings
 from baton.core.errors import BatonError
 from baton.emulator.run import add_emulate_args
+from baton.gateway.config import GatewayConfig
 from baton.workload import FORMATS
-
-
-def _workers(value: str) -> int | str:
-    """``--workers``: a count, or "auto"."""
-    if value == "auto":
-        return value
-    try:
-        n = int(value)
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"expected a number of relay processes or 'auto', got {value!r}")
-    return n
 
 
 def _policy_flags(p: argparse.ArgumentParser) -> None:
@@ -45,9 +35,19 @@ against the first row, ~ = its 95% interval over repeats includes 0. In the reco
 path = the instances a request visited, by name (prefill-0>decode-1[>migration targets])."""
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Defaults shown, except where the help says its own or there is none (None: the
+    config's value, or one computed)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or "(default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="baton", description="Scheduling for PD-disaggregated LLM serving",
-                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                  formatter_class=HelpFormatter)
     top.add_argument("--version", action="version", version=f"baton {__version__}")
     sub = top.add_subparsers(dest="command", required=True)
     lst = sub.add_parser("list", help="the names Baton knows, one per line")
@@ -107,18 +107,11 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--quiet", action="store_true", help="no progress")
     srv = sub.add_parser("serve", help="run the live gateway in front of vLLM/SGLang engines or emulators")
     srv.add_argument("--config", required=True, help="gateway YAML (engines, roles, policy)")
-    srv.add_argument("--host", help="listen address (overrides the config)")
-    srv.add_argument("--port", type=int, help="listen port (overrides the config)")
-    srv.add_argument("--policy", help="policy name (overrides the config)")
-    srv.add_argument("--workers", type=_workers, help="relay processes accepting on the port, with one control "
-                     "process (0 or 'auto': one per core; default: the config's workers, 1)")
+    settings.add_flags(srv, GatewayConfig, ("host", "port", "policy", "workers"), " (overrides the config)")
     epp = sub.add_parser("epp", help="run Baton's policies as a Gateway API Inference Extension endpoint "
                                      "picker (Envoy ext_proc) for Envoy, llm-d or any GIE data plane")
     epp.add_argument("--config", required=True, help="the same YAML as baton serve (engines, policy)")
-    epp.add_argument("--host", help="listen address (overrides the config)")
-    epp.add_argument("--port", type=int, help="metrics, health and admin port (overrides the config)")
-    epp.add_argument("--epp-port", type=int, help="ext_proc gRPC port (overrides the config's epp_port)")
-    epp.add_argument("--policy", help="policy name (overrides the config)")
+    settings.add_flags(epp, GatewayConfig, ("host", "port", "epp_port", "policy"), " (overrides the config)")
     epp.add_argument("--envoy-config", metavar="FILE", help="write an Envoy bootstrap for this picker to FILE "
                                                             "and exit (listener: --envoy-port)")
     epp.add_argument("--envoy-port", type=int, default=8080, help="the Envoy listener --envoy-config writes")
@@ -148,13 +141,25 @@ def parser() -> argparse.ArgumentParser:
     prof.add_argument("--max-num-seqs", type=int, default=256, help="the engine's batch cap")
     prof.add_argument("--quick", action="store_true", help="a small grid (a smoke run)")
     prof.add_argument("--seed", type=int, default=0, help="seed of the random prompts")
+    cfg = sub.add_parser("config", help="settings tools")
+    cfg_sub = cfg.add_subparsers(dest="config_command", required=True)
+    sch = cfg_sub.add_parser("schema", help="print the JSON Schema of a config file (editors, Helm values, CI)")
+    sch.add_argument("what", choices=["gateway", "experiment", "policy"], help="which file or key")
+    sch.add_argument("name", nargs="?", help="policy: a named policy (default: the policy key's whole schema)")
     emu = sub.add_parser("emulate", help="run an engine emulator (an HTTP server that behaves like vLLM)")
     add_emulate_args(emu)
     for name, p in sub.choices.items():  # every subcommand's --help shows its defaults
-        p.formatter_class = argparse.ArgumentDefaultsHelpFormatter
+        p.formatter_class = HelpFormatter
         if name in ("simulate", "compare", "demo", "sweep"):
             p.epilog = GLOSSARY
     return top
+
+
+def _cmd_config(args: argparse.Namespace) -> None:
+    from baton.cli.schema import cmd_config  # imports every runtime's config types
+    if args.name is not None and args.what != "policy":
+        raise BatonError(f"config schema {args.what}: takes no name")
+    cmd_config(args)
 
 
 COMMANDS = {"simulate": commands.cmd_simulate, "compare": commands.cmd_compare, "list": cmd_list,
@@ -162,13 +167,14 @@ COMMANDS = {"simulate": commands.cmd_simulate, "compare": commands.cmd_compare, 
             "sweep": commands.cmd_sweep, "demo": commands.cmd_demo,
             "workload": commands.cmd_workload_stats, "calibrate": commands.cmd_calibrate,
             "emulate": commands.cmd_emulate, "profile": commands.cmd_profile, "serve": commands.cmd_serve,
-            "epp": commands.cmd_epp, "sidecar": commands.cmd_sidecar}
+            "epp": commands.cmd_epp, "sidecar": commands.cmd_sidecar, "config": _cmd_config}
+
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        if getattr(args, "workers", None) is not None and args.workers <= 0:
+        if args.command == "sweep" and args.workers is not None and args.workers <= 0:
             raise BatonError(f"--workers: expected a positive integer, got {args.workers}")
         if getattr(args, "target", None) is not None and not 0 < args.target <= 1:
             raise BatonError(f"--target: expected a fraction in (0, 1], got {args.target}")
@@ -177,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     except BatonError as exc:
         print(f"baton: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (`baton config schema gateway | head`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except OSError as exc:
         if exc.errno != errno.EADDRINUSE:
             raise

@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from baton.core import settings
+import baton.core.settings as settings
 from baton.core.errors import ConfigError
 from baton.core.settings import setting
 

@@ -271,3 +271,48 @@ def _jsonable(value: Any) -> bool:
     if isinstance(value, dict):
         return all(isinstance(k, str) and _jsonable(v) for k, v in value.items())
     return value is None or isinstance(value, (str, int, float, bool))
+
+
+def add_flags(parser: Any, cls: type, keys: tuple[str, ...] | None = None, suffix: str = "") -> None:
+    """Add to the argparse ``parser`` the flags of ``cls``'s settings that have one (of
+    ``keys`` only, when given), with the setting's description (plus ``suffix``) as help; an
+    absent flag leaves its value None, so the config's or the base's value stands."""
+    import argparse
+    for s in settings_of(cls):
+        if not s.flag or (keys is not None and s.key not in keys):
+            continue
+        if s.kind is bool:
+            parser.add_argument(s.flag, dest=s.key, action=argparse.BooleanOptionalAction, default=None,
+                                help=f"{s.doc}{suffix} (default: {'on' if s.default else 'off'})".replace("%", "%%"))
+            continue
+        default = "" if s.default is None or suffix else f" (default: {s.default})"
+        parser.add_argument(s.flag, dest=s.key, type=_flag_parser(s), metavar=_metavar(s.kind),
+                            help=f"{s.doc}{suffix}{default}".replace("%", "%%"))
+
+
+def _flag_parser(s: Setting) -> Callable[[str], Any]:
+    import argparse
+
+    def parse_text(text: str) -> Any:
+        value: Any = text
+        for kind in (int, float):
+            if _admits(s.kind, kind):
+                try:
+                    value = kind(text)
+                    break
+                except ValueError:
+                    continue
+        try:
+            return check_value(s, value, s.flag or s.key)
+        except ConfigError as err:
+            raise argparse.ArgumentTypeError(str(err).split(": ", 1)[-1]) from None
+    return parse_text
+
+
+def _admits(kind: Any, simple: type) -> bool:
+    args = typing.get_args(kind) if typing.get_origin(kind) in (typing.Union, types.UnionType) else (kind,)
+    return simple in args
+
+
+def _metavar(kind: Any) -> str:
+    return "N" if _admits(kind, int) or _admits(kind, float) else "TEXT"

@@ -8,7 +8,7 @@ import argparse
 from dataclasses import replace
 from typing import Any
 
-from baton.core import settings
+import baton.core.settings as settings
 from baton.core.errors import ConfigError
 from baton.engine_model.work import EngineConfig
 
@@ -26,14 +26,7 @@ def engine_from_dict(data: Any, where: str, base: EngineConfig | None = None) ->
 
 def add_engine_flags(group: argparse._ActionsContainer) -> None:
     """Add every engine flag to ``group`` (an absent flag leaves its value None)."""
-    for s in engine_flags():
-        if s.kind is bool:
-            group.add_argument(s.flag, dest=s.key, action=argparse.BooleanOptionalAction, default=None,
-                               help=s.doc + (f" (default: {'on' if s.default else 'off'})"))
-        else:
-            kind = float if s.kind is float else int
-            default = f" (default: {s.default})" if s.default is not None else ""
-            group.add_argument(s.flag, dest=s.key, type=kind, metavar="N", help=s.doc + default)
+    settings.add_flags(group, EngineConfig)
 
 
 def engine_flags_given(args: argparse.Namespace) -> dict[str, Any]:

@@ -9,13 +9,14 @@ from typing import Any
 
 import numpy as np
 
-from baton.core import settings
+import baton.core.settings as settings
 from baton.core.errors import ConfigError
 from baton.core.settings import setting
 from baton.core.info import InfoModel
 from baton.yamlfile import read_yaml
 from baton.core.request import Request
 from baton.metrics import SLO
+from baton.policies.catalog import check_policy
 from baton.perf.presets import model_route, parse_model_route, route_prefix
 from baton.sim.cluster import ClusterSpec, cluster_from_dict
 from baton.workload import SourceEngine, SyntheticSpec, first, generate, load_trace, scale_to_rate, source_engine
@@ -153,7 +154,9 @@ def experiment_from_dict(data: Mapping[str, Any]) -> Experiment:
         built["cluster"] = cluster_from_dict(data["cluster"])
     if data.get("workload") is not None:
         built["workload"] = _workload(data["workload"])
-    return settings.parse(Experiment, data, "", built=built)
+    exp = settings.parse(Experiment, data, "", built=built)
+    check_policy(exp.policy)
+    return exp
 
 
 def with_cluster(exp: Experiment, **changes: Any) -> Experiment:

@@ -9,13 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from baton.core import settings
+import baton.core.settings as settings
 from baton.core.errors import ConfigError
 from baton.core.settings import setting
 from baton.gateway.engine_spec import EngineSpec, parse_engine
 from baton.gateway.hidden import MAX_DIM, is_z85_key
 from baton.gateway.outliers import OutlierSettings
 from baton.gateway.pool import DiscoverySettings, parse_discovery
+from baton.policies.catalog import check_policy
 from baton.yamlfile import read_yaml
 
 __all__ = ["EngineSpec", "GatewayConfig", "load_config", "parse_config", "parse_engine", "relay_workers"]
@@ -42,10 +43,10 @@ class GatewayConfig:
     """Everything ``baton serve`` (and ``baton epp``) reads from its YAML file."""
 
     engines: list[EngineSpec] = setting(doc="the engines behind the gateway (or a discovery section that finds them)")
-    host: str = setting("127.0.0.1", doc="address to listen on")
-    port: int = setting(8000, gt=0, le=65535, doc="port to listen on")
+    host: str = setting("127.0.0.1", flag=True, doc="address to listen on")
+    port: int = setting(8000, flag=True, gt=0, le=65535, doc="port to listen on")
     model: str | None = setting(None, doc="the model name clients send (default: the engines')")
-    policy: Any = setting("least-loaded", doc="a policy name (`baton list policies`) or {name, stages: [...]}")
+    policy: Any = setting("least-loaded", flag=True, doc="a policy name (`baton list policies`) or {name, stages: [...]}")
     preset: str = setting("llama-3.1-8b@a100-80g", doc="model@gpu performance preset policies predict with")
     pd_protocol: str = setting("nixl", choices=PD_PROTOCOLS, doc="how a decode leg finds its prefilled KV")
     admin_token: str | None = setting(None, secret=True, doc="bearer token for /admin (also BATON_ADMIN_TOKEN)")
@@ -103,10 +104,10 @@ class GatewayConfig:
     access_log: bool = setting(False, doc="one aiohttp access line per HTTP request (INFO)")
     verbatim_relay: bool = setting(True, doc="relay a stream's chunks as the engine wrote them when its leg speaks "
                                              "the client's format (false: rebuild every chunk)")
-    epp_port: int = setting(9002, gt=0, le=65535, doc="baton epp: the ext_proc (gRPC) port Envoy calls")
+    epp_port: int = setting(9002, flag=True, gt=0, le=65535, doc="baton epp: the ext_proc (gRPC) port Envoy calls")
     epp_response_bodies: bool = setting(True, doc="baton epp: Envoy streams response bodies to the picker (token "
                                                   "counts; without them a request is released at its headers)")
-    workers: int | str = setting(1, check=_workers, doc="relay worker processes (1: one process does everything; "
+    workers: int | str = setting(1, flag=True, check=_workers, doc="relay worker processes (1: one process does everything; "
                                                         "0 or auto: one per core)")
     relay_report_interval_s: float = _positive(0.005, "how often a relay worker reports decode progress", "s")
     discovery: DiscoverySettings | None = setting(None, doc="engines from an InferencePool's pods (Kubernetes)")
@@ -142,6 +143,7 @@ def parse_config(raw: Any, source: str = "config") -> GatewayConfig:
     if len(set(names)) != len(names):
         raise ConfigError("engines: engine names must be unique")
     cfg = settings.parse(GatewayConfig, raw, "", built={"engines": specs, "discovery": discovery})
+    check_policy(cfg.policy)
     cfg.api_keys = _api_keys(cfg.api_keys, cfg.api_keys_file)
     check_workers(cfg)
     cfg.hidden_states_client_key = _client_key(cfg.hidden_states_client_key_env)

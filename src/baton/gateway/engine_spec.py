@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlparse
 
-from baton.core import settings
+import baton.core.settings as settings
 from baton.core.errors import ConfigError
 from baton.core.instance import Role
 from baton.core.settings import setting

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from baton.core import settings
+import baton.core.settings as settings
 from baton.core.errors import ConfigError
 from baton.core.settings import setting
 from baton.core.instance import Role

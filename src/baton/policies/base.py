@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from baton.core import settings
+import baton.core.settings as settings
 from baton.core.decisions import ArrivalPlan, DecodeChoice, Decision
 from baton.core.errors import ConfigError
 from baton.core.events import Observation

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from baton.core import settings
+import baton.core.settings as settings
 from baton.core.errors import ConfigError, did_you_mean
 import baton.policies.ares as ares
 import baton.policies.arrow as arrow
@@ -117,10 +117,7 @@ def _build_stage(spec: Any, where: str, context: PolicyContext) -> Stage:
     if not isinstance(spec, Mapping) or "stage" not in spec:
         raise ConfigError(f"{where}: expected a mapping with a 'stage' key")
     name = spec["stage"]
-    cls = STAGE_TYPES.get(name)
-    if cls is None:
-        raise ConfigError(f"{where}.stage: unknown stage {name!r}{did_you_mean(str(name), STAGE_TYPES)}; "
-                          f"known: {', '.join(sorted(STAGE_TYPES))}")
+    cls = _stage_type(name, where)
     values = {k: v for k, v in spec.items() if k != "stage"}
     legacy = "params" not in inspect.signature(cls.__init__).parameters  # TODO(settings): until every stage has Params
     try:
@@ -129,19 +126,47 @@ def _build_stage(spec: Any, where: str, context: PolicyContext) -> Stage:
         raise ConfigError(f"{where}: stage {name!r}: {exc}") from None
 
 
-def build_scheduler(config: str | Mapping[str, Any], context: PolicyContext) -> Scheduler:
-    """Build a scheduler from a policy name or a stage-list mapping."""
+def check_policy(config: Any) -> None:
+    """ConfigError naming the first thing wrong with a policy config (an unknown name or
+    stage, a parameter unknown, mistyped or out of range), without building it."""
+    name, stages = _stage_specs(config)
+    for i, spec in enumerate(stages):
+        where = f"policy.stages[{i}]"
+        if not isinstance(spec, Mapping) or "stage" not in spec:
+            raise ConfigError(f"{where}: expected a mapping with a 'stage' key")
+        cls = _stage_type(spec["stage"], where)
+        if "params" in inspect.signature(cls.__init__).parameters:
+            settings.parse(cls.Params, {k: v for k, v in spec.items() if k != "stage"}, where)
+
+
+def _stage_type(name: Any, where: str) -> type[Stage]:
+    cls = STAGE_TYPES.get(name)
+    if cls is None:
+        raise ConfigError(f"{where}.stage: unknown stage {name!r}{did_you_mean(str(name), STAGE_TYPES)}; "
+                          f"known: {', '.join(sorted(STAGE_TYPES))}")
+    return cls
+
+
+def _stage_specs(config: Any) -> tuple[str, list[Any]]:
     if isinstance(config, str):
         if config not in POLICIES:
             raise ConfigError(f"policy: unknown policy {config!r}{did_you_mean(config, POLICIES)}; "
                               f"known: {', '.join(sorted(POLICIES))}")
-        name, stages = config, POLICIES[config]
-    elif isinstance(config, Mapping):
-        name, stages = str(config.get("name", "custom")), config.get("stages")
+        return config, POLICIES[config]
+    if isinstance(config, Mapping):
+        stages = config.get("stages")
         if not isinstance(stages, list) or not stages:
             raise ConfigError("policy.stages: expected a non-empty list of stages")
-    else:
-        raise ConfigError(f"policy: expected a name or a mapping, got {type(config).__name__}")
+        unknown = sorted(set(config) - {"name", "stages"})
+        if unknown:
+            raise ConfigError(f"policy.{unknown[0]}: unknown key; known: name, stages")
+        return str(config.get("name", "custom")), stages
+    raise ConfigError(f"policy: expected a name or a mapping, got {type(config).__name__}")
+
+
+def build_scheduler(config: str | Mapping[str, Any], context: PolicyContext) -> Scheduler:
+    """Build a scheduler from a policy name or a stage-list mapping."""
+    name, stages = _stage_specs(config)
     built = [_build_stage(s, f"policy.stages[{i}]", context) for i, s in enumerate(stages)]
     return Scheduler(name, built)
 

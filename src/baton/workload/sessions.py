@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from baton.core.errors import WorkloadError
-from baton.core import settings
+import baton.core.settings as settings
 from baton.core.settings import setting
 from baton.core.request import Request
 from baton.workload.tokens import ID_BLOCK_TOKENS
