@@ -106,7 +106,7 @@ def test_cluster_counts(tmp_path):
     paths = {r["path"] for r in __import__("csv").DictReader(open(tmp_path / "a" / "colocated.requests.csv"))}
     assert paths <= {"mixed-0", "mixed-1", "mixed-2"}  # three instances, no 2P2D added
     for flags, message in ((("--prefill", "0"), "needs an instance that can prefill"),
-                           (("--decode", "-1"), "--decode: expected a non-negative integer")):
+                           (("--decode", "-1"), "--decode: expected a number >= 0, got -1")):
         p = baton("simulate", *flags, "--requests", "20", "--quiet", "--out", str(tmp_path / "b"))
         assert p.returncode == 2 and message in p.stderr and "Traceback" not in p.stderr
 
@@ -135,7 +135,7 @@ def test_version_and_list():
 
 
 @pytest.mark.parametrize("flags, message", [
-    (("--seed", "-1"), "--seed: expected a non-negative integer"),
+    (("--seed", "-1"), "--seed: expected a number >= 0, got -1"),
     (("--rate", "nan"), "--rate: expected a positive finite number"),
     (("--policy", "leastloaded"), "did you mean 'least-loaded'"),
     (("--preset", "llama-3.1-8b@a100"), "did you mean"),

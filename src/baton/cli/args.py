@@ -7,13 +7,14 @@ import math
 from pathlib import Path
 from dataclasses import fields, replace
 
+import baton.core.settings as settings
 from baton.core.errors import ConfigError
-from baton.core.info import ViewMode
+from baton.core.info import InfoModel
 from baton.experiments import Experiment, WorkloadConfig, load_experiment, with_cluster
 from baton.metrics import SLO
 from baton.perf.presets import model_route
 from baton.engine_model.flags import add_engine_flags, engine_flags_given
-from baton.sim.cluster import check_counts, engine_from_dict
+from baton.sim.cluster import ClusterSpec, check_counts, engine_from_dict
 from baton.workload import FORMATS
 from baton.workload.loaders import parse_columns
 from baton.workload.sessions import SessionsSpec
@@ -24,22 +25,16 @@ def add_workload_flags(p: argparse.ArgumentParser, rate_list: bool = False) -> N
     p.add_argument("--trace", help="trace file (Azure CSV, Mooncake JSONL, BurstGPT, ShareGPT conversations, "
                    "a JSON list of lengths, Vidur CSV)")
     p.add_argument("--format", choices=sorted(FORMATS), help="trace format (default: detect)")
-    p.add_argument("--requests", type=int, help="N requests: the first N of a trace, or exactly N synthetic ones")
-    p.add_argument("--arrivals", metavar="poisson:R|uniform:R",
-                   help="arrival times for a trace that has none (R requests/s)")
+    settings.add_flags(p, WorkloadConfig, ("requests", "arrivals"))
     p.add_argument("--columns", metavar="time=COL,prompt=COL,output=COL",
                    help="read any CSV or JSONL trace through these column names")
     p.add_argument("--time-unit", choices=["s", "ms"], default="s", help="unit of the --columns time column")
-    p.add_argument("--tokenizer", metavar="PATH",
-                   help="a local tokenizer.json (or its model folder) to count a text trace's tokens "
-                        "(ShareGPT); default: 4 characters per token")
+    settings.add_flags(p, WorkloadConfig, ("tokenizer",))
     p.add_argument("--workload", choices=["synthetic", "sessions"],
                    help="without --trace: the synthetic workload (default) or multi-turn sessions with "
                         "shared system prompts (prefix reuse; the flags below)")
     s = p.add_argument_group("--workload sessions (workload/sessions.py; YAML workload: {kind: sessions, ...})")
-    for f in fields(SessionsSpec):
-        s.add_argument(f"--{f.name.replace('_', '-')}", type=int if f.type == "int" else float, metavar="N",
-                       help=f"default {f.default}")
+    settings.add_flags(s, SessionsSpec)
     if rate_list:
         p.add_argument("--rate", required=True, help="request rates to sweep, e.g. 2,4,8,16 (req/s)")
     else:
@@ -48,27 +43,16 @@ def add_workload_flags(p: argparse.ArgumentParser, rate_list: bool = False) -> N
 
 def add_common(p: argparse.ArgumentParser, rate_list: bool = False) -> None:
     add_workload_flags(p, rate_list)
-    p.add_argument("--prefill", type=int, help="prefill instances")
-    p.add_argument("--decode", type=int, help="decode instances")
-    p.add_argument("--mixed", type=int, help="mixed (colocated) instances")
-    p.add_argument("--preset", help="model@hardware performance preset, hf:CONFIG_JSON@GPU:tpN, vidur:PROFILE_DIR@GPU:tpN, "
-                   "or a profile CSV from `baton profile`")
+    settings.add_flags(p, ClusterSpec)  # --prefill, --decode, --mixed, --preset
     m = p.add_argument_group("a model without a preset (instead of --preset)")
     m.add_argument("--model", metavar="CONFIG_JSON", help="a Hugging Face config.json (or its folder)")
     m.add_argument("--gpu", help="the GPU type it runs on (baton list gpus)")
     m.add_argument("--tp", type=int, help="tensor-parallel degree (default 1)")
     v = p.add_argument_group("what policies see (baton.core.info)")
-    v.add_argument("--view", choices=[m.value for m in ViewMode],
-                   help="exact: engine metrics as they are; scraped (default): as of the last "
-                        "scrape, own bookings exact; scraped-only: /metrics only")
-    v.add_argument("--scrape-interval", type=float, help="seconds between scrapes (default 1.0)")
-    v.add_argument("--scrape-delay", type=float, help="seconds before a scrape is visible (default 0)")
+    settings.add_flags(v, InfoModel)  # --view, --scrape-interval, --scrape-delay
     add_engine_flags(p.add_argument_group("engine flags (as vLLM's; every role, over the YAML's cluster.engine)"))
-    p.add_argument("--ttft-slo", type=float, help="TTFT SLO in seconds")
-    p.add_argument("--tpot-slo", type=float, help="TPOT SLO in seconds")
-    p.add_argument("--seed", type=int, help="random seed")
-    p.add_argument("--warmup-s", type=float,
-                   help="seconds of arrivals left out before the steady window (default: 10%% of the arrival span)")
+    settings.add_flags(p, SLO)  # --ttft-slo, --tpot-slo
+    settings.add_flags(p, Experiment)  # --seed, --warmup-s
     p.add_argument("--out", default="baton-out", help="output directory (default: baton-out)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument("--wide", action="store_true", help="every column in the table (the default fits 100 columns)")
@@ -95,12 +79,6 @@ def parse_rates(text: str) -> list[float]:
 
 def experiment_from(args: argparse.Namespace, base: Experiment | None = None) -> Experiment:
     """The experiment from --config (or ``base``), with flags taking precedence."""
-    for name in ("requests", "ttft_slo", "tpot_slo"):
-        _positive(name.replace("_", "-"), getattr(args, name, None))
-    for name in ("prefill", "decode", "mixed"):
-        value = getattr(args, name, None)
-        if value is not None and value < 0:
-            raise ConfigError(f"--{name}: expected a non-negative integer, got {value}")
     if not isinstance(args.rate, str):
         _positive("rate", args.rate)
     exp = load_experiment(args.config) if args.config else (base or Experiment())
@@ -130,8 +108,6 @@ def experiment_from(args: argparse.Namespace, base: Experiment | None = None) ->
     if args.seed is not None:
         exp.seed = args.seed
     if getattr(args, "warmup_s", None) is not None:
-        if not args.warmup_s >= 0:
-            raise ConfigError(f"--warmup-s: expected a non-negative number, got {args.warmup_s}")
         exp.warmup_s = args.warmup_s
     return exp
 
@@ -185,7 +161,7 @@ def _with_view_flags(exp: Experiment, args: argparse.Namespace) -> Experiment:
     """--view / --scrape-interval / --scrape-delay over the YAML's ``view``."""
     changes: dict = {}
     if getattr(args, "view", None) is not None:
-        changes["mode"] = ViewMode(args.view)
+        changes["mode"] = args.view
     for flag, key in (("scrape_interval", "scrape_interval_s"), ("scrape_delay", "delay_s")):
         value = getattr(args, flag, None)
         if value is not None:
@@ -201,9 +177,7 @@ def _with_view_flags(exp: Experiment, args: argparse.Namespace) -> Experiment:
 
 def check_common(args: argparse.Namespace) -> None:
     """Flag values argparse accepts but that make no sense: one-line errors, exit 2."""
-    seed = getattr(args, "seed", None)
-    if seed is not None and seed < 0:
-        raise ConfigError(f"--seed: expected a non-negative integer, got {seed}")
+    settings.flag_errors(args)
     rate = getattr(args, "rate", None)
     if isinstance(rate, float) and not (rate > 0 and math.isfinite(rate)):
         raise ConfigError(f"--rate: expected a positive finite number, got {rate}")

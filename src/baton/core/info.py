@@ -52,10 +52,10 @@ class ViewMode(str, enum.Enum):
 class InfoModel:
     """The information model: a mode, a scrape interval and a publication delay (s)."""
 
-    mode: ViewMode = setting(ViewMode.SCRAPED, doc="what policies see: exact (the runtime's own state) or "
+    mode: ViewMode = setting(ViewMode.SCRAPED, flag="--view", doc="what policies see: exact (the runtime's own state) or "
                                                    "scraped (engine metrics every interval, with a delay)")
-    scrape_interval_s: float = setting(1.0, gt=0, unit="s", doc="how often the scraped view refreshes")
-    delay_s: float = setting(0.0, ge=0, unit="s", doc="how stale a scrape is when policies see it")
+    scrape_interval_s: float = setting(1.0, gt=0, unit="s", flag="--scrape-interval", doc="how often the scraped view refreshes")
+    delay_s: float = setting(0.0, ge=0, unit="s", flag="--scrape-delay", doc="how stale a scrape is when policies see it")
 
     def __post_init__(self) -> None:
         if not (self.scrape_interval_s > 0 and math.isfinite(self.scrape_interval_s)):

@@ -62,6 +62,11 @@ class Setting:
     secret: bool
     flag: str | None
 
+    @property
+    def dest(self) -> str:
+        """Where argparse keeps its flag's value (the flag's name, as argparse derives it)."""
+        return self.flag[2:].replace("-", "_") if self.flag else self.key
+
 
 def settings_of(cls: type) -> list[Setting]:
     """The settings of a settings type, in declaration order (internal fields left out)."""
@@ -282,31 +287,48 @@ def add_flags(parser: Any, cls: type, keys: tuple[str, ...] | None = None, suffi
         if not s.flag or (keys is not None and s.key not in keys):
             continue
         if s.kind is bool:
-            parser.add_argument(s.flag, dest=s.key, action=argparse.BooleanOptionalAction, default=None,
+            parser.add_argument(s.flag, dest=s.dest, action=argparse.BooleanOptionalAction, default=None,
                                 help=f"{s.doc}{suffix} (default: {'on' if s.default else 'off'})".replace("%", "%%"))
             continue
-        default = "" if s.default is None or suffix else f" (default: {s.default})"
-        parser.add_argument(s.flag, dest=s.key, type=_flag_parser(s), metavar=_metavar(s.kind),
-                            help=f"{s.doc}{suffix}{default}".replace("%", "%%"))
+        shown = s.default.value if isinstance(s.default, enum.Enum) else s.default
+        default = "" if s.default is None or suffix else f" (default: {shown})"
+        unit = f", {s.unit}" if s.unit and s.unit != "%" else ""
+        parser.add_argument(s.flag, dest=s.dest, action=_checked(s), metavar=_metavar(s),
+                            help=f"{s.doc}{suffix}{default}{unit}".replace("%", "%%"))
 
 
-def _flag_parser(s: Setting) -> Callable[[str], Any]:
+FLAG_ERRORS = "setting_flag_errors"  # where a namespace keeps what was wrong with its flags
+
+
+def flag_errors(namespace: Any) -> None:
+    """ConfigError for the first flag whose value its setting refused (``--port: expected a
+    number <= 65535, got 70000``): one line, as for a config file, not argparse's usage."""
+    errors = getattr(namespace, FLAG_ERRORS, None)
+    if errors:
+        raise ConfigError(errors[0])
+
+
+def _checked(s: Setting) -> type:
+    """An argparse action that converts and checks a flag's text as its setting says,
+    keeping the error for :func:`flag_errors`."""
     import argparse
 
-    def parse_text(text: str) -> Any:
-        value: Any = text
-        for kind in (int, float):
-            if _admits(s.kind, kind):
-                try:
-                    value = kind(text)
-                    break
-                except ValueError:
-                    continue
-        try:
-            return check_value(s, value, s.flag or s.key)
-        except ConfigError as err:
-            raise argparse.ArgumentTypeError(str(err).split(": ", 1)[-1]) from None
-    return parse_text
+    class Checked(argparse.Action):
+        def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+            value: Any = values
+            for kind in (int, float):
+                if _admits(s.kind, kind):
+                    try:
+                        value = kind(values)
+                        break
+                    except ValueError:
+                        continue
+            try:
+                setattr(namespace, self.dest, check_value(s, value, s.flag or s.key))
+            except ConfigError as err:
+                errors = getattr(namespace, FLAG_ERRORS, None) or []
+                setattr(namespace, FLAG_ERRORS, [*errors, str(err)])
+    return Checked
 
 
 def _admits(kind: Any, simple: type) -> bool:
@@ -314,5 +336,10 @@ def _admits(kind: Any, simple: type) -> bool:
     return simple in args
 
 
-def _metavar(kind: Any) -> str:
+def _metavar(s: Setting) -> str:
+    kind = s.kind
+    if s.choices:
+        return "{" + ",".join(map(str, s.choices)) + "}"
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        return "{" + ",".join(str(m.value) for m in kind) + "}"
     return "N" if _admits(kind, int) or _admits(kind, float) else "TEXT"

@@ -31,11 +31,12 @@ def add_engine_flags(group: argparse._ActionsContainer) -> None:
 
 def engine_flags_given(args: argparse.Namespace) -> dict[str, Any]:
     """The engine flags given on the command line, by key."""
-    return {s.key: getattr(args, s.key) for s in engine_flags() if getattr(args, s.key, None) is not None}
+    return {s.key: getattr(args, s.dest) for s in engine_flags() if getattr(args, s.dest, None) is not None}
 
 
 def engine_from_flags(args: argparse.Namespace, base: EngineConfig | None = None) -> EngineConfig:
     """``base`` with the engine flags given on the command line; errors name the flag."""
+    settings.flag_errors(args)
     try:
         return engine_from_dict(engine_flags_given(args), "", base)
     except ConfigError as err:

@@ -34,12 +34,12 @@ class WorkloadConfig:
     format: str | None = setting(None, doc="the trace's format (default: from its name and columns)")
     synthetic: SyntheticSpec = setting(factory=SyntheticSpec, doc="the synthetic workload")
     sessions: SessionsSpec | None = None  # the multi-turn sessions generator instead (workload/sessions.py)
-    requests: int | None = setting(None, gt=0, doc="a trace's first N requests, or exactly N synthetic ones")
+    requests: int | None = setting(None, gt=0, flag=True, doc="a trace's first N requests, or exactly N synthetic ones")
     rate_rps: float | None = setting(None, gt=0, unit="1/s", doc="rescale arrival times to this mean rate")
-    arrivals: str | None = setting(None, doc="poisson:R or uniform:R, for traces without arrival times")
+    arrivals: str | None = setting(None, flag=True, doc="poisson:R or uniform:R, for traces without arrival times")
     columns: dict[str, str] | None = None  # time/prompt/output column names (any CSV or JSONL; --columns)
     time_unit: str = "s"
-    tokenizer: str | None = setting(None, doc="a local tokenizer.json (or its folder) for text traces")
+    tokenizer: str | None = setting(None, flag=True, doc="a local tokenizer.json (or its folder) for text traces")
     # one-line notes the loader gave (rows dropped, lengths estimated), for the run's output
     notes: list[str] = field(default_factory=list, compare=False, repr=False)
 
@@ -86,9 +86,9 @@ class Experiment:
     policy: Any = setting("least-loaded", doc="a policy name (`baton list policies`) or {name, stages: [...]}")
     workload: WorkloadConfig = setting(factory=WorkloadConfig, doc="what arrives")
     slo: SLO = setting(factory=SLO, doc="latency targets for attainment and goodput")
-    seed: int = setting(0, doc="seed of the workload and the policy's random generator")
+    seed: int = setting(0, ge=0, flag=True, doc="seed of the workload and the policy's random generator")
     view: InfoModel = setting(factory=InfoModel, doc="what policies see of the cluster")
-    warmup_s: float | None = setting(None, ge=0, unit="s", doc="requests arriving before this are left out of "
+    warmup_s: float | None = setting(None, ge=0, unit="s", flag=True, doc="requests arriving before this are left out of "
                                                                 "the figures (default: 10% of the arrival span)")
 
 

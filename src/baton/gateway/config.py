@@ -95,7 +95,7 @@ class GatewayConfig:
     default_max_tokens: int = _positive(16, "max_tokens of a request that gives none", "tokens")
     decisions_log_size: int = _positive(10_000, "policy decisions kept for /admin/decisions")
     block_size: int = _positive(16, "tokens per KV block (the engines')", "tokens")
-    seed: int = setting(0, doc="seed of the policy's random generator")
+    seed: int = setting(0, ge=0, doc="seed of the policy's random generator")
     prefill_inflight_limit: int = _positive(2, "prefill legs in flight per instance when the policy re-plans "
                                                "queued prefills (held-prefill mode)")
     ttft_slo_s: float | None = _positive(None, "time-to-first-token SLO for SLO-aware policies (Arrow)", "s")

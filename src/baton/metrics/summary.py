@@ -17,8 +17,8 @@ from baton.metrics.tbt import GapHistogram
 class SLO:
     """Latency targets: time to first token and time per output token (seconds)."""
 
-    ttft_s: float = setting(2.0, gt=0, unit="s", doc="time-to-first-token target")
-    tpot_s: float = setting(0.1, gt=0, unit="s", doc="time-per-output-token target")
+    ttft_s: float = setting(2.0, gt=0, unit="s", flag="--ttft-slo", doc="time-to-first-token target")
+    tpot_s: float = setting(0.1, gt=0, unit="s", flag="--tpot-slo", doc="time-per-output-token target")
 
 
 @dataclass(slots=True)

@@ -42,10 +42,10 @@ class ClusterSpec:
     transfer still to send when an early-bound prefill ends (its last layers).
     """
 
-    prefill: int = setting(2, ge=0, doc="prefill instances")
-    decode: int = setting(2, ge=0, doc="decode instances")
-    mixed: int = setting(0, ge=0, doc="mixed instances (prefill and decode on one engine)")
-    preset: str = setting("llama-3.1-8b@a100-80g", doc="performance model: a preset (`baton list presets`), "
+    prefill: int = setting(2, ge=0, flag=True, doc="prefill instances")
+    decode: int = setting(2, ge=0, flag=True, doc="decode instances")
+    mixed: int = setting(0, ge=0, flag=True, doc="mixed instances (prefill and decode on one engine)")
+    preset: str = setting("llama-3.1-8b@a100-80g", flag=True, doc="performance model: a preset (`baton list presets`), "
                                                       "hf:CONFIG@GPU:tpN, vidur:DIR@GPU:tpN or a profile CSV")
     engine: EngineConfig = setting(factory=EngineConfig, doc="every instance's engine flags")
     prefill_engine: EngineConfig | None = setting(None, doc="prefill instances' engine flags, over engine's")
