@@ -7,6 +7,7 @@ import pytest
 
 from baton.core import ClusterView, InstanceState, Request, RequestState, Role
 from baton.core.decisions import ArrivalPlan, ChangeRole, Deflect, Migrate
+from baton.core.errors import ConfigError
 from baton.core.request import Phase
 from baton.perf.fitted import FittedModel
 from baton.policies import PolicyContext, build_scheduler
@@ -281,7 +282,7 @@ def test_every_component_can_be_switched_off_and_bad_choices_are_named():
     assert stage.prefix is None and stage.kairos is None and stage.flipper is None and stage.ares is None
     assert stage.tick_interval_s is None
     for bad in ({"prefill": "magic"}, {"decode_binding": "dice"}, {"tick_s": 0}):
-        with pytest.raises(ValueError, match=next(iter(bad))):
+        with pytest.raises(ConfigError, match=next(iter(bad))):
             Combined(ctx(), **bad)
     sched = build_scheduler({"name": "c", "stages": [{"stage": "combined", "flips": False}]}, ctx())
     assert sched.stages[0].flipper is None
@@ -366,7 +367,7 @@ def test_the_flips_of_one_decision_take_the_cheapest_drains_first():
 
 
 def test_flip_share_is_checked():
-    with pytest.raises(ValueError, match="flip_share"):
+    with pytest.raises(ConfigError, match="flip_share"):
         Combined(ctx(), flip_share=0.0)
 
 

@@ -117,8 +117,8 @@ def test_pd_prefill_by_prefix_and_decode_by_token_load_or_by_a_later_stage():
 
 @pytest.mark.parametrize("stage,param", [("cache-aware", {"fallback": "random"}), ("prefix-precise", {"prefix_weight": -1}),
                                          ("kv-cost", {"temperature": -0.1}), ("prefix-approx", {"lru_capacity_blocks": 0})])
-def test_bad_parameters_are_config_errors_that_name_the_stage(stage, param):
-    with pytest.raises(ConfigError, match=stage):
+def test_bad_parameters_are_config_errors_that_name_the_key(stage, param):
+    with pytest.raises(ConfigError, match=rf"policy\.stages\[0\]\.{next(iter(param))}: expected"):
         scheduler({"name": "x", "stages": [{"stage": stage, **param}]})
 
 

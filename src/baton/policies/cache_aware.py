@@ -13,14 +13,37 @@ the fewest outstanding requests, as some versions do).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from baton.core.prefix_lru_tree import LruPrefixTree
 from baton.core.request import RequestState
+from baton.core.settings import setting
 from baton.core.view import ClusterView
-from baton.policies.base import PolicyContext
-from baton.policies.prefix_scoring import PrefixStage
+from baton.policies.base import PolicyContext, params_for
+from baton.policies.prefix_scoring import PrefixParams, PrefixStage
 from baton.policies.selection import argmin_of
 
 FALLBACKS = ("smallest-tree", "least-loaded")
+
+
+@dataclass(frozen=True, slots=True)
+class CacheAwareParams(PrefixParams):
+    """Cache-aware routing's balance and cache thresholds, fallback and tree size (SGLang's defaults)."""
+
+    balance_abs: int = setting(64, ge=0, unit="requests",
+                               doc="imbalance gap: the most outstanding requests on an instance must exceed the "
+                                   "fewest by more than this (balance_rel holding too) for the least-loaded to win")
+    balance_rel: float = setting(1.5, ge=1, doc="imbalance ratio: the most outstanding requests must also exceed "
+                                                "this x the fewest for the least-loaded to win")
+    cache_threshold: float = setting(0.3, ge=0, le=1, doc="follow the longest prefix sent to an instance only when "
+                                                          "it is more than this share of the prompt's blocks")
+    fallback: str = setting("smallest-tree", choices=FALLBACKS,
+                            doc="where a prompt goes otherwise: smallest-tree (the fewest blocks in the router's "
+                                "tree) or least-loaded (the fewest outstanding requests)")
+    max_tree_blocks: int | None = setting(None, ge=1, unit="blocks",
+                                          doc="blocks of each instance's tree kept, least recently used leaves "
+                                              "dropped first; unset: its KV capacity")
 
 
 class CacheAware(PrefixStage):
@@ -28,19 +51,13 @@ class CacheAware(PrefixStage):
     the emptiest tree."""
 
     name = "cache-aware"
+    Params = CacheAwareParams
 
-    def __init__(self, context: PolicyContext, balance_abs: int = 64, balance_rel: float = 1.5,
-                 cache_threshold: float = 0.3, fallback: str = "smallest-tree",
-                 max_tree_blocks: int | None = None, bind_decode: bool = True) -> None:
-        super().__init__(context, bind_decode)
-        if fallback not in FALLBACKS:
-            raise ValueError(f"fallback: expected one of {', '.join(FALLBACKS)}, got {fallback!r}")
-        if balance_abs < 0 or balance_rel < 1 or not 0 <= cache_threshold <= 1:
-            raise ValueError("balance_abs must be >= 0, balance_rel >= 1, cache_threshold in [0, 1]")
-        if max_tree_blocks is not None and max_tree_blocks < 1:
-            raise ValueError("max_tree_blocks must be >= 1")
-        self.balance_abs, self.balance_rel = balance_abs, balance_rel
-        self.threshold, self.fallback, self.capacity = cache_threshold, fallback, max_tree_blocks
+    def __init__(self, context: PolicyContext, params: CacheAwareParams | None = None, **values: Any) -> None:
+        p = self.params = params_for(CacheAware, params, values)
+        super().__init__(context, p)
+        self.balance_abs, self.balance_rel = p.balance_abs, p.balance_rel
+        self.threshold, self.fallback, self.capacity = p.cache_threshold, p.fallback, p.max_tree_blocks
         self.history = LruPrefixTree()
         self.balanced = self.followed = self.filled = 0  # which rule placed each request
 

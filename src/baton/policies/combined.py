@@ -70,13 +70,17 @@ Conflict rules: who owns a request or an instance when two components want it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from baton.core.decisions import ArrivalPlan, Decision, Deflect
 from baton.core.events import Observation
 from baton.core.request import RequestState
+from baton.core.settings import setting
 from baton.core.view import ClusterView
 from baton.policies.ares import Ares
 from baton.policies.arrow import PAPER_TPOT_SLO_S, PAPER_TTFT_SLO_S, max_running_tokens
-from baton.policies.base import PolicyContext, Stage
+from baton.policies.base import PolicyContext, Stage, params_for
 from baton.policies.combined_flips import CacheSavings, FlipController
 from baton.policies.iteration_binding import bind_by_iteration
 from baton.policies.kairos import Kairos
@@ -89,6 +93,50 @@ PREFILL_CHOICES = ("prefix-approx", "prefix-precise", "least-loaded")
 BINDINGS = ("iteration", "token-load")
 
 
+@dataclass(frozen=True, slots=True)
+class CombinedParams:
+    """The combined scheduler's components (each can be switched off) and their settings."""
+
+    prefill: str = setting("prefix-approx", choices=PREFILL_CHOICES,
+                           doc="the cache the prefill placement weighs: prefix-approx (the router's own history), "
+                               "prefix-precise (the engines' caches), least-loaded (none: the least queued work)")
+    deflect: bool = setting(True, doc="deflect prompts onto decode instances (Kairos) at arrival, and re-plan "
+                                      "queued ones every tick")
+    flips: bool = setting(True, doc="flip instances between prefill and decode when the demand ratio has "
+                                    "shifted for longer than the flip costs")
+    decode_binding: str = setting("iteration", choices=BINDINGS,
+                                  doc="iteration: the decode instance whose projected next iteration with the "
+                                      "request is shortest; token-load: the least token-loaded one")
+    migrate: bool = setting(True, doc="migrate decodes (ARES) off instances whose projected KV would overflow")
+    ttft_slo_s: float | None = setting(None, gt=0, unit="s",
+                                       doc="the TTFT SLO deflection and the flips' prefill pressure aim at; "
+                                           "unset: the run's, else 3 s")
+    tpot_slo_s: float | None = setting(None, gt=0, unit="s",
+                                       doc="the TPOT SLO: sets deflection's TBT budget, Max Running Tokens and "
+                                           "the flips' decode pressure; unset: the run's, else 0.1 s")
+    tick_s: float = setting(0.1, gt=0, unit="s", doc="how often deflections are re-planned and flips and "
+                                                     "migrations are considered")
+    flip_interval_s: float = setting(0.5, gt=0, unit="s", doc="least time between two checks for a flip")
+    flip_window_s: float = setting(5.0, ge=0, unit="s",
+                                   doc="how long a flip must be wanted without a break, besides its own cost, "
+                                       "before it is made")
+    settle_s: float = setting(3.0, ge=0, unit="s",
+                              doc="how long a flipped instance takes no deflection, no migration and no flip")
+    flip_min_pressure: float = setting(0.25, ge=0, doc="the hotter side's pressure (1.0 at its SLO) below which "
+                                                       "nothing flips")
+    flip_share: float = setting(0.125, gt=0, le=1, doc="most instances one flip decision moves, as a share of "
+                                                       "the cluster (at least one)")
+    migrate_interval_s: float = setting(1.0, gt=0, unit="s", doc="least time between two ARES migration rounds")
+    max_chunk_tokens: int = setting(2048, ge=1, unit="tokens",
+                                    doc="largest chunk of a deflected prompt a decode instance prefills per "
+                                        "iteration; iteration binding counts a queued chunk of at most this")
+    fixed_chunk: bool = setting(False, doc="deflect only where a whole max_chunk_tokens chunk keeps the TBT "
+                                           "budget, never refitted (live vLLM: no per-request chunk limit)")
+    deflect_tbt_share: float = setting(0.8, gt=0, le=1, doc="deflection's TBT budget, as a share of the TPOT SLO")
+    chunk_attention: bool = setting(True, doc="size deflected chunks with their attention to the prompt's "
+                                              "earlier chunks counted")
+
+
 class Combined(Stage):
     """The combined scheduler (see the module docstring for components and rules)."""
 
@@ -96,43 +144,30 @@ class Combined(Stage):
     needs_bookings = True
     replans_prefills = True
     needs_prefix_keys = True
+    Params = CombinedParams
 
-    def __init__(self, context: PolicyContext, prefill: str = "prefix-approx", deflect: bool = True,
-                 flips: bool = True, decode_binding: str = "iteration", migrate: bool = True,
-                 ttft_slo_s: float | None = None, tpot_slo_s: float | None = None, tick_s: float = 0.1,
-                 flip_interval_s: float = 0.5, flip_window_s: float = 5.0, settle_s: float = 3.0,
-                 flip_min_pressure: float = 0.25, flip_share: float = 0.125,
-                 migrate_interval_s: float = 1.0, max_chunk_tokens: int = 2048, fixed_chunk: bool = False,
-                 deflect_tbt_share: float = 0.8, chunk_attention: bool = True) -> None:
+    def __init__(self, context: PolicyContext, params: CombinedParams | None = None, **values: Any) -> None:
+        p = self.params = params_for(Combined, params, values)
         super().__init__(context)
-        if prefill not in PREFILL_CHOICES:
-            raise ValueError(f"prefill: expected one of {', '.join(PREFILL_CHOICES)}, got {prefill!r}")
-        if decode_binding not in BINDINGS:
-            raise ValueError(f"decode_binding: expected one of {', '.join(BINDINGS)}, got {decode_binding!r}")
-        if tick_s <= 0 or flip_interval_s <= 0 or migrate_interval_s <= 0 or settle_s < 0:
-            raise ValueError("need tick_s, flip_interval_s, migrate_interval_s > 0 and settle_s >= 0")
-        if not 0 < flip_share <= 1:
-            raise ValueError(f"flip_share: expected a share of the instances in (0, 1], got {flip_share!r}")
-        if not 0 < deflect_tbt_share <= 1:
-            raise ValueError(f"deflect_tbt_share: expected a share in (0, 1], got {deflect_tbt_share!r}")
-        self.ttft_slo_s = ttft_slo_s or context.ttft_slo_s or PAPER_TTFT_SLO_S
-        self.tpot_slo_s = tpot_slo_s or context.tpot_slo_s or PAPER_TPOT_SLO_S
-        self.prefix = {"prefix-approx": PrefixApprox, "prefix-precise": PrefixPrecise}.get(prefill)
+        self.ttft_slo_s = p.ttft_slo_s or context.ttft_slo_s or PAPER_TTFT_SLO_S
+        self.tpot_slo_s = p.tpot_slo_s or context.tpot_slo_s or PAPER_TPOT_SLO_S
+        self.prefix = {"prefix-approx": PrefixApprox, "prefix-precise": PrefixPrecise}.get(p.prefill)
         self.prefix = self.prefix(context, bind_decode=False) if self.prefix else None
-        self.kairos = Kairos(context, ttft_slo_s=self.ttft_slo_s, tbt_slo_s=deflect_tbt_share * self.tpot_slo_s,
-                             max_chunk_tokens=max_chunk_tokens, fixed_chunk=fixed_chunk,
-                             chunk_attention=chunk_attention) if deflect else None
+        self.kairos = Kairos(context, ttft_slo_s=self.ttft_slo_s, tbt_slo_s=p.deflect_tbt_share * self.tpot_slo_s,
+                             max_chunk_tokens=p.max_chunk_tokens, fixed_chunk=p.fixed_chunk,
+                             chunk_attention=p.chunk_attention) if p.deflect else None
         mrt = max_running_tokens(context.perf, self.tpot_slo_s, 1024, context.perf.kv_capacity_tokens)
         self.predictor = HitAwarePredictor(context.perf)
         if self.kairos is not None:
             self.kairos.predictor = self.predictor  # re-plans price a queued prompt by its uncached tokens
-        self.savings = CacheSavings(flip_window_s)
+        self.savings = CacheSavings(p.flip_window_s)
         self.flipper = FlipController(self.predictor, context.perf, self.ttft_slo_s, self.tpot_slo_s, mrt,
-                                      flip_window_s, flip_min_pressure, flip_share, self.savings) if flips else None
-        self.ares = Ares(context, trigger="overflow", interval_s=migrate_interval_s) if migrate else None
-        self.decode_binding, self.chunk_tokens = decode_binding, max_chunk_tokens
-        self.settle_s, self.flip_interval_s = settle_s, flip_interval_s
-        self.tick_interval_s = tick_s if (deflect or flips or migrate) else None
+                                      p.flip_window_s, p.flip_min_pressure, p.flip_share,
+                                      self.savings) if p.flips else None
+        self.ares = Ares(context, trigger="overflow", interval_s=p.migrate_interval_s) if p.migrate else None
+        self.decode_binding, self.chunk_tokens = p.decode_binding, p.max_chunk_tokens
+        self.settle_s, self.flip_interval_s = p.settle_s, p.flip_interval_s
+        self.tick_interval_s = p.tick_s if (p.deflect or p.flips or p.migrate) else None
         self._next_flip_s = self._next_migrate_s = 0.0
         self.flipped_at: dict[int, float] = {}
         self.counts = {"deflected_at_arrival": 0, "deflected_replanned": 0, "flips": 0, "migrations": 0,

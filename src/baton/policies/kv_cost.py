@@ -14,27 +14,44 @@ id); with ``temperature`` > 0 the choice is a softmax over the costs normalised 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from baton.core.request import RequestState
+from baton.core.settings import setting
 from baton.core.view import ClusterView
-from baton.policies.base import PolicyContext
-from baton.policies.prefix_scoring import PrefixStage, Predictions, nonnegative
+from baton.policies.base import PolicyContext, params_for
+from baton.policies.prefix_scoring import PrefixParams, PrefixStage, Predictions
+
+
+@dataclass(frozen=True, slots=True)
+class KvCostParams(PrefixParams):
+    """The KV router's cost weights (Dynamo's defaults), sampling temperature and predictions."""
+
+    prefill_load_scale: float = setting(1.0, ge=0, doc="weight of the prefill term (queued prefill work plus the "
+                                                       "prompt, less the credited overlap, in blocks) against the "
+                                                       "decode blocks")
+    overlap_credit: float = setting(1.0, ge=0, doc="prefill blocks each cached overlap block takes off the "
+                                                   "prefill term (Dynamo's overlap score weight)")
+    temperature: float = setting(0.0, ge=0, doc="softmax temperature over the costs normalised by the largest; "
+                                                "0: the lowest cost wins (ties to the lowest id)")
+    predict_ttl_s: float = setting(5.0, ge=0, unit="s", doc="how long a prompt's blocks count as cached on the "
+                                                            "instance it was sent to (predict-on-route); 0: never")
 
 
 class KvCost(PrefixStage):
     """Prefill on the instance where new prefill work plus KV in use costs least."""
 
     name = "kv-cost"
+    Params = KvCostParams
 
-    def __init__(self, context: PolicyContext, prefill_load_scale: float = 1.0, overlap_credit: float = 1.0,
-                 temperature: float = 0.0, predict_ttl_s: float = 5.0, bind_decode: bool = True) -> None:
-        super().__init__(context, bind_decode)
-        nonnegative(prefill_load_scale=prefill_load_scale, overlap_credit=overlap_credit, temperature=temperature,
-                    predict_ttl_s=predict_ttl_s)
-        self.scale, self.credit, self.temperature = prefill_load_scale, overlap_credit, temperature
-        self.predicted = Predictions(predict_ttl_s)
+    def __init__(self, context: PolicyContext, params: KvCostParams | None = None, **values: Any) -> None:
+        p = self.params = params_for(KvCost, params, values)
+        super().__init__(context, p)
+        self.scale, self.credit, self.temperature = p.prefill_load_scale, p.overlap_credit, p.temperature
+        self.predicted = Predictions(p.predict_ttl_s)
         self._shape_src: list[int] | None = None
         self._bs: int | np.ndarray = 1
         self._blocks = np.zeros(0, dtype=np.int64)

@@ -9,27 +9,43 @@ from the router's own outstanding requests, as in ``prefix_precise``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from baton.core.prefix_block_tree import BlockLruTree
 from baton.core.request import RequestState
+from baton.core.settings import setting
 from baton.core.view import ClusterView
-from baton.policies.base import PolicyContext
-from baton.policies.prefix_scoring import PrefixStage, lower_is_better_of, nonnegative
+from baton.policies.base import PolicyContext, params_for
+from baton.policies.prefix_scoring import PrefixParams, PrefixStage, lower_is_better_of
 from baton.policies.selection import argmax_of
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixApproxParams(PrefixParams):
+    """The approximate prefix scorer's weights (its defaults) and history size."""
+
+    prefix_weight: float = setting(3.0, ge=0, doc="weight of the prefix score: the share of the prompt's leading "
+                                                  "blocks the router sent to the instance")
+    queue_weight: float = setting(2.0, ge=0, doc="weight of the queue score: the router's outstanding requests "
+                                                 "there, min-max normalised, 1 for the fewest")
+    kv_weight: float = setting(2.0, ge=0, doc="weight of the free-KV score: 1 - the instance's KV-cache usage")
+    lru_capacity_blocks: int | None = setting(None, ge=1, unit="blocks",
+                                              doc="blocks the router remembers sending each instance, least "
+                                                  "recently used dropped first; unset: its KV capacity")
 
 
 class PrefixApprox(PrefixStage):
     """Prefill where the router's own history, free KV and a short queue score best."""
 
     name = "prefix-approx"
+    Params = PrefixApproxParams
 
-    def __init__(self, context: PolicyContext, prefix_weight: float = 3.0, queue_weight: float = 2.0,
-                 kv_weight: float = 2.0, lru_capacity_blocks: int | None = None, bind_decode: bool = True) -> None:
-        super().__init__(context, bind_decode)
-        nonnegative(prefix_weight=prefix_weight, queue_weight=queue_weight, kv_weight=kv_weight)
-        if lru_capacity_blocks is not None and lru_capacity_blocks < 1:
-            raise ValueError("lru_capacity_blocks must be >= 1")
-        self.weights = (prefix_weight, queue_weight, kv_weight)
-        self.capacity = lru_capacity_blocks
+    def __init__(self, context: PolicyContext, params: PrefixApproxParams | None = None, **values: Any) -> None:
+        p = self.params = params_for(PrefixApprox, params, values)
+        super().__init__(context, p)
+        self.weights = (p.prefix_weight, p.queue_weight, p.kv_weight)
+        self.capacity = p.lru_capacity_blocks
         self.history = BlockLruTree()
 
     def cached_blocks(self, view: ClusterView, request: RequestState) -> dict[int, int]:

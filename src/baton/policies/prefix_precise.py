@@ -14,27 +14,43 @@ so siblings sent before the engine's first BlockStored follow it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 
 from baton.core.request import RequestState
+from baton.core.settings import setting
 from baton.core.view import ClusterView
-from baton.policies.base import PolicyContext
-from baton.policies.prefix_scoring import PrefixStage, Predictions, lower_is_better_of, nonnegative
+from baton.policies.base import PolicyContext, params_for
+from baton.policies.prefix_scoring import PrefixParams, PrefixStage, Predictions, lower_is_better_of
 from baton.policies.selection import argmax_of
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixPreciseParams(PrefixParams):
+    """The precise prefix scorer's weights (llm-d's production profile) and predictions."""
+
+    prefix_weight: float = setting(2.0, ge=0, doc="weight of the prefix score: the share of the prompt's blocks "
+                                                  "the instance holds as a leading run (cached or predicted)")
+    kv_weight: float = setting(1.0, ge=0, doc="weight of the free-KV score: 1 - the instance's KV-cache usage")
+    queue_weight: float = setting(1.0, ge=0, doc="weight of the queue score: the router's outstanding requests "
+                                                 "there, min-max normalised, 1 for the fewest")
+    predict_ttl_s: float = setting(5.0, ge=0, unit="s", doc="how long a prompt's blocks count as cached on the "
+                                                            "instance it was sent to (predict-on-route); 0: never")
 
 
 class PrefixPrecise(PrefixStage):
     """Prefill on the instance with the best blend of cached prefix, free KV and short queue."""
 
     name = "prefix-precise"
+    Params = PrefixPreciseParams
 
-    def __init__(self, context: PolicyContext, prefix_weight: float = 2.0, kv_weight: float = 1.0,
-                 queue_weight: float = 1.0, predict_ttl_s: float = 5.0, bind_decode: bool = True) -> None:
-        super().__init__(context, bind_decode)
-        nonnegative(prefix_weight=prefix_weight, kv_weight=kv_weight, queue_weight=queue_weight,
-                    predict_ttl_s=predict_ttl_s)
-        self.weights = (prefix_weight, kv_weight, queue_weight)
-        self.predicted = Predictions(predict_ttl_s)
+    def __init__(self, context: PolicyContext, params: PrefixPreciseParams | None = None, **values: Any) -> None:
+        p = self.params = params_for(PrefixPrecise, params, values)
+        super().__init__(context, p)
+        self.weights = (p.prefix_weight, p.kv_weight, p.queue_weight)
+        self.predicted = Predictions(p.predict_ttl_s)
 
     def cached_blocks(self, view: ClusterView, request: RequestState) -> dict[int, int]:
         keys = request.block_keys

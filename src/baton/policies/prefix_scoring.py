@@ -10,6 +10,7 @@ scheduler when ``bind_decode`` is false (e.g. prefix-aware prefill + SIBYL's dec
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -17,8 +18,17 @@ from baton.core.decisions import ArrivalPlan
 from baton.core.instance import Role
 from baton.core.prefix_tree import StampedPrefixTree
 from baton.core.request import RequestState
+from baton.core.settings import setting
 from baton.core.view import ClusterView
 from baton.policies.base import PolicyContext, Stage
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixParams:
+    """The parameter every prefix-aware stage has (each stage's Params extends it)."""
+
+    bind_decode: bool = setting(True, doc="in PD, choose the decode instance by token load when the prefill ends; "
+                                          "false leaves it to a later stage (e.g. SIBYL's)")
 
 
 class Predictions:
@@ -40,13 +50,6 @@ class Predictions:
         return self.tree.matches(keys, now_s)
 
 
-def nonnegative(**params: float) -> None:
-    """ValueError naming every parameter below 0."""
-    bad = [f"{k} ({v!r})" for k, v in params.items() if v < 0]
-    if bad:
-        raise ValueError(f"must be >= 0: {', '.join(bad)}")
-
-
 def lower_is_better_of(values: np.ndarray) -> np.ndarray:
     """Min-max scores in [0, 1], 1 for the lowest value (all 1 when the values are equal),
     as llm-d's queue scorer normalises queue lengths across pods."""
@@ -62,9 +65,9 @@ class PrefixStage(Stage):
 
     needs_prefix_keys = True
 
-    def __init__(self, context: PolicyContext, bind_decode: bool = True) -> None:
+    def __init__(self, context: PolicyContext, params: PrefixParams) -> None:
         super().__init__(context)
-        self.bind_decode = bind_decode
+        self.bind_decode = params.bind_decode
         self.placed = self.hit_blocks = 0  # placements and the blocks they were matched on
         self._positions: tuple[Sequence[int] | None, dict[int, int]] = (None, {})
 
