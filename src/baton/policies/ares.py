@@ -36,54 +36,92 @@ the last multiple of k tokens and counted down since.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 
 from baton.core.decisions import Decision, Migrate, MigrationMode
 from baton.core.events import Observation
+from baton.core.settings import setting
 from baton.core.view import ClusterView
-from baton.policies.base import PolicyContext, Stage
-from baton.predict import NoPrediction, build_estimator
+from baton.policies.base import PolicyContext, Stage, params_for
+from baton.predict import ESTIMATORS, NoPrediction, build_estimator
+
+
+@dataclass(frozen=True, slots=True)
+class AresParams:
+    """ARES's parameters and those of the deviations the module docstring names."""
+
+    estimator: str = setting("survival", choices=tuple(ESTIMATORS),
+                             doc="remaining-length estimator that projects each request's load over the horizon "
+                                 "(none: its current context throughout, and no worth-it filter)")
+    interval_s: float = setting(1.0, gt=0, unit="s", doc="how often a rescheduling round runs")
+    horizon_tokens: int = setting(2000, ge=1, unit="tokens",
+                                  doc="tokens a request generates over the whole look-ahead horizon")
+    horizon_steps: int = setting(8, ge=1, doc="steps the horizon is divided into; the load is projected at each")
+    beta: float = setting(0.8, gt=0, doc="decay β of the future steps' weights (β^t, normalised to sum 1) in "
+                                         "the classification and the objective")
+    theta: float = setting(0.1, ge=0, doc="margin θ: overloaded above (1+θ) x the mean weighted future load, "
+                                          "a candidate target when its current load is below that")
+    max_migrations: int = setting(1, ge=1, doc="migrations one round may start (after the first, chosen greedily "
+                                               "on the updated loads)")
+    max_per_instance: int = setting(1, ge=1, doc="migrations in flight an instance may take part in, as source "
+                                                 "or target")
+    mode: str = setting("live", choices=tuple(m.value for m in MigrationMode),
+                        doc="how a running decode moves: live (pre-copy), stop-copy or recompute (a waiting "
+                            "preempted request always moves by recompute)")
+    repredict_tokens: int = setting(20, ge=1, unit="tokens",
+                                    doc="generated tokens between two predictions of a request's remaining length "
+                                        "(k; counted down in between)")
+    memory_headroom: float = setting(0.95, gt=0, le=1,
+                                     doc="share of an instance's KV capacity a move may fill (the target's peak "
+                                         "projected load plus the request's predicted final size); with trigger "
+                                         "overflow, sources are instances projected beyond it")
+    max_targets: int = setting(32, ge=1, doc="least-loaded candidate targets a round considers (bounds its cost "
+                                             "at scale)")
+    move_preempted: bool = setting(False, doc="also move requests preempted and waiting to recompute (by "
+                                              "recompute, to the target's queue)")
+    estimator_params: dict[str, Any] | None = setting(None, doc="keyword parameters of the estimator (for example "
+                                                                "weights for learned)")
+    trigger: str = setting("variance", choices=("variance", "overflow"),
+                           doc="variance: any overloaded instance is a source (ARES); overflow: only those whose "
+                               "projected load passes memory_headroom x their KV capacity within the horizon")
 
 
 class Ares(Stage):
-    """Decode rebalancer. See the module docstring for the algorithm and parameters."""
+    """Decode rebalancer. See the module docstring for the algorithm."""
 
     splices_streams = True  # returns Migrate
     name = "ares"
     needs_bookings = True
+    Params = AresParams
 
-    def __init__(self, context: PolicyContext, estimator: str = "survival", interval_s: float = 1.0,
-                 horizon_tokens: int = 2000, horizon_steps: int = 8, beta: float = 0.8, theta: float = 0.1,
-                 max_migrations: int = 1, max_per_instance: int = 1, mode: str = "live",
-                 repredict_tokens: int = 20, memory_headroom: float = 0.95,
-                 max_targets: int = 32, move_preempted: bool = False, estimator_params: dict | None = None,
-                 trigger: str = "variance") -> None:
+    def __init__(self, context: PolicyContext, params: AresParams | None = None, **values: Any) -> None:
         super().__init__(context)
-        if interval_s <= 0 or horizon_steps < 1 or horizon_tokens < horizon_steps or max_migrations < 1:
-            raise ValueError("need interval_s > 0, horizon_steps >= 1, horizon_tokens >= horizon_steps, "
-                             "max_migrations >= 1")
-        if trigger not in ("variance", "overflow"):
-            raise ValueError(f"trigger: expected 'variance' or 'overflow', got {trigger!r}")
-        self.trigger = trigger
+        p = self.params = params_for(Ares, params, values)
+        if p.horizon_tokens < p.horizon_steps:
+            raise ValueError("need horizon_tokens >= horizon_steps")
+        self.trigger = p.trigger
         # decode instances another stage owns at the moment (a composed scheduler's conflict
         # rules): neither source nor target; none when ARES runs alone
         self.exclude: frozenset[int] = frozenset()
-        step_tokens = horizon_tokens // horizon_steps
-        self.move_preempted = move_preempted
-        self.tick_interval_s = interval_s
-        self.estimator = build_estimator(estimator, rng=context.rng, **(estimator_params or {}))
+        step_tokens = p.horizon_tokens // p.horizon_steps
+        self.move_preempted = p.move_preempted
+        self.tick_interval_s = p.interval_s
+        self.estimator = build_estimator(p.estimator, rng=context.rng, **(p.estimator_params or {}))
         # Without a prediction, a request's load is its current context for the whole
         # horizon and the worth-it filter cannot apply ("rescheduling without prediction").
         self.static = isinstance(self.estimator, NoPrediction)
-        self.horizon, self.step_tokens, self.theta = horizon_steps, step_tokens, theta
-        betas = beta ** np.arange(1, horizon_steps + 1)
+        self.horizon, self.step_tokens, self.theta = p.horizon_steps, step_tokens, p.theta
+        betas = p.beta ** np.arange(1, p.horizon_steps + 1)
         self.beta = betas / betas.sum()
         self.weights = np.concatenate([[1.0], self.beta])  # σ0² plus the weighted future terms
-        self.max_migrations, self.max_per_instance = max_migrations, max_per_instance
-        self.mode = MigrationMode(mode)
-        self.k = max(1, repredict_tokens)
-        self.headroom = memory_headroom
-        self.max_targets = max(1, max_targets)
+        self.max_migrations, self.max_per_instance = p.max_migrations, p.max_per_instance
+        self.mode = MigrationMode(p.mode)
+        self.k = max(1, p.repredict_tokens)
+        self.headroom = p.memory_headroom
+        self.max_targets = max(1, p.max_targets)
         self.in_flight: dict[int, tuple[int, int]] = {}  # req id -> (source, target)
 
     def observe(self, view: ClusterView, observation: Observation) -> None:

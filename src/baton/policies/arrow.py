@@ -59,15 +59,17 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
 from baton.core.decisions import ArrivalPlan, ChangeRole, DecodeChoice, Decision
 from baton.core.instance import Role
 from baton.core.request import RequestState
+from baton.core.settings import setting
 from baton.core.view import ClusterView
 from baton.perf.model import BatchShape, PerfModel
-from baton.policies.base import PolicyContext, Stage
+from baton.policies.base import PolicyContext, Stage, params_for
 from baton.policies.prefill_time import PrefillPredictor
 
 PAPER_TTFT_SLO_S, PAPER_TPOT_SLO_S = 3.0, 0.1  # Table 1, Azure code
@@ -89,25 +91,50 @@ def max_running_tokens(perf: PerfModel, tpot_slo_s: float, context_tokens: int, 
     return min(kv_tokens, lo * context_tokens)
 
 
+@dataclass(frozen=True, slots=True)
+class ArrowParams:
+    """Arrow's parameters (SLOs, flips, and the thresholds the paper leaves open)."""
+
+    ttft_slo_s: float | None = setting(None, gt=0, unit="s",
+                                       doc="TTFT SLO a prefill instance's predicted queueing delay plus the prompt's "
+                                           "prefill time must meet (unset: the run's, else the paper's 3 s)")
+    tpot_slo_s: float | None = setting(None, gt=0, unit="s",
+                                       doc="TPOT SLO behind Max Running Tokens and the decode side's token-interval "
+                                           "tests (unset: the run's, else the paper's 0.1 s)")
+    flips: bool = setting(True, doc="move instances between prefill and decode (false: the starting roles stay, "
+                                    "the paper's Minimal Load ablation)")
+    decode_low_load: float = setting(0.7, gt=0, le=1,
+                                     doc="the decode side counts as lightly loaded at most this share of Max "
+                                         "Running Tokens (running tokens per instance) and of the TPOT SLO (mean "
+                                         "token interval)")
+    monitor_interval_s: float = setting(0.5, gt=0, unit="s", doc="how often the cluster monitor runs")
+    monitor_window_s: float = setting(3.0, gt=0, unit="s",
+                                      doc="how long the decode side's mean token interval must stay above the TPOT "
+                                          "SLO before the monitor flips a prefill instance to decode")
+    profile_context_tokens: int = setting(1024, ge=1, unit="tokens",
+                                          doc="context of each request in the decode batch that Max Running Tokens "
+                                              "is sized for")
+
+
 class Arrow(Stage):
     """Arrow's dispatcher, instance scheduler and cluster monitor (see the module docstring)."""
 
     name = "arrow"
     needs_bookings = True
+    Params = ArrowParams
 
-    def __init__(self, context: PolicyContext, ttft_slo_s: float | None = None, tpot_slo_s: float | None = None,
-                 flips: bool = True, decode_low_load: float = 0.7, monitor_interval_s: float = 0.5,
-                 monitor_window_s: float = 3.0, profile_context_tokens: int = 1024) -> None:
+    def __init__(self, context: PolicyContext, params: ArrowParams | None = None, **values: Any) -> None:
         super().__init__(context)
-        if not 0 < decode_low_load <= 1 or monitor_interval_s <= 0 or monitor_window_s < monitor_interval_s:
-            raise ValueError("need 0 < decode_low_load <= 1 and 0 < monitor_interval_s <= monitor_window_s")
-        self.ttft_slo_s = ttft_slo_s or context.ttft_slo_s or PAPER_TTFT_SLO_S
-        self.tpot_slo_s = tpot_slo_s or context.tpot_slo_s or PAPER_TPOT_SLO_S
-        self.flips, self.decode_low_load = flips, decode_low_load
-        self.tick_interval_s = monitor_interval_s if flips else None
-        self.window_s = monitor_window_s
+        p = self.params = params_for(Arrow, params, values)
+        if p.monitor_window_s < p.monitor_interval_s:
+            raise ValueError("need monitor_interval_s <= monitor_window_s")
+        self.ttft_slo_s = p.ttft_slo_s or context.ttft_slo_s or PAPER_TTFT_SLO_S
+        self.tpot_slo_s = p.tpot_slo_s or context.tpot_slo_s or PAPER_TPOT_SLO_S
+        self.flips, self.decode_low_load = p.flips, p.decode_low_load
+        self.tick_interval_s = p.monitor_interval_s if p.flips else None
+        self.window_s = p.monitor_window_s
         self.predictor = PrefillPredictor(context.perf)
-        self.mrt = max_running_tokens(context.perf, self.tpot_slo_s, profile_context_tokens,
+        self.mrt = max_running_tokens(context.perf, self.tpot_slo_s, p.profile_context_tokens,
                                       context.perf.kv_capacity_tokens)
         self.intervals: deque[tuple[float, float]] = deque()
         self.lent: set[int] = set()  # decode instances Algorithm 3 moved to prefill

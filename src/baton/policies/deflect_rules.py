@@ -16,20 +16,47 @@ The decode instance chosen is the least token-loaded; neither rule looks at TBT.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from baton.core.decisions import ArrivalPlan
 from baton.core.request import RequestState
+from baton.core.settings import setting
 from baton.core.view import ClusterView
-from baton.policies.base import PolicyContext, Stage
+from baton.policies.base import PolicyContext, Stage, params_for
+
+
+def _chunk_tokens() -> Any:
+    return setting(2048, ge=1, unit="tokens", doc="chunk size a deflected prompt is prefilled in on its decode "
+                                                  "instance, between decode iterations")
+
+
+@dataclass(frozen=True, slots=True)
+class DeflectShortParams:
+    """The short-prompt rule's parameters."""
+
+    max_prompt_tokens: int = setting(512, ge=0, unit="tokens",
+                                     doc="prompts shorter than this are deflected to a decode instance")
+    chunk_tokens: int = _chunk_tokens()
+
+
+@dataclass(frozen=True, slots=True)
+class DeflectQueueParams:
+    """The queue-triggered rule's parameters."""
+
+    max_prefill_queue_tokens: int = setting(8192, ge=0, unit="tokens",
+                                            doc="deflect while even the least-loaded prefill instance has more than "
+                                                "this many prompt tokens left to prefill")
+    chunk_tokens: int = _chunk_tokens()
 
 
 class _Rule(Stage):
     needs_bookings = True
 
-    def __init__(self, context: PolicyContext, chunk_tokens: int = 2048) -> None:
+    def __init__(self, context: PolicyContext, params: DeflectShortParams | DeflectQueueParams) -> None:
         super().__init__(context)
-        if chunk_tokens < 1:
-            raise ValueError("chunk_tokens must be positive")
-        self.chunk_tokens = chunk_tokens
+        self.params = params
+        self.chunk_tokens = params.chunk_tokens
 
     def deflects(self, view: ClusterView, request: RequestState, queued_tokens: float) -> bool:
         raise NotImplementedError
@@ -50,10 +77,12 @@ class DeflectShort(_Rule):
     """Deflect prompts shorter than ``max_prompt_tokens``."""
 
     name = "deflect-short"
+    Params = DeflectShortParams
 
-    def __init__(self, context: PolicyContext, max_prompt_tokens: int = 512, chunk_tokens: int = 2048) -> None:
-        super().__init__(context, chunk_tokens)
-        self.max_prompt_tokens = max_prompt_tokens
+    def __init__(self, context: PolicyContext, params: DeflectShortParams | None = None, **values: Any) -> None:
+        p = params_for(DeflectShort, params, values)
+        super().__init__(context, p)
+        self.max_prompt_tokens = p.max_prompt_tokens
 
     def deflects(self, view: ClusterView, request: RequestState, queued_tokens: float) -> bool:
         return request.request.prompt_tokens < self.max_prompt_tokens
@@ -63,11 +92,12 @@ class DeflectQueue(_Rule):
     """Deflect while the least-loaded prefill queue exceeds ``max_prefill_queue_tokens``."""
 
     name = "deflect-queue"
+    Params = DeflectQueueParams
 
-    def __init__(self, context: PolicyContext, max_prefill_queue_tokens: int = 8192,
-                 chunk_tokens: int = 2048) -> None:
-        super().__init__(context, chunk_tokens)
-        self.max_prefill_queue_tokens = max_prefill_queue_tokens
+    def __init__(self, context: PolicyContext, params: DeflectQueueParams | None = None, **values: Any) -> None:
+        p = params_for(DeflectQueue, params, values)
+        super().__init__(context, p)
+        self.max_prefill_queue_tokens = p.max_prefill_queue_tokens
 
     def deflects(self, view: ClusterView, request: RequestState, queued_tokens: float) -> bool:
         return queued_tokens > self.max_prefill_queue_tokens

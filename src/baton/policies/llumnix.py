@@ -6,10 +6,14 @@ cheapest to move), at most one move per instance pair per round."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from baton.core.decisions import ArrivalPlan, Decision, Migrate, MigrationMode
 from baton.core.request import RequestState
+from baton.core.settings import setting
 from baton.core.view import ClusterView
-from baton.policies.base import PolicyContext, Stage
+from baton.policies.base import PolicyContext, Stage, params_for
 
 
 def freeness(view: ClusterView, i: int) -> float:
@@ -18,16 +22,27 @@ def freeness(view: ClusterView, i: int) -> float:
     return free / (1 + inst.decodes.n + len(inst.incoming) + len(inst.prefill_queue))
 
 
+@dataclass(frozen=True, slots=True)
+class LlumnixParams:
+    """Llumnix-style balancing's parameters."""
+
+    interval_s: float = setting(1.0, gt=0, unit="s", doc="how often a migration round runs")
+    gap: float = setting(0.5, gt=0, le=1, doc="a round migrates only when the least free instance's freeness is "
+                                              "below this share of the most free one's")
+
+
 class Llumnix(Stage):
     """Freeness placement and migration from the least to the most free instance."""
 
     splices_streams = True  # returns Migrate
     name = "llumnix"
     needs_bookings = True
+    Params = LlumnixParams
 
-    def __init__(self, context: PolicyContext, interval_s: float = 1.0, gap: float = 0.5) -> None:
+    def __init__(self, context: PolicyContext, params: LlumnixParams | None = None, **values: Any) -> None:
         super().__init__(context)
-        self.tick_interval_s, self.gap = interval_s, gap
+        p = self.params = params_for(Llumnix, params, values)
+        self.tick_interval_s, self.gap = p.interval_s, p.gap
 
     def plan_arrival(self, view: ClusterView, request: RequestState, plan: ArrivalPlan) -> ArrivalPlan:
         ids = view.decode_ids
