@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import Any
 
 import numpy as np
 
@@ -58,8 +59,9 @@ from baton.core.errors import ConfigError
 from baton.core.events import DecodeProgress, Observation
 from baton.core.request import Phase, RequestState
 from baton.core.view import ClusterView
-from baton.policies.base import PolicyContext, Stage
+from baton.policies.base import PolicyContext, Stage, params_for
 from baton.policies.cascade_guard import Arrivals, PlanGuard, current_stages
+from baton.policies.cascade_params import CascadeParams
 from baton.policies.cascade_stats import decoding_contexts, sequences_in_flight
 from baton.policies.cascade_plan import PlanCost, exact_plan, heuristic_plan, split_point
 
@@ -72,33 +74,24 @@ class Cascade(Stage):
     needs_bookings = True
     needs_qoe = True
     needs_colocated = True
+    Params = CascadeParams
 
-    def __init__(self, context: PolicyContext, layout: str = "plan", exact: bool = True, refine: str = "qoe",
-                 balance: str = "bidask", tick_interval_s: float = 1.0, plan_interval_s: float = 10.0,
-                 ema: float = 0.5, freeze_below: int = 5, outlier: float = 0.25, max_moves: int = 3,
-                 retry_tokens: int = 64, first_cut: int = 256, max_context: int = 131072,
-                 mean_output_tokens: float = 256.0, assign: str = "stable", rewatch: bool = True,
-                 plan_window: bool = True, prefill_residence_tokens: float = 128.0,
-                 starvation_s: float = 2.0, warmup_s: float = 0.0, hysteresis: float | None = None,
-                 prefill_share: float | None = None) -> None:
+    def __init__(self, context: PolicyContext, params: CascadeParams | None = None, **values: Any) -> None:
         super().__init__(context)
-        if layout not in ("plan", "chain", "nopipe") or refine not in ("qoe", "count", "memory", "off") \
-                or balance not in ("bidask", "rr", "inter"):
-            raise ValueError("layout: plan|chain|nopipe, refine: qoe|count|memory|off, balance: bidask|rr|inter")
-        if assign not in ("stable", "id") or min(warmup_s, hysteresis or 0) < 0 or not 0 < (prefill_share or 1) <= 1:
-            raise ValueError("assign: stable|id; warmup_s and hysteresis >= 0; prefill_share in (0, 1]")
-        self.layout, self.exact, self.refine, self.balance = layout, exact, refine, balance
-        self.tick_interval_s, self.plan_interval_s = tick_interval_s, plan_interval_s
-        self.ema, self.freeze_below, self.outlier, self.max_moves = ema, freeze_below, outlier, max_moves
-        self.retry_tokens, self.first_cut, self.max_context = retry_tokens, first_cut, max_context
-        self.mean_output, self.assign, self.rewatch, self.plan_window = mean_output_tokens, assign, rewatch, plan_window
+        p = self.params = params_for(Cascade, params, values)
+        self.layout, self.exact, self.refine, self.balance = p.layout, p.exact, p.refine, p.balance
+        self.tick_interval_s, self.plan_interval_s = p.tick_interval_s, p.plan_interval_s
+        self.ema, self.freeze_below, self.outlier, self.max_moves = p.ema, p.freeze_below, p.outlier, p.max_moves
+        self.retry_tokens, self.first_cut, self.max_context = p.retry_tokens, p.first_cut, p.max_context
+        self.mean_output, self.assign, self.rewatch, self.plan_window = (p.mean_output_tokens, p.assign, p.rewatch,
+                                                                         p.plan_window)
         self.members: list[list[int]] = []  # instances by stage
         self.bounds: list[float] = []  # the stages' upper bounds (context tokens)
         self.moving: dict[int, int] = {}  # request -> target of its handover, until it lands
-        self.guard = PlanGuard(hysteresis, prefill_share) if hysteresis is not None or prefill_share else None
+        self.guard = PlanGuard(p.hysteresis, p.prefill_share) if p.hysteresis is not None or p.prefill_share else None
         self.arrivals: list[int] = []  # prompt tokens of this period's arrivals
         self._period_start_s, self._rr = 0.0, itertools.count()
-        self.residence, self.starvation_s, self.next_plan_s = prefill_residence_tokens, starvation_s, warmup_s
+        self.residence, self.starvation_s, self.next_plan_s = p.prefill_residence_tokens, p.starvation_s, p.warmup_s
         self.window: list[tuple[np.ndarray, np.ndarray]] = []  # this period's snapshots
         self.asks: dict[int, tuple[int, float]] = {}  # request -> (target stage, asked at s)
         self.granted: dict[int, int] = {}  # receiver -> handovers arriving, not yet in its incoming

@@ -7,7 +7,6 @@ Adding a stage: write its module with a ``STAGES`` mapping and list the module h
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping
 from typing import Any
 
@@ -118,10 +117,9 @@ def _build_stage(spec: Any, where: str, context: PolicyContext) -> Stage:
         raise ConfigError(f"{where}: expected a mapping with a 'stage' key")
     name = spec["stage"]
     cls = _stage_type(name, where)
-    values = {k: v for k, v in spec.items() if k != "stage"}
-    legacy = "params" not in inspect.signature(cls.__init__).parameters  # TODO(settings): until every stage has Params
+    params = settings.parse(cls.Params, {k: v for k, v in spec.items() if k != "stage"}, where)
     try:
-        return cls(context, **values) if legacy else cls(context, settings.parse(cls.Params, values, where))
+        return cls(context, params)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}: stage {name!r}: {exc}") from None
 
@@ -135,8 +133,7 @@ def check_policy(config: Any) -> None:
         if not isinstance(spec, Mapping) or "stage" not in spec:
             raise ConfigError(f"{where}: expected a mapping with a 'stage' key")
         cls = _stage_type(spec["stage"], where)
-        if "params" in inspect.signature(cls.__init__).parameters:
-            settings.parse(cls.Params, {k: v for k, v in spec.items() if k != "stage"}, where)
+        settings.parse(cls.Params, {k: v for k, v in spec.items() if k != "stage"}, where)
 
 
 def _stage_type(name: Any, where: str) -> type[Stage]:

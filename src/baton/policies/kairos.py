@@ -49,15 +49,48 @@ The summary gives no formulas beyond the deflection condition; Baton's choices:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any
 
 from baton.core.decisions import ArrivalPlan, Decision, Deflect
 from baton.core.request import Phase, RequestState
+from baton.core.settings import setting
 from baton.core.view import ClusterView
 from baton.perf.model import prefill_shape
-from baton.policies.base import PolicyContext, Stage
+from baton.policies.base import PolicyContext, Stage, params_for
 from baton.policies.prefill_time import PrefillPredictor
 
 DEFAULT_TTFT_SLO_S, DEFAULT_TBT_SLO_S = 2.0, 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class KairosParams:
+    """Kairos's parameters (the deflection rule, the chunk search and the proactive re-plan)."""
+
+    alpha: float = setting(1.0, ge=1, doc="deflect when the decode path's predicted TTFT is at most alpha x the "
+                                          "prefill path's (1: the paper's default)")
+    tbt_slo_s: float | None = setting(None, gt=0, unit="s",
+                                      doc="the TBT SLO an iteration with a deflected chunk must keep (null: the run's "
+                                          f"TPOT SLO, else {DEFAULT_TBT_SLO_S:g} s)")
+    ttft_slo_s: float | None = setting(None, gt=0, unit="s",
+                                       doc="the most a deflected request's predicted TTFT may be (null: the run's TTFT "
+                                           f"SLO, else {DEFAULT_TTFT_SLO_S:g} s)")
+    max_chunk_tokens: int = setting(2048, ge=1, unit="tokens",
+                                    doc="the largest chunk X* a decode instance prefills per iteration (the engine's "
+                                        "token budget; with fixed_chunk, the chunk)")
+    min_chunk_tokens: int = setting(32, ge=1, unit="tokens",
+                                    doc="a decode instance whose largest TBT-safe chunk is smaller is no candidate; "
+                                        "re-fitted chunks are at least this")
+    replan_interval_s: float = setting(0.1, gt=0, unit="s",
+                                       doc="how often queued prefills are re-planned and deflected chunks re-fitted "
+                                           "(proactive)")
+    max_replans: int = setting(8, ge=1, doc="most queued prefills one re-plan moves onto decode instances")
+    proactive: bool = setting(True, doc="re-plan queued prefills and re-fit deflected chunks every replan_interval_s "
+                                        "(false: deflect on arrival only)")
+    fixed_chunk: bool = setting(False, doc="the engine's budget is the chunk (live vLLM): a candidate must keep the "
+                                           "TBT SLO with max_chunk_tokens whole; no re-fits")
+    chunk_attention: bool = setting(False, doc="size the chunk for the prompt's last chunk, its attention to the "
+                                               "earlier chunks counted (Baton's)")
 
 
 class Kairos(Stage):
@@ -66,22 +99,21 @@ class Kairos(Stage):
     name = "kairos"
     needs_bookings = True
     replans_prefills = True
+    Params = KairosParams
 
-    def __init__(self, context: PolicyContext, alpha: float = 1.0, tbt_slo_s: float | None = None,
-                 ttft_slo_s: float | None = None, max_chunk_tokens: int = 2048, min_chunk_tokens: int = 32,
-                 replan_interval_s: float = 0.1, max_replans: int = 8,
-                 proactive: bool = True, fixed_chunk: bool = False, chunk_attention: bool = False) -> None:
+    def __init__(self, context: PolicyContext, params: KairosParams | None = None, **values: Any) -> None:
         super().__init__(context)
-        if alpha < 1 or max_chunk_tokens < min_chunk_tokens or min_chunk_tokens < 1:
-            raise ValueError("need alpha >= 1, 1 <= min_chunk_tokens <= max_chunk_tokens")
-        self.alpha, self.max_chunk, self.min_chunk = alpha, max_chunk_tokens, min_chunk_tokens
-        self.tbt_slo_s = tbt_slo_s or context.tpot_slo_s or DEFAULT_TBT_SLO_S
-        self.ttft_slo_s = ttft_slo_s or context.ttft_slo_s or DEFAULT_TTFT_SLO_S
+        p = self.params = params_for(Kairos, params, values)
+        if p.max_chunk_tokens < p.min_chunk_tokens:
+            raise ValueError("need min_chunk_tokens <= max_chunk_tokens")
+        self.alpha, self.max_chunk, self.min_chunk = p.alpha, p.max_chunk_tokens, p.min_chunk_tokens
+        self.tbt_slo_s = p.tbt_slo_s or context.tpot_slo_s or DEFAULT_TBT_SLO_S
+        self.ttft_slo_s = p.ttft_slo_s or context.ttft_slo_s or DEFAULT_TTFT_SLO_S
         self.predictor = PrefillPredictor(context.perf)
-        self.tick_interval_s = replan_interval_s if proactive else None
-        self.max_replans = max_replans
-        self.fixed_chunk = fixed_chunk
-        self.chunk_attention = chunk_attention
+        self.tick_interval_s = p.replan_interval_s if p.proactive else None
+        self.max_replans = p.max_replans
+        self.fixed_chunk = p.fixed_chunk
+        self.chunk_attention = p.chunk_attention
         self._cache_at: float | None = None
         self._cache: dict[int, tuple[int, float]] = {}
         # decode instances another stage owns at the moment (a composed scheduler's conflict
