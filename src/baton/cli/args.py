@@ -15,17 +15,13 @@ from baton.metrics import SLO
 from baton.perf.presets import model_route
 from baton.engine_model.flags import add_engine_flags, engine_flags_given
 from baton.sim.cluster import ClusterSpec, check_counts, engine_from_dict
-from baton.workload import FORMATS
 from baton.workload.loaders import parse_columns
 from baton.workload.sessions import SessionsSpec
 
 
 def add_workload_flags(p: argparse.ArgumentParser, rate_list: bool = False) -> None:
     p.add_argument("--config", help="experiment YAML (cluster, policy, workload, slo, seed)")
-    p.add_argument("--trace", help="trace file (Azure CSV, Mooncake JSONL, BurstGPT, ShareGPT conversations, "
-                   "a JSON list of lengths, Vidur CSV)")
-    p.add_argument("--format", choices=sorted(FORMATS), help="trace format (default: detect)")
-    settings.add_flags(p, WorkloadConfig, ("requests", "arrivals"))
+    settings.add_flags(p, WorkloadConfig, ("trace", "format", "requests", "arrivals"))
     p.add_argument("--columns", metavar="time=COL,prompt=COL,output=COL",
                    help="read any CSV or JSONL trace through these column names")
     p.add_argument("--time-unit", choices=["s", "ms"], default="s", help="unit of the --columns time column")

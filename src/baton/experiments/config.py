@@ -19,7 +19,7 @@ from baton.metrics import SLO
 from baton.policies.catalog import check_policy
 from baton.perf.presets import model_route, parse_model_route, route_prefix
 from baton.sim.cluster import ClusterSpec, cluster_from_dict
-from baton.workload import SourceEngine, SyntheticSpec, first, generate, load_trace, scale_to_rate, source_engine
+from baton.workload import FORMATS, SourceEngine, SyntheticSpec, first, generate, load_trace, scale_to_rate, source_engine
 from baton.workload.sessions import SessionsSpec, generate_sessions
 
 
@@ -30,8 +30,9 @@ class WorkloadConfig:
     kind: str = setting("synthetic", choices=("synthetic", "trace", "sessions"),
                         doc="synthetic (the synthetic mapping), trace (a file) or sessions (multi-turn sessions: "
                             "their keys sit beside kind)")
-    trace: str | None = setting(None, doc="a trace file (relative to the YAML; `baton list formats`)")
-    format: str | None = setting(None, doc="the trace's format (default: from its name and columns)")
+    trace: str | None = setting(None, flag=True, doc="a trace file (in YAML, relative to the YAML file)")
+    format: str | None = setting(None, flag=True, choices=tuple(sorted(FORMATS)),
+                                 doc="the trace's format (default: detected from its content)")
     synthetic: SyntheticSpec = setting(factory=SyntheticSpec, doc="the synthetic workload")
     sessions: SessionsSpec | None = None  # the multi-turn sessions generator instead (workload/sessions.py)
     requests: int | None = setting(None, gt=0, flag=True, doc="a trace's first N requests, or exactly N synthetic ones")
