@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -68,8 +69,10 @@ class Setting:
         return self.flag[2:].replace("-", "_") if self.flag else self.key
 
 
-def settings_of(cls: type) -> list[Setting]:
-    """The settings of a settings type, in declaration order (internal fields left out)."""
+@functools.cache
+def settings_of(cls: type) -> tuple[Setting, ...]:
+    """The settings of a settings type, in declaration order (internal fields left out;
+    computed once per type: type hints are resolved by name)."""
     hints = typing.get_type_hints(cls)
     out = []
     for f in dataclasses.fields(cls):
@@ -82,7 +85,7 @@ def settings_of(cls: type) -> list[Setting]:
         flag = meta["flag"] if isinstance(meta["flag"], str) else "--" + key.replace("_", "-") if meta["flag"] else None
         out.append(Setting(key, f.name, hints[f.name], default, required, meta["doc"], meta["unit"], meta["gt"],
                            meta["ge"], meta["le"], meta["choices"], meta["check"], meta["secret"], flag))
-    return out
+    return tuple(out)
 
 
 def parse(cls: type, raw: Any, where: str, extra_keys: tuple[str, ...] = (),
