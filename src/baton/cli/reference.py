@@ -20,9 +20,11 @@ from baton.gateway.outliers import OutlierSettings
 from baton.gateway.pool import DiscoverySettings
 from baton.engine_model.work import EngineConfig
 from baton.metrics import SLO
+from baton.core.flow_control import FlowControlSettings
 from baton.core.info import InfoModel
 from baton.policies.catalog import POLICIES, STAGE_TYPES
 from baton.sim.cluster import ClusterSpec, ModelSource
+from baton.workload.classes import RequestClass
 from baton.workload.sessions import SessionsSpec
 from baton.workload.synthetic import SyntheticSpec
 
@@ -100,7 +102,11 @@ def experiment_page() -> str:
             ("workload.synthetic", SyntheticSpec, "workload.synthetic.", ""),
             ("workload (kind: sessions)", SessionsSpec, "workload.", "Multi-turn chat and agent sessions "
              "sharing system prompts; these keys sit beside `kind: sessions`."),
-            ("slo", SLO, "slo.", ""), ("view", InfoModel, "view.", "")):
+            ("workload.classes[]", RequestClass, "workload.classes[].",
+             "A mix of request classes, each request drawing one by share (seeded apart from the workload)."),
+            ("slo", SLO, "slo.", ""), ("view", InfoModel, "view.", ""),
+            ("flow_control", FlowControlSettings, "flow_control.",
+             "See [Flow control](../concepts/flow-control.md).")):
         lines += _section(title, cls, prefix, text)
     return "\n".join(lines)
 

@@ -36,6 +36,10 @@ class Request:
     output_tokens: int
     prefix_ids: tuple[int, ...] = ()
     prefix_block_tokens: int = 0
+    priority: int = 0  # its band: higher goes first under flow control
+    tenant: str = ""  # whose it is (flow control's fairness, per-tenant figures)
+    ttft_slo_s: float | None = None  # its own targets (None: the run's)
+    tpot_slo_s: float | None = None
 
 
 @dataclass(slots=True)

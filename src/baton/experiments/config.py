@@ -12,6 +12,7 @@ import numpy as np
 import baton.core.settings as settings
 from baton.core.errors import ConfigError
 from baton.core.settings import setting
+from baton.core.flow_control import FlowControlSettings
 from baton.core.info import InfoModel
 from baton.yamlfile import read_yaml
 from baton.core.request import Request
@@ -20,6 +21,7 @@ from baton.policies.catalog import check_policy
 from baton.perf.presets import model_route, parse_model_route, route_prefix
 from baton.sim.cluster import ClusterSpec, cluster_from_dict
 from baton.workload import FORMATS, SourceEngine, SyntheticSpec, first, generate, load_trace, scale_to_rate, source_engine
+from baton.workload.classes import RequestClass, check_shares, with_classes
 from baton.workload.sessions import SessionsSpec, generate_sessions
 
 
@@ -40,6 +42,8 @@ class WorkloadConfig:
     arrivals: str | None = setting(None, flag=True, doc="poisson:R or uniform:R, for traces without arrival times")
     columns: dict[str, str] | None = None  # time/prompt/output column names (any CSV or JSONL; --columns)
     time_unit: str = "s"
+    classes: tuple[RequestClass, ...] = setting((), doc="a mix of request classes (priority, tenant, SLOs) "
+                                                         "drawn per request by share")
     tokenizer: str | None = setting(None, flag=True, doc="a local tokenizer.json (or its folder) for text traces")
     # one-line notes the loader gave (rows dropped, lengths estimated), for the run's output
     notes: list[str] = field(default_factory=list, compare=False, repr=False)
@@ -59,8 +63,8 @@ class WorkloadConfig:
         return source_engine(self.trace, self.format)
 
     def whole_trace(self, seed: int = 0) -> list[Request]:
-        """Every request of the trace, unscaled (for disjoint windows)."""
-        return self._read(seed)
+        """Every request of the trace, unscaled (for disjoint windows), with its classes."""
+        return with_classes(self._read(seed), self.classes, seed)
 
     def load(self, seed: int) -> list[Request]:
         """The workload's requests: a trace's first ``requests``, or exactly ``requests``
@@ -76,7 +80,7 @@ class WorkloadConfig:
             reqs = first(reqs, self.requests)
         if self.rate_rps is not None:
             reqs = scale_to_rate(reqs, self.rate_rps)
-        return reqs
+        return with_classes(reqs, self.classes, seed)
 
 
 @dataclass(slots=True)
@@ -89,21 +93,27 @@ class Experiment:
     slo: SLO = setting(factory=SLO, doc="latency targets for attainment and goodput")
     seed: int = setting(0, ge=0, flag=True, doc="seed of the workload and the policy's random generator")
     view: InfoModel = setting(factory=InfoModel, doc="what policies see of the cluster")
+    flow_control: FlowControlSettings = setting(factory=FlowControlSettings,
+                                                doc="priority bands, tenant fairness and shedding in front of "
+                                                    "the policy")
     warmup_s: float | None = setting(None, ge=0, unit="s", flag=True, doc="requests arriving before this are left out of "
                                                                 "the figures (default: 10% of the arrival span)")
 
 
-_COMMON_KEYS = ("requests", "rate_rps", "kind")
+_COMMON_KEYS = ("requests", "rate_rps", "kind", "classes")
 
 
 def _workload(data: Any) -> WorkloadConfig:
     if not isinstance(data, Mapping):
         raise ConfigError("workload: expected a mapping")
     if data.get("kind") != "sessions":
-        return settings.parse(WorkloadConfig, data, "workload")
+        cfg = settings.parse(WorkloadConfig, data, "workload")
+        check_shares(cfg.classes)
+        return cfg
     ses_keys = tuple(x.key for x in settings.settings_of(SessionsSpec))
     cfg = settings.parse(WorkloadConfig, {k: v for k, v in data.items() if k in _COMMON_KEYS}, "workload",
                          extra_keys=ses_keys)
+    check_shares(cfg.classes)
     cfg.sessions = settings.parse(SessionsSpec, {k: v for k, v in data.items() if k not in _COMMON_KEYS},
                                   "workload")
     return cfg

@@ -71,6 +71,6 @@ def run_experiment(exp: Experiment, closed_form: bool = True,
         requests = exp.workload.load(exp.seed)
     result = simulate(requests, exp.cluster, exp.policy, seed=exp.seed, closed_form=closed_form,
                       progress=progress, info=exp.view, slo=exp.slo,
-                      extras=extras_for(exp.policy, exp.cluster.preset))
+                      extras=extras_for(exp.policy, exp.cluster.preset), flow=exp.flow_control)
     summary = result.summary(exp.slo, exp.warmup_s)
     return result, RunData.from_result(name or policy_label(exp.policy), result, summary)

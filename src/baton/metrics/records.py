@@ -48,6 +48,10 @@ class RequestRecord:
     migrations: int
     path: str
     deflected: bool = False
+    priority: int = 0
+    tenant: str = ""
+    ttft_slo_s: float = float("nan")  # its own targets (NaN: the run's)
+    tpot_slo_s: float = float("nan")
 
     @classmethod
     def from_state(cls, s: RequestState, names: Sequence[str] | None = None) -> "RequestRecord":
@@ -73,7 +77,8 @@ class RequestRecord:
                    e2e / r.output_tokens if finished else nan, queue, transfer, prefill,
                    max(decode_wait, 0.0) if decode_wait == decode_wait else nan, decode,
                    s.preemptions, s.migrations, PATH_SEP.join(names[i] if names else str(i) for i in s.path),
-                   s.chunk_limit_tokens is not None)
+                   s.chunk_limit_tokens is not None, r.priority, r.tenant,
+                   nan if r.ttft_slo_s is None else r.ttft_slo_s, nan if r.tpot_slo_s is None else r.tpot_slo_s)
 
 
 def write_records(records: list[RequestRecord], path: str | Path) -> Path:

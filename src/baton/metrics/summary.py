@@ -116,7 +116,34 @@ class Window:
 
 
 def _meets(r: RequestRecord, slo: SLO) -> bool:
-    return r.finished and r.ttft_s <= slo.ttft_s and (r.output_tokens <= 1 or r.tpot_s <= slo.tpot_s)
+    """Whether ``r`` finished within its own SLOs where it has them, else the run's."""
+    ttft = slo.ttft_s if r.ttft_slo_s != r.ttft_slo_s else r.ttft_slo_s  # NaN: the run's
+    tpot = slo.tpot_s if r.tpot_slo_s != r.tpot_slo_s else r.tpot_slo_s
+    return r.finished and r.ttft_s <= ttft and (r.output_tokens <= 1 or r.tpot_s <= tpot)
+
+
+MAX_CLASSES = 8  # per-class figures only while the classes are few (bounded keys)
+
+
+def class_metrics(records: list[RequestRecord], slo: SLO, window: Window) -> dict[str, float]:
+    """Steady-window attainment, requests, shed and rejected per priority band
+    (``band<P>_...``) and per tenant (``tenant_<T>_...``), when a run has more than one of
+    either and at most ``MAX_CLASSES``."""
+    out: dict[str, float] = {}
+    arrived = [r for r in records if window.holds(r)]
+    for prefix, key in (("band", lambda r: str(r.priority)), ("tenant_", lambda r: r.tenant)):
+        groups: dict[str, list[RequestRecord]] = {}
+        for r in arrived:
+            groups.setdefault(key(r), []).append(r)
+        if not 1 < len(groups) <= MAX_CLASSES:
+            continue
+        for name, rs in sorted(groups.items()):
+            good = sum(1 for r in rs if _meets(r, slo))
+            out[f"{prefix}{name}_slo_attainment"] = good / len(rs)
+            out[f"{prefix}{name}_requests"] = len(rs)
+            out[f"{prefix}{name}_shed"] = sum(1 for r in rs if r.reject_reason == "shed")
+            out[f"{prefix}{name}_rejected"] = sum(1 for r in rs if not r.finished)
+    return out
 
 
 def _tokens_in(done: list[RequestRecord], window: Window) -> float:
@@ -219,6 +246,7 @@ def summarize(records: list[RequestRecord], tbt: GapHistogram, counters: RunCoun
             key = f"rejected_{r.reject_reason or 'other'}"
             out[key] = out.get(key, 0) + 1
     out.update(window_metrics(records, slo, window))
+    out.update(class_metrics(records, slo, window))
     out.update(latency_metrics(in_window))
     out.update(tbt.summary())
     out.update(load.balance(decode_columns))

@@ -20,6 +20,8 @@ from baton.core.view import ClusterView
 from baton.metrics import RunCounters
 from baton.perf.model import PerfModel
 from baton.policies.base import Scheduler
+from baton.core.flow_control import FlowControlSettings
+from baton.sim.gate import gate_for
 from baton.sim.clock import (ARRIVAL, FLOW_DONE, PUBLISH, SAMPLE, SCRAPE, SEG_END, TICK, XFER_DONE,
                              EventQueue)
 from baton.sim.cluster import ClusterSpec
@@ -47,7 +49,7 @@ class Simulator:
                  requests: list[Request], closed_form: bool = True,
                  sample_interval_s: float = 1.0,
                  progress: Callable[[float, int, int], None] | None = None,
-                 info: InfoModel = InfoModel()) -> None:
+                 info: InfoModel = InfoModel(), flow: FlowControlSettings | None = None, ttft_slo_s: float = 2.0) -> None:
         if not info.mode.bookings and scheduler.needs_bookings:
             raise ConfigError(f"view: policy {scheduler.name!r} needs the router's own bookings; "
                               "it cannot run with view mode scraped-only")
@@ -82,6 +84,7 @@ class Simulator:
         # a context must fit every instance it may land on (capacities differ by role)
         self._max_tokens = min(blocks) * bs if blocks else 0
         self._max_model_len = cluster.max_model_len(perf.max_model_len)
+        self.gate = gate_for(flow, self.view, ttft_slo_s, self.place, self.reject)  # None: no flow control
 
     # --- event loop ----------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -161,6 +164,11 @@ class Simulator:
             return self.reject(st, "context")
         if req.prompt_tokens + req.output_tokens > self._max_tokens:
             return self.reject(st, "exceeds_kv_capacity")
+        return self.gate.arrive(st) if self.gate is not None else self.place(st)
+
+    def place(self, st: RequestState) -> None:
+        """Ask the policy where an arrival goes and queue its prompt there."""
+        req = st.request
         plan = self.scheduler.plan_arrival(self.view, st)
         reason = apply_plan(plan, self, self.view)
         if reason is not None:
@@ -202,6 +210,8 @@ class Simulator:
         self._settling = None
         self.retry_receives(instance_id)
         self.kick(instance_id)
+        if self.gate is not None:
+            self.gate.pump()
 
     def _on_prefilled(self, instance_id: int, item: PrefillItem) -> None:
         st = self.states[item.req_id]
@@ -305,6 +315,8 @@ class Simulator:
         self._keys.drop(st.req_id, self.block_size)
         self.recorder.ended(st)
         self._open -= 1
+        if self.gate is not None:
+            self.gate.completed(st)
         if self.scheduler.observes:
             self.scheduler.observe(self.view, done)
 
@@ -375,6 +387,8 @@ class Simulator:
             self.instances[i].set_sample(sample)
 
     def _on_sample(self) -> None:
+        if self.gate is not None:
+            self.gate.pump()
         self.recorder.sample(self.now)
         if self._progress is not None:
             self._progress(self.now, len(self.recorder.records), len(self.requests))
