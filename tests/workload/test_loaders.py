@@ -180,3 +180,19 @@ def test_column_mapping_reads_any_csv_or_jsonl(tmp_path):
         load_trace(c, columns={"prompt": "in", "output": "out", "time": "nope"})
     with pytest.raises(WorkloadError, match="prompt=COL and output=COL"):
         parse_columns("time=ts")
+
+
+def test_class_columns_give_each_request_its_priority_tenant_and_slos(tmp_path):
+    from baton.core.errors import WorkloadError
+    from baton.workload.loaders import load_trace, parse_columns
+    trace = tmp_path / "classes.csv"
+    trace.write_text("ts,in,out,band,team,ttft_ms\n0,100,10,1,web,500\n1000,200,20,,batch,\n")
+    cols = parse_columns("time=ts,prompt=in,output=out,priority=band,tenant=team,ttft_slo_ms=ttft_ms")
+    a, b = load_trace(trace, columns=cols, time_unit="ms")
+    assert (a.priority, a.tenant, a.ttft_slo_s, a.tpot_slo_s) == (1, "web", 0.5, None)
+    assert (b.priority, b.tenant, b.ttft_slo_s, b.arrival_s) == (0, "batch", None, 1.0)  # empty cells: defaults
+    trace.write_text("ts,in,out,band\n0,100,10,high\n")
+    with pytest.raises(WorkloadError, match=r"classes.csv:2: column 'band' \(priority\): expected an integer"):
+        load_trace(trace, columns=parse_columns("time=ts,prompt=in,output=out,priority=band"))
+    with pytest.raises(WorkloadError, match="--columns: expected"):
+        parse_columns("time=ts,prompt=in,output=out,colour=c")

@@ -25,6 +25,7 @@ from typing import Any
 
 from baton.core.errors import WorkloadError
 from baton.core.request import Request
+from baton.workload.class_columns import CLASS_COLUMNS, class_fields
 from baton.workload.sharegpt import is_sharegpt, sharegpt_rows
 from baton.workload.tokens import ID_BLOCK_TOKENS, TokenCounter, token_counter, token_prefix_ids
 
@@ -301,12 +302,14 @@ def _draw_arrivals(spec: str, n: int, seed: int) -> list[float]:
 
 
 def parse_columns(text: str) -> dict[str, str]:
-    """``time=ts,prompt=in,output=out`` -> {"time": "ts", ...}; prompt and output required."""
+    """``time=ts,prompt=in,output=out`` -> {"time": "ts", ...}; prompt and output required,
+    and the request-class columns (``workload.class_columns``) optional."""
     mapping = {}
     for part in text.split(","):
         key, sep, col = part.partition("=")
-        if not sep or key.strip() not in ("time", "prompt", "output") or not col.strip():
-            raise WorkloadError(f"--columns: expected time=COL,prompt=COL,output=COL, got {text!r}")
+        if not sep or key.strip() not in ("time", "prompt", "output", *CLASS_COLUMNS) or not col.strip():
+            raise WorkloadError(f"--columns: expected time=COL,prompt=COL,output=COL[,{'=COL,'.join(CLASS_COLUMNS)}"
+                                f"=COL], got {text!r}")
         mapping[key.strip()] = col.strip()
     if not {"prompt", "output"} <= set(mapping):
         raise WorkloadError(f"--columns: prompt=COL and output=COL are required, got {text!r}")
@@ -335,7 +338,8 @@ def _mapped(path: Path, columns: dict[str, str], time_unit_s: float) -> list[tup
             raise WorkloadError(f"{where}: no column {missing[0]!r} (has: {', '.join(map(str, row))})")
         t = _number(row[columns["time"]], columns["time"], where) * time_unit_s if "time" in columns else None
         rows.append((t, _positive_int(row[columns["prompt"]], columns["prompt"], where),
-                     _positive_int(row[columns["output"]], columns["output"], where)))
+                     _positive_int(row[columns["output"]], columns["output"], where), None, (), 0,
+                     class_fields(row, columns, where)))
     return rows
 
 
@@ -389,7 +393,7 @@ def load_trace(path: str | Path, fmt: str | None = None, arrivals: str | None = 
     rows.sort(key=lambda r: r[0])
     t0 = rows[0][0]
     # formats with their own request ids keep them (to match results by id); rows may add
-    # (id or None, prefix ids, tokens per id)
+    # (id or None, prefix ids, tokens per id, class fields from --columns priority=, tenant=, ...)
     return [Request(r[3] if len(r) > 3 and r[3] is not None else i, r[0] - t0, max(1, r[1]), max(1, r[2]),
-                    *(r[4:6] if len(r) > 4 else ()))
+                    *(r[4:6] if len(r) > 4 else ()), **(r[6] if len(r) > 6 else {}))
             for i, r in enumerate(rows)]
