@@ -148,3 +148,21 @@ def test_named_policies_and_the_slo_from_the_run():
     assert (stage.ttft_slo_s, stage.tpot_slo_s, stage.flips) == (1.5, 0.05, True)
     assert build_scheduler("arrow-static", ctx).stages[0].flips is False
     assert build_scheduler("arrow", ctx).needs_bookings
+
+
+@pytest.mark.parametrize("own_slo_s,want,changes", [(None, 0, ()), (0.2, 2, (ChangeRole(2, P),))])
+def test_a_request_is_judged_by_its_own_ttft_slo(own_slo_s, want, changes):
+    # P0's queue meets the run's 3 s but not a 0.2 s interactive request's: that one flips a D
+    specs = [(P, [20_000], [], 0), (D, [], [9000], FAST), (D, [], LIGHT, FAST)]
+    st = RequestState(Request(1, 0.0, 1000, 10, ttft_slo_s=own_slo_s))
+    plan = arrow().plan_arrival(view_of(specs), st, ArrivalPlan())
+    assert (plan.prefill_instance, plan.role_changes) == (want, changes)
+
+
+@pytest.mark.parametrize("own_slo_s,want", [(None, 2), (0.03, DecodeChoice(0, (ChangeRole(0, D),)))])
+def test_a_request_is_judged_by_its_own_tpot_slo(own_slo_s, want):
+    # the least-loaded decode instance runs at 50 ms a token: within 100 ms, not within 30 ms
+    specs = [(P, [], [], 0), (P, [], [], 0), (D, [], LIGHT, 0.05), (D, [], [9000], 0.02)]
+    st = request(prefill_instance=0)
+    st.request = Request(1, 0.0, 1000, 10, tpot_slo_s=own_slo_s)
+    assert arrow().choose_decode(view_of(specs), st) == want

@@ -144,3 +144,11 @@ def test_the_pd_paths_transfer_is_timed_over_the_prefill_instances_link(link_gbp
     view = view_of([(P, [], []), (D, [], [])])
     view.instance(0).link_bytes_per_s = link_gbps * 1e9 / 8
     assert kairos().transfer_s(view, 1000, 0) == pytest.approx(want_s)
+
+
+@pytest.mark.parametrize("own_slo_s,want", [(None, True), (3.0, True), (0.5, False)])
+def test_deflection_keeps_a_requests_own_ttft_slo(own_slo_s, want):
+    # the decode path (1.0 s) beats the prefill path (5.0 s) and the run's 2 s SLO; a request
+    # whose own SLO is 0.5 s is not deflected to miss it
+    st = RequestState(Request(1, 0.0, 1000, 10, ttft_slo_s=own_slo_s))
+    assert kairos().qualifies(1.0, 5.0, st) is want

@@ -203,11 +203,12 @@ class Arrow(Stage):
     def plan_arrival(self, view: ClusterView, request: RequestState, plan: ArrivalPlan) -> ArrivalPlan:
         pools = self.pools(view)
         pt = self.predictor.pt(request.request.prompt_tokens)
+        ttft_slo_s = request.request.ttft_slo_s or self.ttft_slo_s  # its own, else the run's
         best: dict[str, int | None] = {}
         delays = self.predictor.delays(view, pools.prefill_side)  # the whole side: its slots are kept
         for k in ("P", "DP"):
             delay, best[k] = _least(pools[k], pools.of(k, delays))
-            if delay is not None and delay + pt <= self.ttft_slo_s:
+            if delay is not None and delay + pt <= ttft_slo_s:
                 return _prefill_on(plan, best[k])
         if self.decode_load_low(view, pools, lend=1):
             moved = self.move_decode_to_prefill(view, pools)
@@ -226,10 +227,11 @@ class Arrow(Stage):
         pools = self.pools(view)
         best: list[tuple[float, int]] = []
         running = view.running_tokens_of(pools.decode_side)
+        tpot_slo_s = request.request.tpot_slo_s or self.tpot_slo_s  # its own, else the run's
         for k in ("D", "PD"):
             if pools[k].size:
                 tokens, i = _least(pools[k], pools.of(k, running))
-                if tokens <= self.mrt and view.token_interval_s(i) <= self.tpot_slo_s:
+                if tokens <= self.mrt and view.token_interval_s(i) <= tpot_slo_s:
                     return i
                 best.append((tokens, i))
         moved = self.move_prefill_to_decode(view, pools)

@@ -233,7 +233,7 @@ class Combined(Stage):
             return best[1], best[2]
         uncached = max(1, tokens - matched * view.instance(p).block_size_tokens)
         ttft_pf = kairos.predictor.delay(view, p) + kairos.predictor.pt(uncached) + kairos.transfer_s(view, tokens, p)
-        return (best[1], best[2]) if kairos.qualifies(best[0], ttft_pf) else None
+        return (best[1], best[2]) if kairos.qualifies(best[0], ttft_pf, request) else None
 
     def _placed(self, view: ClusterView, request: RequestState, instance_id: int, matched: int) -> None:
         self.counts["placements"] += 1

@@ -183,8 +183,11 @@ class Kairos(Stage):
                 best = (ttft, n, x)
         return best
 
-    def qualifies(self, ttft_dec: float, ttft_pf: float) -> bool:
-        return ttft_dec <= self.alpha * ttft_pf and ttft_dec <= self.ttft_slo_s
+    def qualifies(self, ttft_dec: float, ttft_pf: float, request: RequestState | None = None) -> bool:
+        """Whether the decode path's TTFT (s) beats the prefill path's by the margin and meets
+        the TTFT SLO (``request``'s own where it has one, else the run's)."""
+        slo = (request.request.ttft_slo_s if request is not None else None) or self.ttft_slo_s
+        return ttft_dec <= self.alpha * ttft_pf and ttft_dec <= slo
 
     # --- hooks ---------------------------------------------------------------------------
     def plan_arrival(self, view: ClusterView, request: RequestState, plan: ArrivalPlan) -> ArrivalPlan:
@@ -193,7 +196,7 @@ class Kairos(Stage):
         p_delay, p = min(delays) if delays else (math.inf, None)
         ttft_pf = p_delay + self.predictor.pt(tokens) + self.transfer_s(view, tokens, p)
         best = self.best_decode(view, tokens)
-        if best is not None and (p is None or self.qualifies(best[0], ttft_pf)):
+        if best is not None and (p is None or self.qualifies(best[0], ttft_pf, request)):
             return ArrivalPlan(best[1], best[1], best[2], plan.reject_reason, plan.role_changes)
         return ArrivalPlan(p, None, None, plan.reject_reason, plan.role_changes)
 
@@ -213,7 +216,7 @@ class Kairos(Stage):
                 own = self.predictor.pt(self.predictor.queued_tokens(view, p, rid, left))
                 if st.phase is Phase.WAITING and left == st.request.prompt_tokens and st.chunk_limit_tokens is None:
                     best = self.best_decode(view, left, extra)
-                    if best is not None and self.qualifies(best[0], ahead + own + self.transfer_s(view, left, p)):
+                    if best is not None and self.qualifies(best[0], ahead + own + self.transfer_s(view, left, p), st):
                         out.append(Deflect(rid, best[1], best[2]))
                         extra[best[1]] = extra.get(best[1], 0) + left
                         if len(out) >= self.max_replans:
