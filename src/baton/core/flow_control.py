@@ -97,9 +97,8 @@ class FlowControl:
 
     def _drop_newest_lowest(self) -> RequestState:
         band = self.bands[min(p for p, b in self.bands.items() if len(b))]
-        tenant, queue = max(((t, q) for t, q in band.queues.items() if q),
-                            key=lambda tq: max(h.state.request.arrival_s for h in tq[1]))
-        newest = max(queue, key=lambda h: (h.state.request.arrival_s, h.state.req_id))
+        queue, newest = max(((q, h) for q in band.queues.values() for h in q),
+                            key=lambda qh: (qh[1].state.request.arrival_s, qh[1].state.req_id))
         queue.remove(newest)
         heapq.heapify(queue)
         self.held -= 1
