@@ -21,6 +21,7 @@ from baton.gateway.pool import DiscoverySettings
 from baton.engine_model.work import EngineConfig
 from baton.metrics import SLO
 from baton.core.flow_control import FlowControlSettings
+from baton.gateway.classes import Classes, ClassSettings, Objective, Tenant
 from baton.core.info import InfoModel
 from baton.policies.catalog import POLICIES, STAGE_TYPES
 from baton.sim.cluster import ClusterSpec, ModelSource
@@ -84,6 +85,12 @@ def gateway_page() -> str:
     lines += _section("engines[]", EngineSpec, "engines[].", "One entry per engine (or a `discovery` section).")
     lines += _section("outlier_detection", OutlierSettings, "outlier_detection.")
     lines += _section("discovery", DiscoverySettings, "discovery.")
+    lines += _section("classes", ClassSettings, "classes.", "Request classes: see [Flow control]"
+                      "(../concepts/flow-control.md#live-request-classes).")
+    lines += _section("classes.objectives.&lt;name&gt;", Objective, "classes.objectives.<name>.")
+    lines += _section("classes.tenants.&lt;name&gt;", Tenant, "classes.tenants.<name>.")
+    lines += _section("flow_control", FlowControlSettings, "flow_control.",
+                      "The same stage as the simulator's; `retry_after_s` is live only.")
     return "\n".join(lines)
 
 
@@ -147,6 +154,13 @@ class _Empty:
     def report(self) -> dict:
         return {}
 
+    def held_by_band(self) -> dict:
+        return {}
+
+    @property
+    def control(self):
+        return self
+
 
 def metric_families() -> list[tuple[str, str, str, list[str]]]:
     """(name, type, help, labels) of every family the gateway's /metrics can show."""
@@ -155,6 +169,10 @@ def metric_families() -> list[tuple[str, str, str, list[str]]]:
     m.watch(_Empty())
     m.watch_kv(_Empty(), {})
     m.watch_policy(_Empty())
+    from baton.gateway.class_metrics import ClassMetrics, HeldGauge
+    classes = Classes(ClassSettings())
+    ClassMetrics(m.registry, classes, None, None)
+    m.registry.register(HeldGauge(_Empty(), classes))
     out = []
     for collector in list(m.registry._collector_to_names):  # noqa: SLF001 (prometheus has no public list)
         for fam in collector.collect() if not hasattr(collector, "_type") else []:

@@ -45,6 +45,7 @@ class FlowControlSettings:
                                                             "(none: never)")
     max_queued: int = setting(100_000, gt=0, doc="requests held at most; beyond it the lowest band's newest "
                                                  "is shed")
+    retry_after_s: float = setting(1.0, gt=0, unit="s", doc="live: the Retry-After a shed request's 429 carries")
 
 
 @dataclass(order=True, slots=True)
@@ -103,6 +104,24 @@ class FlowControl:
         heapq.heapify(queue)
         self.held -= 1
         return newest.state
+
+    def withdraw(self, st: RequestState) -> bool:
+        """Take ``st`` out of its queue (its client left while it was held); False if it is
+        not held."""
+        band = self.bands.get(st.request.priority)
+        queue = band.queues.get(self._tenant(st)) if band is not None else None
+        for k, held in enumerate(queue or ()):
+            if held.state is st:
+                queue[k] = queue[-1]
+                queue.pop()
+                heapq.heapify(queue)
+                self.held -= 1
+                return True
+        return False
+
+    def held_by_band(self) -> dict[int, int]:
+        """Requests held now, by priority band."""
+        return {p: len(b) for p, b in self.bands.items()}
 
     def expired(self, now_s: float) -> list[RequestState]:
         """Requests held past the time to live, now leaving as shed."""

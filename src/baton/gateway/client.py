@@ -160,7 +160,8 @@ class ClientOut:
     async def fail(self, err: ApiError) -> web.StreamResponse:
         """End with an error: an HTTP error before the stream started, else an error event."""
         if self.response is None:
-            return mark_error(web.json_response(err.body(), status=err.status, headers=self.headers), err)
+            return mark_error(web.json_response(err.body(), status=err.status,
+                                                headers={**self.headers, **err.headers()}), err)
         try:
             await self.response.write_eof(b"".join(self._pending) + sse(err.body()) + DONE)
         except (ConnectionError, RuntimeError):

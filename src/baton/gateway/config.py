@@ -11,7 +11,9 @@ from typing import Any
 
 import baton.core.settings as settings
 from baton.core.errors import ConfigError
+from baton.core.flow_control import FlowControlSettings
 from baton.core.settings import setting
+from baton.gateway.classes import ClassSettings
 from baton.gateway.engine_spec import EngineSpec, parse_engine
 from baton.gateway.hidden import MAX_DIM, is_z85_key
 from baton.gateway.outliers import OutlierSettings
@@ -118,6 +120,11 @@ class GatewayConfig:
     api_keys: tuple[str, ...] = setting((), secret=True, doc="keys a client must present on /v1/* as "
                                                              "`Authorization: Bearer <key>` (none: open)")
     api_keys_file: str | None = setting(None, doc="a file of client keys, one per line (# comments)")
+    classes: ClassSettings = setting(factory=ClassSettings, doc="request classes: named objectives (priority band, "
+                                                               "SLOs), tenants by API key, client class headers")
+    flow_control: FlowControlSettings = setting(factory=FlowControlSettings,
+                                                doc="hold requests in priority bands while the engines are saturated; "
+                                                    "fair across tenants; shed (429) past a time to live")
     hidden_states_client_key_env: str | None = setting(
         None, doc="environment variable holding the gateway's CURVE secret key for hidden-state feeds "
                   "(none: a fresh keypair per run)")
@@ -144,7 +151,9 @@ def parse_config(raw: Any, source: str = "config") -> GatewayConfig:
         raise ConfigError("engines: engine names must be unique")
     cfg = settings.parse(GatewayConfig, raw, "", built={"engines": specs, "discovery": discovery})
     check_policy(cfg.policy)
+    cfg.classes.check()
     cfg.api_keys = _api_keys(cfg.api_keys, cfg.api_keys_file)
+    cfg.api_keys += tuple(k for k in cfg.classes.api_keys() if k not in cfg.api_keys)
     check_workers(cfg)
     cfg.hidden_states_client_key = _client_key(cfg.hidden_states_client_key_env)
     cfg.admin_token = cfg.admin_token or os.environ.get("BATON_ADMIN_TOKEN") or None

@@ -20,7 +20,8 @@ from baton.core.instance import Role
 from baton.core.request import RequestState
 from baton.gateway.admission import ClientShares
 from baton.gateway.config import GatewayConfig
-from baton.gateway.hidden import LegTags
+from baton.gateway.flow_gate import Admission
+from baton.gateway.hidden import LegTags, serves
 from baton.gateway.holding import PrefillHold
 from baton.gateway.live import LiveCluster
 from baton.gateway.metrics import GatewayMetrics, TokenTimes
@@ -55,6 +56,7 @@ class Control:
         self.config, self.cluster, self.scheduler, self.metrics = config, cluster, scheduler, metrics
         self.tags = tags if tags is not None else LegTags()  # the hidden-state tags of legs in flight
         self.hold = PrefillHold(cluster, scheduler.replans_prefills, config.prefill_inflight_limit)
+        self.admission = Admission(config, metrics, self._view_now, self.place_now)  # classes, flow control
         self.flows: dict[int, InFlight] = {}
         self.clients = ClientShares(config.max_inflight_per_client or max(1, config.max_inflight // 2),
                                     lambda: metrics.rejected.labels("client_cap").inc())
@@ -70,6 +72,10 @@ class Control:
 
     @property
     def view(self):
+        return self.cluster.view
+
+    def _view_now(self):
+        self.cluster.now()
         return self.cluster.view
 
     def note_decision(self, kind: str, req_id: int, iid: int) -> None:
@@ -133,8 +139,9 @@ class Control:
 
     # --- a request's steps (gateway.flow calls these; so does a relay worker's hub) --------------
     async def place(self, state: RequestState) -> ArrivalPlan:
-        """``plan`` and the placement booked (its prompt queued on the prefill instance)."""
-        return self.place_now(state)
+        """``plan`` and the placement booked (its prompt queued on the prefill instance),
+        once flow control lets the request go (ApiError 429 if it sheds it)."""
+        return await self.admission.place(state)
 
     def place_now(self, state: RequestState) -> ArrivalPlan:
         """``place`` at once (a relay's placement is answered in order with its steps)."""
@@ -162,6 +169,7 @@ class Control:
         """The prompt is prefilled on ``p`` (its leg returned, or the first token came)."""
         self.cluster.prefill_done(state)
         self.observe(PrefillDone(state.req_id, p, self.cluster.now()))
+        self.admission.room_changed()
 
     async def pick_decode(self, state: RequestState, exclude: frozenset[int] = frozenset()) -> int:
         """``choose_decode`` as a step of a request."""
@@ -280,7 +288,7 @@ class Control:
         if leg.instance != source:  # an engine reporting on a leg another engine serves
             return "wrong_engine"
         flow = self.flows.get(leg.req_id)
-        if flow is None or not _serves(flow.state, source):
+        if flow is None or not serves(flow.state, source):
             return "stale"
         generated = leg.base_tokens + n_gen - 1
         budget = flow.state.request.output_tokens  # the request's max_tokens; 0 if none
@@ -302,6 +310,7 @@ class Control:
         request's true length while its placement is still readable (unless it is not
         known: an endpoint picker that does not see answers), then forget it."""
         self.metrics.child(self.metrics.requests, flow.path, outcome).inc()
+        self.admission.by_class.ended(flow.state, flow.times, outcome, output_tokens)
         if outcome == "ok" and length_known:
             self.metrics.finished(flow.times, flow.path, output_tokens)
         self.release(flow.state, outcome, output_tokens, length_known)
@@ -320,6 +329,7 @@ class Control:
                 self.observe(Completed(st.req_id, output_tokens, self.cluster.clock()))
         finally:
             self.cluster.forget(st)
+            self.admission.ended(st)
 
     def backend_error(self, iid: int, err: BaseException, blame: bool = True) -> None:
         """Count a failed leg. An engine fault (no answer, a broken or malformed answer)
@@ -390,10 +400,3 @@ class Control:
         return (not role.prefills or any(i.role.prefills for i in others)) and \
             (not role.decodes or any(i.role.decodes for i in others))
 
-
-def _serves(state: RequestState, iid: int) -> bool:
-    """Whether ``iid`` serves ``state``'s current leg: its decode (or colocated) instance,
-    or its prefill instance until the request first decodes."""
-    if iid == state.decode_instance:
-        return True
-    return iid == state.prefill_instance and state.decode_start_s is None

@@ -36,7 +36,7 @@ import orjson
 from baton.core.errors import ConfigError
 from baton.core.instance import Role
 from baton.core.request import Phase, RequestState
-from baton.gateway.auth import token_matches
+from baton.gateway.auth import key_id, presented_token, token_matches
 from baton.gateway.urls import endpoint_address
 from baton.gateway.metrics import TokenTimes
 from baton.gateway.upstream import MAX_ANSWER_BYTES, StreamLeg, UpstreamError
@@ -146,7 +146,9 @@ class Exchange:
                            code="request_too_large")
         if not req.request_body.end_of_stream:
             return self.pb.ProcessingResponse(request_body=self.pb.BodyResponse())
-        addr = self._place(KINDS[self.headers[":path"].split("?", 1)[0]], bytes(self.body), self._subset(req))
+        subset = self._subset(req)
+        state = self._admit(KINDS[self.headers[":path"].split("?", 1)[0]], bytes(self.body))
+        addr = await self.gw.control.admission.place(state, lambda st: self._route(st, subset))
         if self.prefiller is not None and self.gw.control.hold.enabled:
             addr = await self._held(addr)
         sets = [(DEST, addr)] + [(h, self.prefiller) for h in PREFILL_HEADERS if self.prefiller]
@@ -160,16 +162,24 @@ class Exchange:
                                                                               clear_route_cache=True)),
             dynamic_metadata=meta)
 
-    def _place(self, kind: str, raw: bytes, subset: set[str] | None) -> str:
-        """Parse, check and place the request; its endpoint as ``host:port``."""
+    def _admit(self, kind: str, raw: bytes) -> RequestState:
+        """Parse and check the request, and track it (its stream's end releases it)."""
         gw = self.gw
         if len(gw.control.flows) >= gw.config.max_inflight:
             raise gw.overload()
         parsed = gw.parse(kind, raw)
-        state, ids = gw.new_state(kind, parsed)
+        token = presented_token(self.headers.get("authorization")) if gw.config.api_keys else None
+        state, ids = gw.new_state(kind, parsed, self.headers, key_id(token) if token else "")
         pick = Pick(state, self.headers.get("x-request-id") or gw.engines.ids.next(), kind)
         gw.control.admit(pick)
         self.pick = pick  # from here on the stream's end releases it
+        if gw.config.epp_response_bodies:
+            self.reader = StreamLeg(None, kind, "", {}, {})
+        return state
+
+    def _route(self, state: RequestState, subset: set[str] | None) -> str:
+        """Place the request (once flow control lets it go); its endpoint as ``host:port``."""
+        gw = self.gw
         plan = gw.control.plan(state)
         p, d = plan.prefill_instance, plan.decode_instance
         cluster = gw.cluster
@@ -187,8 +197,8 @@ class Exchange:
             if plan.prefill_chunk_limit_tokens is not None:
                 self._deflected()
             addr = cluster.address(p)
-        if gw.config.epp_response_bodies:
-            self.reader = StreamLeg(state.decode_instance, kind, "", {}, {})
+        if self.reader is not None:
+            self.reader.instance_id = state.decode_instance
         return addr
 
     async def _held(self, addr: str) -> str:
@@ -331,7 +341,8 @@ class Exchange:
         return self.pb.ProcessingResponse(immediate_response=self.pb.ImmediateResponse(
             status=self.pb.HttpStatus(code=err.status), body=orjson.dumps(err.body()),
             headers=self.pb.HeaderMutation(set_headers=[self.pb.HeaderValueOption(
-                header=self.pb.HeaderValue(key="content-type", raw_value=b"application/json"))]),
+                header=self.pb.HeaderValue(key=k, raw_value=v.encode()))
+                for k, v in {"content-type": "application/json", **err.headers()}.items()]),
             details=err.message[:200]))
 
     def close(self) -> None:

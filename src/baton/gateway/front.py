@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
@@ -16,6 +17,7 @@ from baton.core.errors import BatonError, ConfigError
 from baton.core.prefix import token_block_keys
 from baton.core.request import RequestState
 from baton.gateway.bodies import BodyLimits, BodyReads, decode_body
+from baton.gateway.classes import Classes
 from baton.gateway.client import ClientOut
 from baton.gateway.config import GatewayConfig
 from baton.gateway.engines import Engines
@@ -80,6 +82,7 @@ class Front:
                                            c.max_body_reads_per_client, c.slow_body_after_s, c.min_body_bytes_per_s),
                                 lambda reason: self.metrics.rejected.labels(reason).inc())
         self.tokenizer = self._tokenizer()
+        self.classes = Classes(config.classes)
         self._parsers = ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="baton-parse")  # large bodies
 
     @property
@@ -147,15 +150,18 @@ class Front:
                            param="model", code="model_not_found")
         return parsed
 
-    def new_state(self, kind: str, parsed: ParsedRequest) -> tuple[RequestState, list[int] | None]:
-        """A parsed request's state in the cluster (its prompt estimated, its block keys when
-        the policy reads them) and its prompt ids when it sent ids; ApiError 400 when the
-        prompt is longer than ``max_prompt_tokens``."""
+    def new_state(self, kind: str, parsed: ParsedRequest, headers: Mapping[str, str],
+                  client: str) -> tuple[RequestState, list[int] | None]:
+        """A parsed request's state in the cluster (its prompt estimated, its class from
+        its ``headers`` and ``client``, its block keys when the policy reads them) and its
+        prompt ids when it sent ids; ApiError 400 when the prompt is longer than
+        ``max_prompt_tokens`` or a class header is bad or not allowed (``gateway.classes``)."""
         tokens, ids = estimate_prompt_tokens(kind, parsed.body)
         if tokens > self.config.max_prompt_tokens:
             raise ApiError(400, f"prompt of about {tokens} tokens exceeds max_prompt_tokens "
                                 f"({self.config.max_prompt_tokens})", param="prompt")
-        state = self.cluster.new_request(tokens, parsed.max_tokens or 0)
+        cls = self.classes.of(headers, client, parsed.body.get("model"))
+        state = self.cluster.new_request(tokens, parsed.max_tokens or 0, cls=cls)
         if self.needs_prefix_keys:
             state.block_keys = self.prompt_keys(kind, parsed.body, ids)
         return state, ids
@@ -166,7 +172,7 @@ class Front:
             parsed = await self._read(request, kind)
             if len(self.control.flows) >= self.config.max_inflight:
                 raise self.overload()
-            state, ids = self.new_state(kind, parsed)
+            state, ids = self.new_state(kind, parsed, request.headers, client_of(request))
         except ApiError as err:
             return await self._refuse(request, err, xid)
         oid = self.engines.ids.next()  # our own id: the client's X-Request-Id never reaches an engine
@@ -184,7 +190,8 @@ class Front:
 
     @staticmethod
     async def _refuse(request: web.Request, err: ApiError, xid: str) -> web.StreamResponse:
-        resp = mark_error(web.json_response(err.body(), status=err.status, headers={"X-Request-Id": xid}), err)
+        resp = mark_error(web.json_response(err.body(), status=err.status,
+                                             headers={"X-Request-Id": xid, **err.headers()}), err)
         if err.status == 408:  # answer, then drop the connection: the rest of the body is not awaited
             resp.force_close()
             await resp.prepare(request)

@@ -46,6 +46,8 @@ from typing import Any
 
 import numpy as np
 
+from baton.core.request import RequestState
+
 TAG_KEY = "baton_tag"
 MAX_DIM = 65_536          # floats: wider than any served model's hidden size (Llama-405B: 16,384)
 MAX_N_GEN = 10_000_000    # tokens: a leg's position; beyond it a number is not a count
@@ -172,3 +174,11 @@ class TokenBucket:
             return False
         self.tokens -= 1.0
         return True
+
+
+def serves(state: RequestState, iid: int) -> bool:
+    """Whether ``iid`` serves ``state``'s current leg: its decode (or colocated) instance,
+    or its prefill instance until the request first decodes."""
+    if iid == state.decode_instance:
+        return True
+    return iid == state.prefill_instance and state.decode_start_s is None

@@ -11,6 +11,7 @@ without telling it their length."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import secrets
@@ -153,8 +154,8 @@ class ControlHub:
 
     def _adopt(self, relay: bytes, info: RelayInfo, record: list) -> None:
         """Book a request a relay carried while control was away (``relay_control.records``)."""
-        rid, xid, path, arrival_s, prompt, max_tokens, p, d, phase, generated, queued = record
-        st = self.cluster.new_request(prompt, max_tokens, rid, arrival_s)
+        rid, xid, path, arrival_s, prompt, max_tokens, p, d, phase, generated, queued, *cls = record
+        st = self.cluster.new_request(prompt, max_tokens, rid, arrival_s, tuple(cls[0]) if cls else ())
         flow = RelayFlow(st, xid, relay, self, path, adopted=True)
         self.control.admit(flow)
         info.flows.add(rid)
@@ -211,8 +212,10 @@ class ControlHub:
         """A relay's call, answered in order with its steps; only a prefill held by the
         policy (``admit_prefill``) waits, in a task that the request's end cancels."""
         _, call_id, verb, *args = message
-        if verb == "admit_prefill":
-            task = asyncio.get_running_loop().create_task(self._admit_prefill(relay, call_id, *args))
+        held = verb == "place" and self.control.admission.gate.enabled  # flow control may hold it
+        if verb == "admit_prefill" or held:
+            work = self._admit_prefill(relay, call_id, *args) if not held else self._held_place(relay, info, call_id, args)
+            task = asyncio.get_running_loop().create_task(work)
             self.waiting[args[0]] = task
             task.add_done_callback(lambda _t: self.waiting.pop(args[0], None))
             return
@@ -234,14 +237,40 @@ class ControlHub:
             return c.request_at_fault(args[1])
         raise ApiError(500, f"unknown call {verb!r} from a relay worker", err_type="server_error")
 
-    def _place(self, relay: bytes, info: RelayInfo, rid: int, xid: str, arrival_s: float, prompt: int,
-               max_tokens: int, block_keys: list, client: str = "") -> list:
+    def _place(self, relay: bytes, info: RelayInfo, *args) -> list:
+        st = self._track(relay, info, *args)
+        with self._rejecting(info, st):
+            return _plan_fields(self.control.place_now(st))
+
+    async def _held_place(self, relay: bytes, info: RelayInfo, call_id: int, args: list) -> None:
+        """``_place`` through flow control: answered when the request leaves its queue."""
+        try:
+            st = self._track(relay, info, *args)
+            with self._rejecting(info, st):
+                answer = ["ret", call_id, True, _plan_fields(await self.control.place(st))]
+        except ApiError as err:
+            answer = ["ret", call_id, False, ipc.error_fields(err)]
+        self.send(relay, answer)
+
+    @contextlib.contextmanager
+    def _rejecting(self, info: RelayInfo, st: RequestState):
+        """A placement refused (503, or 429 from flow control): the request is released."""
+        try:
+            yield
+        except ApiError:
+            info.flows.discard(st.req_id)
+            self.control.release(st, "rejected", 0)
+            raise
+
+    def _track(self, relay: bytes, info: RelayInfo, rid: int, xid: str, arrival_s: float, prompt: int,
+               max_tokens: int, block_keys: list, client: str = "", cls: list = ()) -> RequestState:
+        """A relay's new request booked in control (429 when the gateway or its client is full)."""
         c = self.control
         if len(c.flows) >= c.config.max_inflight:
             c.metrics.rejected.labels("overload").inc()
             raise ApiError(429, f"gateway at capacity ({c.config.max_inflight} requests in flight); retry later",
                            err_type="rate_limit_exceeded", code="429")
-        st = self.cluster.new_request(prompt, max_tokens, rid, arrival_s)
+        st = self.cluster.new_request(prompt, max_tokens, rid, arrival_s, tuple(cls))
         st.block_keys = tuple(block_keys)
         try:
             c.admit(RelayFlow(st, xid, relay, self, client=client))
@@ -249,13 +278,7 @@ class ControlHub:
             self.cluster.forget(st)
             raise
         info.flows.add(rid)
-        try:
-            plan = c.place_now(st)
-        except ApiError:
-            info.flows.discard(rid)
-            c.release(st, "rejected", 0)
-            raise
-        return [plan.prefill_instance, plan.decode_instance, plan.prefill_chunk_limit_tokens]
+        return st
 
     def _state(self, relay: bytes, rid: int) -> RequestState:
         flow = self.control.flows.get(rid)
@@ -371,3 +394,7 @@ class ControlHub:
 def _unavailable() -> ApiError:
     return ApiError(503, "the gateway's control process restarted; retry", err_type="server_error",
                     code="control_unavailable")
+
+
+def _plan_fields(plan) -> list:
+    return [plan.prefill_instance, plan.decode_instance, plan.prefill_chunk_limit_tokens]

@@ -63,12 +63,11 @@ def check_available() -> None:
 
 
 def error_fields(err: ApiError) -> list:
-    return [err.status, err.message, err.err_type, err.param, err.code]
+    return [err.status, err.message, err.err_type, err.param, err.code, err.retry_after_s]
 
 
 def api_error(fields: list) -> ApiError:
-    status, message, err_type, param, code = fields
-    return ApiError(status, message, err_type, param, code)
+    return ApiError(*fields)
 
 
 def upstream_fields(err: BaseException) -> list:

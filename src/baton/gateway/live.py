@@ -187,13 +187,16 @@ class LiveCluster:
 
     # --- requests ----------------------------------------------------------------------
     def new_request(self, prompt_tokens: int, max_tokens: int, req_id: int | None = None,
-                    arrival_s: float | None = None) -> RequestState:
-        """A request arriving now (or at ``arrival_s``, under a relay worker's ``req_id``).
-        ``output_tokens`` holds the cap (the true length is unknown live)."""
+                    arrival_s: float | None = None, cls: tuple = ()) -> RequestState:
+        """A request arriving now (or at ``arrival_s``, under a relay worker's ``req_id``) of
+        class ``cls`` (``gateway.classes.RequestClass``: band, tenant, own SLOs; none: the
+        defaults). ``output_tokens`` holds the cap (the true length is unknown live)."""
         if req_id is None:
             req_id, self._next_request = self._next_request, self._next_request + 1
         now = self.now()
-        state = RequestState(Request(req_id, now if arrival_s is None else arrival_s, prompt_tokens, max_tokens))
+        priority, tenant, ttft_slo_s, tpot_slo_s = cls or (0, "", None, None)
+        state = RequestState(Request(req_id, now if arrival_s is None else arrival_s, prompt_tokens, max_tokens,
+                                     priority=priority, tenant=tenant, ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s))
         self.requests[req_id] = state
         return state
 

@@ -4,14 +4,13 @@ by status code and error type with its rate-limited log of refused requests."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 
 import aiohttp
 import aiohttp.http_exceptions
 from aiohttp import web
 
-from baton.gateway.auth import presented_token, token_matches
+from baton.gateway.auth import key_id, presented_token, token_matches
 from baton.gateway.metrics import GatewayMetrics
 from baton.gateway.ratelog import RateLimitedLog
 from baton.protocol.errors import ApiError
@@ -58,7 +57,7 @@ def client_keys(keys: tuple[str, ...]):
                 err = ApiError(401, msg, err_type="invalid_request_error", code="invalid_api_key")
                 return mark_error(web.json_response(err.body(), status=401,
                                                     headers={"WWW-Authenticate": "Bearer"}), err)
-            request[CLIENT] = "key:" + hashlib.sha256(presented_token(header) or b"").hexdigest()[:16]
+            request[CLIENT] = key_id(presented_token(header) or b"")
         return await handler(request)
     return check
 
@@ -100,4 +99,4 @@ async def json_errors(request: web.Request, handler):
     except Exception:  # noqa: BLE001
         log.exception("unhandled error on %s", request.path)
         err = ApiError(500, "internal gateway error", err_type="server_error")
-    return mark_error(web.json_response(err.body(), status=err.status), err)
+    return mark_error(web.json_response(err.body(), status=err.status, headers=err.headers()), err)

@@ -27,6 +27,8 @@ from baton.core.decisions import ArrivalPlan, Deflect
 from baton.core.instance import Role
 from baton.core.request import RequestState
 from baton.gateway import ipc
+from baton.gateway.class_metrics import ClassMetrics
+from baton.gateway.classes import Classes
 from baton.gateway.config import EngineSpec, GatewayConfig
 from baton.gateway.live import LiveCluster
 from baton.gateway.metrics import GatewayMetrics
@@ -307,6 +309,8 @@ class RemoteControl:
     def __init__(self, config: GatewayConfig, cluster: RelayCluster, link: Link) -> None:
         self.config, self.cluster, self.link = config, cluster, link
         self.metrics = GatewayMetrics()  # the relay's own counts; control's /metrics adds them up
+        self.by_class = ClassMetrics(self.metrics.registry, Classes(config.classes), config.ttft_slo_s,
+                                     config.tpot_slo_s)
         self.flows: dict[int, Any] = {}
 
     def admit(self, flow) -> None:
@@ -317,7 +321,7 @@ class RemoteControl:
         flow = self.flows.get(state.req_id)
         p, d, chunk = await self.link.call("place", state.req_id, flow.client_xid if flow else "", r.arrival_s,
                                            r.prompt_tokens, r.output_tokens, list(state.block_keys),
-                                           flow.client if flow else "")
+                                           flow.client if flow else "", _class_of(r))
         self.cluster.bind(state, p, d, chunk)
         return ArrivalPlan(p, d, chunk)
 
@@ -369,6 +373,7 @@ class RemoteControl:
         st = flow.state
         self.flows.pop(st.req_id, None)
         self.metrics.child(self.metrics.requests, flow.path, outcome).inc()
+        self.by_class.ended(st, flow.times, outcome, output_tokens)
         if outcome == "ok" and length_known:
             self.metrics.finished(flow.times, flow.path, output_tokens)
         self.cluster.finish(st, None if outcome == "ok" else outcome)
@@ -388,5 +393,10 @@ class RemoteControl:
             st, r = flow.state, flow.state.request
             out.append([st.req_id, flow.client_xid, flow.path, r.arrival_s, r.prompt_tokens, r.output_tokens,
                         st.prefill_instance, st.decode_instance, st.phase.value, st.generated_tokens,
-                        self.cluster.in_prefill_queue(st)])
+                        self.cluster.in_prefill_queue(st), _class_of(r)])
         return out
+
+
+def _class_of(r) -> list:
+    """A request's class as it crosses to control (``gateway.classes.RequestClass``)."""
+    return [r.priority, r.tenant, r.ttft_slo_s, r.tpot_slo_s]

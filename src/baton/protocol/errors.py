@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 
@@ -9,10 +10,17 @@ class ApiError(Exception):
     """An error to return to an HTTP client: status, message and OpenAI error type."""
 
     def __init__(self, status: int, message: str, err_type: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None) -> None:
+                 param: str | None = None, code: str | None = None, retry_after_s: float | None = None) -> None:
         super().__init__(message)
         self.status, self.message, self.err_type = status, message, err_type
         self.param, self.code = param, code
+        self.retry_after_s = retry_after_s  # a 429's Retry-After (whole seconds, rounded up)
+
+    def headers(self) -> dict[str, str]:
+        """The response headers the error carries (``Retry-After``)."""
+        if self.retry_after_s is None:
+            return {}
+        return {"Retry-After": str(max(1, math.ceil(self.retry_after_s)))}
 
     def body(self) -> dict[str, Any]:
         return error_body(self.message, self.err_type, self.param, self.code or str(self.status))
