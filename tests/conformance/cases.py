@@ -48,6 +48,11 @@ def trace(rows: list[tuple[float, int, int]]) -> tuple[Request, ...]:
     return tuple(Request(i, t, p, o) for i, (t, p, o) in enumerate(rows))
 
 
+def classed(rows: list[tuple[float, int, int, int, str]]) -> tuple[Request, ...]:
+    """(arrival s, prompt tokens, output tokens, priority band, tenant) rows as requests."""
+    return tuple(Request(i, t, p, o, priority=b, tenant=n) for i, (t, p, o, b, n) in enumerate(rows))
+
+
 @dataclass(frozen=True)
 class Case:
     """A policy on a cluster (``prefill``/``decode``/``mixed`` instances, ids in that
@@ -61,6 +66,7 @@ class Case:
     why: str
     acts: frozenset[str] = frozenset()
     slo_s: tuple[float, float] | None = None  # (TTFT, TPOT) on PRESET, for SLO-aware policies
+    flow: dict[str, Any] | None = None  # flow control's settings (config key flow_control); classes by header
 
     @property
     def time_scale(self) -> float:
@@ -179,6 +185,19 @@ WARM = trace([(0.0, 150, 1200), (0.05, 3000, 1200), (0.1, 200, 1200), (0.15, 600
               (0.25, 300, 1200), (0.3, 400, 1200), (5.5, 300, 1200), (5.6, 3000, 100), (5.7, 150, 1200),
               (5.8, 600, 40), (5.9, 300, 1200)])
 
+# 1P1D under flow control (two bands, tenants a and b; one decode instance: the order is the
+# point, not the decode choice): an 8,000-token prompt fills p0's
+# queue past max_queued_prefill_tokens while eight more arrive and wait; at most six wait
+# (the seventh and ninth arrivals push out band 0's newest: 6 and 8 are shed); when the
+# long prefill ends, all six go at once: band 1 first (3, 5, 7: VTC alternates a and b),
+# then band 0 (1, 4, 2: b's 4 before a's second). FCFS would send 1, 2, 4. The last two
+# arrive into an idle cluster and go at once.
+FLOW = classed([(0.0, 8000, 4, 0, "a"), (0.05, 1000, 40, 0, "a"), (0.1, 1000, 40, 0, "a"), (0.15, 500, 40, 1, "a"),
+                (0.2, 1000, 40, 0, "b"), (0.25, 500, 40, 1, "b"), (0.3, 1000, 40, 0, "a"), (0.35, 500, 40, 1, "a"),
+                (0.4, 1000, 40, 0, "b"), (2.0, 300, 30, 1, "b"), (2.1, 600, 30, 0, "a")])
+FLOW_CONTROL = {"enabled": True, "fairness": "vtc", "ordering": "fcfs", "max_queued": 6,
+                "max_queued_prefill_tokens": 4096, "max_kv_usage": 1.0}  # bookings only: no scraped KV usage
+
 PD1P2D, PD1P3D, MIXED4 = (1, 2, 0), (1, 3, 0), (0, 0, 4)
 BOOKINGS = "own bookings only"
 SCRAPED = "reads scraped engine metrics"
@@ -204,6 +223,8 @@ CASES: list[Case] = [
     Case("static-xpyd", "static-xpyd", PD1P2D, PD, EXACT, "turn counters per group"),
     Case("deflect-short", "deflect-short", PD1P2D, PD, EXACT, "prompt length rule + token load", DEFLECTS),
     Case("deflect-queue", "deflect-queue", PD1P2D, QUEUE, EXACT, "queued prompt tokens + token load", DEFLECTS),
+    Case("pd+flow-control", "pd", (1, 1, 0), FLOW, EXACT, BOOKINGS + "; flow control on queued prompt tokens "
+         "(bookings) and bands, VTC, FCFS, a queue cap", flow=FLOW_CONTROL),
     Case("colocated", "colocated", MIXED4, MIXED, EXACT, BOOKINGS + " (token load)"),
     Case("colocated-rr", "colocated-rr", MIXED4, MIXED, EXACT, "turn counter"),
     Case("least-kv", "least-kv", PD1P2D, PD, DISTRIBUTION, SCRAPED + " (KV usage)"),

@@ -54,6 +54,26 @@ def body_for(r: Request, streamed: bool = False) -> tuple[str, bool, dict[str, A
     return path, stream, body
 
 
+XID_PREFIX = "conformance-"
+
+
+def headers_for(r: Request) -> dict[str, str]:
+    """Its X-Request-Id (the trace id: the gateway's decision log names it) and its class."""
+    out = {"X-Request-Id": f"{XID_PREFIX}{r.req_id}"}
+    if r.priority:
+        out["x-baton-priority"] = str(r.priority)
+    if r.tenant:
+        out["x-baton-tenant"] = r.tenant
+    return out
+
+
+def xid_trace_id(xid: str | None) -> int | None:
+    """The trace id an X-Request-Id of ``headers_for`` names (None: not one of ours)."""
+    if not xid or not xid.startswith(XID_PREFIX) or not xid[len(XID_PREFIX):].isdigit():
+        return None
+    return int(xid[len(XID_PREFIX):])
+
+
 def expected_text(r: Request) -> str:
     return "".join(token_text(r.prompt_tokens + k) for k in range(r.output_tokens))
 
@@ -125,7 +145,7 @@ async def send(session: aiohttp.ClientSession, url: str, r: Request, t0: float, 
     path, stream, body = body_for(r, streamed)
     answer = Answer(r.req_id, path, stream)
     try:
-        async with session.post(url + path, json=body,
+        async with session.post(url + path, json=body, headers=headers_for(r),
                                 timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)) as resp:
             await _read(resp, answer)
     except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:

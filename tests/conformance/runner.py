@@ -16,6 +16,8 @@ from typing import Any
 
 import aiohttp
 
+import baton.core.settings as settings
+from baton.core.flow_control import FlowControlSettings
 from baton.core.info import InfoModel, ViewMode
 from baton.metrics.summary import SLO
 from baton.profiling.qoe import extras_for
@@ -23,7 +25,7 @@ from baton.sim import ClusterSpec
 from baton.sim.runner import simulate
 from baton.sim.simulator import SimResult
 from tests.conformance.cases import PRESET, SCRAPE_INTERVAL_S, Case
-from tests.conformance.client import Answer, send_all
+from tests.conformance.client import Answer, send_all, xid_trace_id
 from tests.conformance.harness import (CASE, CaseLogs, Cluster, LogLine, Samples, by_label, cluster, get_json, scrape,
                                        slowed_preset, total, until)
 
@@ -87,20 +89,28 @@ async def run_live(case: Case, runtime: str = "gateway") -> Live:
     live, t0 = Live(), time.monotonic()
     slo = case.slo()
     gateway = {"policy": case.policy, "scrape_interval_s": SCRAPE_INTERVAL_S,
-               **({"ttft_slo_s": slo[0], "tpot_slo_s": slo[1]} if slo else {})}
+               **({"ttft_slo_s": slo[0], "tpot_slo_s": slo[1]} if slo else {}),
+               **({"flow_control": case.flow, "classes": {"client_headers": "all"}} if case.flow else {})}
     async with cluster(case.engines(), gateway, case.preset, case.kv_events, runtime) as c, \
             aiohttp.ClientSession() as session:
         live.policy = await get_json(session, c.url + "/admin/policy")
         # behind Envoy every request streams: a picker sees a non-streamed answer only when it
         # ends (booked as a queued prefill until then), which the simulator does not model
         live.answers = await send_all(session, c.front, case.requests(), c.started, streamed=runtime == "epp")
-        live.decisions = [(d["kind"], d["req_id"], d["instance_id"])
-                          for d in (await get_json(session, c.url + "/admin/decisions"))["decisions"]]
-        if runtime == "workers":
-            live.decisions = in_arrival_order(live.decisions)
+        live.decisions = trace_ids((await get_json(session, c.url + "/admin/decisions"))["decisions"], runtime)
         await _settle(session, c, live)
     live.wall_s = time.monotonic() - t0
     return live
+
+
+def trace_ids(log: list[dict[str, Any]], runtime: str) -> list[tuple[str, int, int]]:
+    """(kind, trace request id, instance) of each decision: by the X-Request-Id the client
+    sent (``client.send``), where the runtime passed it on; else by arrival."""
+    ids = [xid_trace_id(d.get("x_request_id")) for d in log]
+    if all(i is not None for i in ids):
+        return [(d["kind"], i, d["instance_id"]) for d, i in zip(log, ids)]
+    decisions = [(d["kind"], d["req_id"], d["instance_id"]) for d in log]
+    return in_arrival_order(decisions) if runtime == "workers" else decisions
 
 
 def in_arrival_order(decisions: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
@@ -124,9 +134,10 @@ def run_sim(case: Case, jitter: list[float] | None = None, speed: float = 1.0, d
     slo = case.slo()
     requests = [replace(r, arrival_s=max(0.0, r.arrival_s + dt)) for r, dt in
                 zip(case.requests(), jitter or [0.0] * len(case.trace))]
+    flow = settings.parse(FlowControlSettings, case.flow, "flow_control") if case.flow else None
     return simulate(requests, ClusterSpec(prefill=p, decode=d, mixed=m, preset=preset), case.policy, seed=seed,
                     slo=SLO(*slo) if slo else None, info=InfoModel(ViewMode.SCRAPED, SCRAPE_INTERVAL_S, delay_s),
-                    extras=extras_for(case.policy, case.preset))
+                    extras=extras_for(case.policy, case.preset), flow=flow)
 
 
 # --- all cases ---------------------------------------------------------------------------------

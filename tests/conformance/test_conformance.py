@@ -32,13 +32,14 @@ import pytest
 from tests.conformance.cases import CASES, EXACT, TVD_TOLERANCE
 from tests.conformance.compare import (ACTIONS, interchangeable, live_actions, live_placements, sim_actions,
                                        sim_placements, tvd)
-from tests.conformance.harness import by_label
+from tests.conformance.harness import by_label, total
 from tests.conformance.runner import TICKS, Outcome, run_all
 
 TICK_ERRORS = "baton_policy_tick_errors_total"
 HITS_TOLERANCE = 0.2  # a sibling placed away from its prefix loses its 40 blocks: about 1/8 of the hits
 STALE = "baton_stale_decisions_total"
 NAMES = [c.name for c in CASES]
+FLOW_NAMES = [c.name for c in CASES if c.flow]
 
 
 def wanted_cases(request, module=None) -> set:
@@ -79,11 +80,20 @@ def run(runs, request) -> Outcome:
     return outcome(runs, request)
 
 
+def shed_in_sim(run: Outcome) -> set[int]:
+    """The requests flow control shed in the simulator (live, they must get 429 ``shed``)."""
+    return {r.req_id for r in run.sim.records if r.reject_reason == "shed"}
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_every_request_is_answered_exactly(run: Outcome, name: str) -> None:
-    trace = run.case.requests()
+    """Exact answers; under flow control, a 429 (code ``shed``) for exactly the requests
+    the simulator shed."""
+    trace, shed = run.case.requests(), shed_in_sim(run)
     assert len(run.live.answers) == len(trace)
-    problems = [p for answer, r in zip(run.live.answers, trace) for p in answer.problems(r)]
+    problems = [p for answer, r in zip(run.live.answers, trace) if r.req_id not in shed for p in answer.problems(r)]
+    problems += [f"request {a.req_id}: shed in the simulator, live status {a.status} {a.error[:200]}"
+                 for a in run.live.answers if a.req_id in shed and (a.status != 429 or '"shed"' not in a.error)]
     assert not problems, "\n".join(problems)
 
 
@@ -115,13 +125,24 @@ def test_nothing_is_left_behind(run: Outcome, name: str) -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_placements_agree_with_the_simulator(run: Outcome, name: str) -> None:
     live, sim = live_placements(run.live.decisions), sim_placements(run.sim)
-    assert sorted(live) == list(range(len(run.case.trace))), f"placed requests {sorted(live)}"
+    placed = [i for i in range(len(run.case.trace)) if i not in shed_in_sim(run)]
+    assert sorted(live) == placed, f"placed requests {sorted(live)}"
     if run.case.compare == EXACT:
         differ = {rid: (live[rid], sim.get(rid)) for rid in live if live[rid] != sim.get(rid)}
         assert not differ, f"(prefill, decode) live vs simulated: {differ}"
     else:
         distance = tvd(live, sim, interchangeable(run.case.cluster))
         assert distance <= TVD_TOLERANCE, f"TVD {distance:.3f}: live {live}, simulated {sim}"
+
+
+@pytest.mark.parametrize("name", FLOW_NAMES)
+def test_flow_control_dispatches_in_the_simulators_order(run: Outcome, name: str) -> None:
+    """Requests reach the policy in the order flow control released them in the simulator
+    (bands, fairness across tenants, ordering), and the same ones are shed."""
+    live = [rid for kind, rid, _ in run.live.decisions if kind == "prefill"]
+    assert live == run.sim.placement_order, f"placed live {live}, simulated {run.sim.placement_order}"
+    shed = total(run.live.metrics, "baton_class_shed_total")
+    assert shed == len(shed_in_sim(run)), f"shed live {shed}, simulated {sorted(shed_in_sim(run))}"
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -74,6 +74,8 @@ test_the_picker_logs_no_error = _rule(rules.test_the_gateway_logs_no_error, EPP_
 test_policy_ticks_still_run_after_the_trace = _rule(rules.test_policy_ticks_still_run_after_the_trace, EPP_NAMES)
 test_nothing_is_left_behind = _rule(rules.test_nothing_is_left_behind, EPP_NAMES)
 test_placements_agree_with_the_simulator = _rule(_as_distribution, EPP_NAMES)
+test_flow_control_dispatches_in_the_simulators_order = _rule(
+    rules.test_flow_control_dispatches_in_the_simulators_order, [n for n in EPP_NAMES if n in rules.FLOW_NAMES])
 test_the_policy_acts_on_its_trace_and_does_nothing_else = _rule(
     rules.test_the_policy_acts_on_its_trace_and_does_nothing_else, EPP_NAMES)
 test_prefix_cache_hits_agree_with_the_simulator = _rule(rules.test_prefix_cache_hits_agree_with_the_simulator,

@@ -80,16 +80,18 @@ class Control:
 
     def note_decision(self, kind: str, req_id: int, iid: int) -> None:
         """One entry of ``/admin/decisions``: when (seconds on the gateway's clock and Unix
-        time), what (prefill, decode, deflect), which request and which instance (its
-        configured name and its id)."""
+        time), what (prefill, decode, deflect), which request and which instance."""
         # kept as a tuple, made a record only when read: one or two per request on the hot path
+        flow = self.flows.get(req_id)
         self.decisions.append((self.cluster.clock(), time.time(), kind, req_id, self.cluster.engines[iid].spec.name,
-                               iid))
+                               iid, flow.client_xid if flow is not None else None))
 
     def decision_log(self) -> list[dict]:
-        """The decision log as ``/admin/decisions`` shows it (see ``note_decision``)."""
-        return [{"time_s": round(t, 6), "unix_time_s": round(u, 6), "kind": kind, "req_id": rid, "instance": name,
-                 "instance_id": iid} for t, u, kind, rid, name, iid in self.decisions]
+        """The decision log as ``/admin/decisions`` shows it (see ``note_decision``; with the
+        request's X-Request-Id)."""
+        return [{"time_s": round(t, 6), "unix_time_s": round(u, 6), "kind": kind, "req_id": rid,
+                 "x_request_id": xid, "instance": name, "instance_id": iid}
+                for t, u, kind, rid, name, iid, xid in self.decisions]
 
     # --- placement -------------------------------------------------------------------------
     def plan(self, state: RequestState) -> ArrivalPlan:

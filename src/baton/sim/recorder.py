@@ -36,6 +36,7 @@ class SimResult:
     policy_report: dict[str, float] = field(default_factory=dict)  # the policy's own figures
     instance_names: list[str] = field(default_factory=list)  # by instance id
     prefix_cache: dict[int, CacheStats] = field(default_factory=dict)  # by instance id, engines caching prefixes
+    placement_order: list[int] = field(default_factory=list)  # request ids as the policy placed them
 
     def summary(self, slo: SLO, warmup_s: float | None = None) -> dict[str, float]:
         out = summarize(self.records, self.tbt, self.counters, self.load, slo, self.makespan_s,
@@ -73,6 +74,12 @@ class Recorder:
         self.load = LoadSeries(sample_interval_s)
         self.role_log: list[tuple[float, int, str]] = [(0.0, i, s.role.value) for i, s in instances.items()]
         self._flipped: dict[int, tuple[float, Role]] = {}  # instance -> (flip time, new role) until new work
+        self.placement_order: list[int] = []
+
+    def placed(self, now_s: float, req_id: int, prefill_instance: int) -> None:
+        """The policy placed a request (in this order: flow control's, when it is on)."""
+        self.placement_order.append(req_id)
+        self.new_work(now_s, prefill_instance, Role.PREFILL)
 
     def ended(self, st: RequestState) -> None:
         """A request finished or was rejected."""
@@ -134,4 +141,5 @@ class Recorder:
         out_tokens = sum(r.output_tokens for r in self.records if r.finished)
         return SimResult(sorted(self.records, key=lambda r: r.req_id), self.tbt, self.counters,
                          self.load, makespan_s, time.perf_counter() - wall_start, decode_cols, out_tokens,
-                         self.role_log, self.tbt_deflected, policy_report, self.names, prefix_cache or {})
+                         self.role_log, self.tbt_deflected, policy_report, self.names, prefix_cache or {},
+                         self.placement_order)

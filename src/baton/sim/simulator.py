@@ -176,7 +176,7 @@ class Simulator:
         p = plan.prefill_instance
         assert p is not None
         bookings.bind(self.instances, st, p, plan.decode_instance, plan.prefill_chunk_limit_tokens)
-        self.recorder.new_work(self.now, p, Role.PREFILL)
+        self.recorder.placed(self.now, req.req_id, p)
         if plan.watch_context_tokens is not None and plan.watch_stage is not None:
             self.watch(Watch(req.req_id, plan.watch_context_tokens), plan.watch_stage)
         self.engines[p].add_prefill(PrefillItem(req.req_id, req.prompt_tokens, PrefillKind.FRESH,
@@ -207,11 +207,11 @@ class Simulator:
         if self.scheduler.observes and result.gaps is not None:
             self.scheduler.observe(self.view, DecodeProgress(
                 instance_id, result.iterations, result.mean_iteration_s, self.now))
+        if self.gate is not None:
+            self.gate.pump()  # what it releases is placed before the engine plans again, too
         self._settling = None
         self.retry_receives(instance_id)
         self.kick(instance_id)
-        if self.gate is not None:
-            self.gate.pump()
 
     def _on_prefilled(self, instance_id: int, item: PrefillItem) -> None:
         st = self.states[item.req_id]
