@@ -22,7 +22,7 @@ import aiohttp
 
 from baton.core.request import Request
 from baton.emulator.tokens import token_text
-from baton.gateway.replay import prompt_for
+from baton.gateway.replay import class_headers, prompt_for
 
 REQUEST_TIMEOUT_S = 60.0
 VARIANTS = (("/v1/completions", True), ("/v1/completions", False), ("/v1/chat/completions", True),
@@ -59,12 +59,7 @@ XID_PREFIX = "conformance-"
 
 def headers_for(r: Request) -> dict[str, str]:
     """Its X-Request-Id (the trace id: the gateway's decision log names it) and its class."""
-    out = {"X-Request-Id": f"{XID_PREFIX}{r.req_id}"}
-    if r.priority:
-        out["x-baton-priority"] = str(r.priority)
-    if r.tenant:
-        out["x-baton-tenant"] = r.tenant
-    return out
+    return {"X-Request-Id": f"{XID_PREFIX}{r.req_id}", **class_headers(r)}
 
 
 def xid_trace_id(xid: str | None) -> int | None:

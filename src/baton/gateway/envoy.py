@@ -39,13 +39,24 @@ def _endpoints(addresses: list[tuple[str, int]]) -> dict[str, Any]:
     return {"endpoints": [{"lb_endpoints": [{"endpoint": {"address": _address(h, p)}} for h, p in addresses]}]}
 
 
+HELD_WITHOUT_TTL_S = 300.0  # how long Envoy waits for a held request's answer when flow control has no TTL
+
+
+def message_timeout_s(config: GatewayConfig) -> float:
+    """How long Envoy waits for one picker answer: 10 s, or, with flow control (which holds
+    a request's answer while the engines are saturated), its time to live (else
+    ``HELD_WITHOUT_TTL_S``) and 10 s more; past it Envoy answers 503 itself."""
+    flow = config.flow_control
+    return 10.0 + ((flow.ttl_s or HELD_WITHOUT_TTL_S) if flow.enabled else 0.0)
+
+
 def _ext_proc(config: GatewayConfig, fail_open: bool) -> dict[str, Any]:
     return {"name": "envoy.filters.http.ext_proc", "typed_config": {
         "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
         "grpc_service": {"envoy_grpc": {"cluster_name": "baton_epp"}, "timeout": "10s"},
         "failure_mode_allow": fail_open,
         "status_on_error": {"code": 503},
-        "message_timeout": "10s",
+        "message_timeout": f"{message_timeout_s(config):g}s",
         "processing_mode": {"request_header_mode": "SEND", "request_body_mode": "BUFFERED",
                             "response_header_mode": "SEND",
                             "response_body_mode": "STREAMED" if config.epp_response_bodies else "NONE",

@@ -2,7 +2,8 @@
 
 Each request is sent at its arrival time with a token-id prompt of its prompt length and
 ``max_tokens`` = its output length with ``ignore_eos``, streamed, and timed from the
-moment it was sent: TTFT at the first content chunk, end-to-end at ``[DONE]``.
+moment it was sent: TTFT at the first content chunk, end-to-end at ``[DONE]``. A request
+with a class (priority, tenant, own SLOs) sends it as ``x-baton-*`` headers.
 """
 
 from __future__ import annotations
@@ -48,6 +49,20 @@ def prompt_for(request: Request) -> list[int]:
     return ids
 
 
+def class_headers(request: Request) -> dict[str, str]:
+    """The request's class as headers (``gateway.classes``; the gateway must allow them:
+    ``classes.client_headers: all``); none for a request of the default class."""
+    out = {}
+    if request.priority:
+        out["x-baton-priority"] = str(request.priority)
+    if request.tenant:
+        out["x-baton-tenant"] = request.tenant
+    for header, slo_s in (("x-baton-ttft-slo-ms", request.ttft_slo_s), ("x-baton-tpot-slo-ms", request.tpot_slo_s)):
+        if slo_s is not None:
+            out[header] = f"{slo_s * 1000:g}"
+    return out
+
+
 async def _one(session: aiohttp.ClientSession, url: str, r: Request, t0: float, model: str | None,
                timeout_s: float) -> ReplayRecord:
     loop = asyncio.get_running_loop()
@@ -58,7 +73,7 @@ async def _one(session: aiohttp.ClientSession, url: str, r: Request, t0: float, 
     sent = loop.time()
     first, tokens, nan = math.nan, 0, math.nan
     try:
-        async with session.post(url + "/v1/completions", json=body,
+        async with session.post(url + "/v1/completions", json=body, headers=class_headers(r),
                                 timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
             if resp.status != 200:
                 return ReplayRecord(r.req_id, r.arrival_s, resp.status, 0, nan, nan, (await resp.text())[:200])

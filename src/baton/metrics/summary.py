@@ -115,7 +115,7 @@ class Window:
         return self.start_s <= r.arrival_s <= self.end_s
 
 
-def _meets(r: RequestRecord, slo: SLO) -> bool:
+def meets_slo(r: RequestRecord, slo: SLO) -> bool:
     """Whether ``r`` finished within its own SLOs where it has them, else the run's."""
     ttft = slo.ttft_s if r.ttft_slo_s != r.ttft_slo_s else r.ttft_slo_s  # NaN: the run's
     tpot = slo.tpot_s if r.tpot_slo_s != r.tpot_slo_s else r.tpot_slo_s
@@ -138,7 +138,7 @@ def class_metrics(records: list[RequestRecord], slo: SLO, window: Window) -> dic
         if not 1 < len(groups) <= MAX_CLASSES:
             continue
         for name, rs in sorted(groups.items()):
-            good = sum(1 for r in rs if _meets(r, slo))
+            good = sum(1 for r in rs if meets_slo(r, slo))
             out[f"{prefix}{name}_slo_attainment"] = good / len(rs)
             out[f"{prefix}{name}_requests"] = len(rs)
             out[f"{prefix}{name}_shed"] = sum(1 for r in rs if r.reject_reason == "shed")
@@ -171,7 +171,7 @@ def window_metrics(records: list[RequestRecord], slo: SLO, window: Window) -> di
     span = window.length_s if window.length_s > 0 else float("nan")
     done = [r for r in records if r.finished]
     ended = sum(1 for r in done if window.start_s <= r.arrival_s + r.e2e_s <= window.end_s)
-    good = sum(1 for r in arrived if _meets(r, slo))
+    good = sum(1 for r in arrived if meets_slo(r, slo))
     return {"window_start_s": window.start_s, "window_end_s": window.end_s,
             "window_requests": len(arrived),
             "slo_attainment": good / len(arrived) if arrived else float("nan"),
@@ -229,8 +229,8 @@ def summarize(records: list[RequestRecord], tbt: GapHistogram, counters: RunCoun
     out: dict[str, float] = {
         "requests": len(records), "finished": len(done), "rejected": len(records) - len(done),
         "throughput_rps_makespan": len(done) / span, "throughput_tok_s_makespan": out_tokens / span,
-        "goodput_rps_makespan": sum(1 for r in done if _meets(r, slo)) / span,
-        "slo_attainment_makespan": sum(1 for r in done if _meets(r, slo)) / len(records) if records else 0.0,
+        "goodput_rps_makespan": sum(1 for r in done if meets_slo(r, slo)) / span,
+        "slo_attainment_makespan": sum(1 for r in done if meets_slo(r, slo)) / len(records) if records else 0.0,
         "makespan_s": makespan_s,
         "preemptions": counters.preemptions, "migrations": counters.migrations,
         "migrations_refused": counters.migrations_refused,
