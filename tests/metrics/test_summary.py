@@ -91,3 +91,22 @@ def test_overload_names_the_saturated_resource(summary, resource):
 def test_no_overload_warning_for_a_healthy_run():
     from baton.metrics.summary import overload
     assert overload({"slo_attainment": 0.97, "p50_ttft_s": 0.3}, SLO()) is None
+
+
+def test_class_figures_judge_each_request_by_its_own_slos():
+    from dataclasses import replace
+
+    from baton.metrics.summary import class_metrics
+    # band 1 (tenant i): TTFT SLO 0.2 s of its own; band 0 (tenant b): the run's 1 s
+    fast = [replace(rec(k, float(k), ttft=0.15 + 0.1 * (k == 3)), priority=1, tenant="i", ttft_slo_s=0.2)
+            for k in range(4)]
+    slow = [replace(rec(4 + k, float(k), ttft=0.5), tenant="b") for k in range(3)]
+    shed = replace(rec(7, 2.0, finished=False), tenant="b", reject_reason="shed")
+    m = class_metrics(fast + slow + [shed], SLO(1.0, 0.05), Window(0.0, 4.0))
+    assert m["band1_slo_attainment"] == pytest.approx(3 / 4)  # 0.25 s misses its own 0.2 s
+    assert m["band0_slo_attainment"] == pytest.approx(3 / 4)  # 0.5 s meets the run's 1 s; the shed one misses
+    assert (m["tenant_b_shed"], m["tenant_b_rejected"], m["tenant_i_shed"]) == (1, 1, 0)
+    assert m["band1_goodput_rps"] == pytest.approx(3 / 4.0)
+    assert m["band1_p99_ttft_s"] == pytest.approx(0.25, abs=0.01) and m["band0_p99_ttft_s"] == pytest.approx(0.5)
+    assert "band0_p99_queue_s" in m
+    assert class_metrics(slow, SLO(1.0, 0.05), Window(0.0, 4.0)) == {}  # one class: no split

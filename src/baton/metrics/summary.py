@@ -126,9 +126,11 @@ MAX_CLASSES = 8  # per-class figures only while the classes are few (bounded key
 
 
 def class_metrics(records: list[RequestRecord], slo: SLO, window: Window) -> dict[str, float]:
-    """Steady-window attainment, requests, shed and rejected per priority band
-    (``band<P>_...``) and per tenant (``tenant_<T>_...``), when a run has more than one of
-    either and at most ``MAX_CLASSES``."""
+    """Steady-window figures per priority band (``band<P>_...``) and per tenant
+    (``tenant_<T>_...``), when a run has more than one of either and at most
+    ``MAX_CLASSES``: SLO attainment (by each request's own SLOs), goodput (requests within
+    them per second of the window), requests, shed and rejected counts, P99 TTFT and P99
+    queueing (arrival to prefill start, flow control's hold included) of those that ran."""
     out: dict[str, float] = {}
     arrived = [r for r in records if window.holds(r)]
     for prefix, key in (("band", lambda r: str(r.priority)), ("tenant_", lambda r: r.tenant)):
@@ -143,7 +145,15 @@ def class_metrics(records: list[RequestRecord], slo: SLO, window: Window) -> dic
             out[f"{prefix}{name}_requests"] = len(rs)
             out[f"{prefix}{name}_shed"] = sum(1 for r in rs if r.reject_reason == "shed")
             out[f"{prefix}{name}_rejected"] = sum(1 for r in rs if not r.finished)
+            out[f"{prefix}{name}_goodput_rps"] = good / window.length_s if window.length_s > 0 else float("nan")
+            ran = [r for r in rs if r.finished]
+            out[f"{prefix}{name}_p99_ttft_s"] = _p99([r.ttft_s for r in ran])
+            out[f"{prefix}{name}_p99_queue_s"] = _p99([r.queue_s for r in ran])
     return out
+
+
+def _p99(values: list[float]) -> float:
+    return float(np.percentile(values, 99)) if values else float("nan")
 
 
 def _tokens_in(done: list[RequestRecord], window: Window) -> float:
