@@ -69,3 +69,18 @@ def test_thin_tails_fold_into_one_line_with_the_fewest_samples_per_policy():
     assert thin_tails_line({"a": [{"tpot_samples": 30000, "ttft_samples": 30000}]}) is None
     same = thin_tails_line({"a": [{"tpot_samples": 1000}], "b": [{"tpot_samples": 1000}]})
     assert "p99_tpot_s (10.0 for every policy)" in same
+
+
+def test_rejections_are_named_per_policy_with_their_reasons_and_kept_in_the_csv():
+    from baton.experiments.comparison import comparison_rows
+    from baton.experiments.repeats import dropped_line
+    runs = {"least-loaded": [{"requests": 1000, "rejected": 83, "rejected_context": 80, "rejected_shed": 3}] * 2,
+            "sibyl": [{"requests": 1000, "rejected": 1, "rejected_context": 1}] * 2,  # 0.1%: not named
+            "arrow": [{"requests": 1000, "rejected": 0}] * 2}
+    line = dropped_line(runs)
+    assert line == "requests rejected (counted as SLO misses): least-loaded 166 of 2000 (8.3%: context 160, shed 6)"
+    assert dropped_line({"arrow": runs["arrow"]}) is None
+    header, rows = comparison_rows(runs)
+    by_policy = {row[0]: dict(zip(header, row)) for row in rows}
+    assert by_policy["least-loaded"]["rejected_context"] == "80" and by_policy["arrow"]["rejected_context"] == "0"
+    assert by_policy["sibyl"]["rejected_shed"] == "0" and "rejected_shed_diff_ci95_lo" in header

@@ -1,4 +1,4 @@
-"""Flow control live (``gateway.flow_gate``, issue 51) on a real gateway process and a fake
+"""Flow control live (``gateway.gate``, issue 51) on a real gateway process and a fake
 engine on 127.0.0.1: requests wait while the engine is saturated (by the gateway's own
 bookings: prompts queued and not yet prefilled) and leave in band order; one whose client
 leaves is withdrawn; one held past the time to live gets 429 with ``Retry-After``; class

@@ -19,7 +19,7 @@ from baton.core.errors import ConfigError
 from baton.experiments import Experiment, RunData, run_experiment
 from baton.experiments.comparison import write_comparison
 from baton.experiments.provenance import write_run_json
-from baton.experiments.repeats import combine, thin_tails_line
+from baton.experiments.repeats import combine, dropped_line, thin_tails_line
 from baton.metrics import write_records
 from baton.metrics.summary import overload
 from baton.perf import build as build_preset
@@ -129,16 +129,16 @@ def compare_report(exp: Experiment, runs: list[RunData], args, title: str,
                      for name, m in means.items()}
     else:
         summaries, paired = {r.name: clean(r.summary) for r in runs}, {}
-    thin = thin_tails_line(repeats or {r.name: [r.summary] for r in runs})
-    if thin:  # one line for the whole comparison, not one per policy and percentile
-        print(f"warning: {thin}", file=sys.stderr)
+    by_policy = repeats or {r.name: [r.summary] for r in runs}
+    warnings = [line for line in (dropped_line(by_policy), thin_tails_line(by_policy)) if line]
+    for line in warnings:  # one line each for the whole comparison, not one per policy
+        print(f"warning: {line}", file=sys.stderr)
     (Path(args.out) / "summary.json").write_text(json.dumps(summaries, indent=2))
     write_comparison(Path(args.out) / "comparison.csv", repeats or {r.name: [r.summary] for r in runs})
     meta = [f"cluster {cluster_text(exp)}; SLO TTFT {exp.slo.ttft_s} s, TPOT {exp.slo.tpot_s} s; "
             f"seed {exp.seed}; {getattr(args, 'workload_text', '')}"
             + (f"; means over {k} repeats, ~ = paired 95% interval includes 0" if k > 1 else "")]
-    if thin:
-        meta.append(f"warning: {thin}")
+    meta += [f"warning: {line}" for line in warnings]
     table_summaries = {n: {key: v for key, v in s.items() if key != "paired"} for n, s in summaries.items()}
     path = write_report(args.out, Report(title, table_summaries, compare_figures(runs, exp.slo), meta))
     if args.json:

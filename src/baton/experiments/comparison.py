@@ -5,7 +5,8 @@ Columns: ``policy``, ``repeats``, then per metric its mean over the repeats and,
 repeats or more, ``<metric>_ci95_lo`` / ``_ci95_hi`` (a t-interval of that mean over the
 repeats) and, for every policy after the first, ``<metric>_diff_ci95_lo`` / ``_hi`` (the
 paired interval of its difference from the first policy, repeat by repeat on the same
-workload). Empty cells are figures that do not exist (a percentile of no samples).
+workload). Then ``rejected_<reason>`` for every reason any policy rejected requests for.
+Empty cells are figures that do not exist (a percentile of no samples).
 """
 
 from __future__ import annotations
@@ -33,21 +34,25 @@ def _cell(value: float | None) -> str:
 
 
 def comparison_rows(runs: Mapping[str, Sequence[Mapping[str, float]]]) -> tuple[list[str], list[list[str]]]:
-    """(header, rows) for the policies' summaries, K per policy (one per repeat)."""
+    """(header, rows) for the policies' summaries, K per policy (one per repeat); after
+    ``METRICS``, the rejected requests of every reason any policy rejected for."""
     k = min(len(v) for v in runs.values())
     means, paired = combine(runs)
+    reasons = sorted({key for summaries in runs.values() for s in summaries for key in s
+                      if key.startswith("rejected_")})
+    metrics = METRICS + tuple(reasons)
     header = ["policy", "repeats"]
-    for m in METRICS:
+    for m in metrics:
         header.append(m)
         if k > 1:
             header += [f"{m}_ci95_lo", f"{m}_ci95_hi", f"{m}_diff_ci95_lo", f"{m}_diff_ci95_hi"]
     rows = []
     for name, summaries in runs.items():
         row = [name, str(len(summaries))]
-        for m in METRICS:
-            row.append(_cell(means[name].get(m)))
+        for m in metrics:
+            row.append(_cell(means[name].get(m, 0.0 if m.startswith("rejected_") else None)))
             if k > 1:
-                values = np.array([s.get(m, math.nan) for s in summaries], dtype=float)
+                values = np.array([s.get(m, 0.0 if m in reasons else math.nan) for s in summaries], dtype=float)
                 lo, hi = mean_interval(values[~np.isnan(values)])
                 diff = paired.get(name, {}).get(m, {}).get("ci95", [None, None])
                 row += [_cell(lo), _cell(hi), _cell(diff[0]), _cell(diff[1])]

@@ -134,3 +134,27 @@ def thin_tails_line(runs: Mapping[str, list[Mapping[str, float]]]) -> str | None
     parts = [f"{key} ({_per_policy(by, len(runs))})" for key, by in worst.items()]
     return (f"percentiles on fewer than {MIN_TAIL_SAMPLES} samples above them (read them as indicative): "
             + "; ".join(parts))
+
+
+DROPPED_WARN_SHARE = 0.001  # a policy that rejected more than this share of its requests is named
+
+
+def dropped_line(runs: Mapping[str, list[Mapping[str, float]]]) -> str | None:
+    """One line naming each policy (policy -> its repeats' summaries) that rejected more
+    than ``DROPPED_WARN_SHARE`` of its requests, with the count by reason (``rejected_<reason>``
+    keys, summed over repeats); None when none did. Rejected requests count as SLO misses
+    in every figure: a comparison must say how many there were."""
+    parts = []
+    for name, summaries in runs.items():
+        total = sum(s.get("requests", 0) for s in summaries)
+        rejected = sum(s.get("rejected", 0) for s in summaries)
+        if not total or rejected / total <= DROPPED_WARN_SHARE:
+            continue
+        reasons: dict[str, float] = {}
+        for s in summaries:
+            for key, value in s.items():
+                if key.startswith("rejected_") and value:
+                    reasons[key[len("rejected_"):]] = reasons.get(key[len("rejected_"):], 0) + value
+        why = ", ".join(f"{reason} {count:.0f}" for reason, count in sorted(reasons.items()))
+        parts.append(f"{name} {rejected:.0f} of {total:.0f} ({100 * rejected / total:.1f}%: {why})")
+    return "requests rejected (counted as SLO misses): " + "; ".join(parts) if parts else None

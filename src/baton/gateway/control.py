@@ -20,7 +20,7 @@ from baton.core.instance import Role
 from baton.core.request import RequestState
 from baton.gateway.admission import ClientShares
 from baton.gateway.config import GatewayConfig
-from baton.gateway.flow_gate import Admission
+from baton.gateway.gate import Admission
 from baton.gateway.hidden import LegTags, serves
 from baton.gateway.holding import PrefillHold
 from baton.gateway.live import LiveCluster

@@ -18,7 +18,7 @@ COLUMNS = (
     ("load_cv", "load CV", 1, "{:.2f}"),
 )
 # The default terminal table (fits 100 columns); --wide and the HTML report show COLUMNS.
-NARROW = ("p95_ttft_s", "p99_tpot_s", "goodput_rps", "slo_attainment", "preemptions", "migrations")
+NARROW = ("rejected", "p95_ttft_s", "p99_tpot_s", "goodput_rps", "slo_attainment", "preemptions", "migrations")
 # Counts, shown without a percentage change.
 ABSOLUTE = {"finished", "rejected", "preemptions", "migrations"}
 

@@ -1,4 +1,4 @@
-"""The live flow-control gate (``gateway.flow_gate``) on a real LiveCluster, without HTTP:
+"""The live flow-control gate (``gateway.gate``) on a real LiveCluster, without HTTP:
 requests wait while the prefill instance's booked queue is full and leave placed, in band
 order, as it drains; a full queue sheds the lowest band's newest with a 429 that carries
 ``Retry-After``; nothing is placed while no instance is healthy, and held requests go once
@@ -13,7 +13,7 @@ import pytest
 from baton.core.flow_control import FlowControlSettings
 from baton.core.request import Request, RequestState
 from baton.gateway.config import parse_engine
-from baton.gateway.flow_gate import LiveGate
+from baton.gateway.gate import LiveGate
 from baton.gateway.live import LiveCluster
 from baton.protocol.errors import ApiError
 
