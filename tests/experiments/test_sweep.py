@@ -48,3 +48,34 @@ def test_ray_equals_serial():
     finally:
         ray.shutdown()
     assert same(a.points, b.points)
+
+
+@pytest.mark.parametrize("att,steady,want", [
+    ([1.0, 0.95, 0.5], [1, 1, 1], ("knee", 2.0 + 0.05 / 0.45)),
+    ([1.0, 1.0, 0.95], [1, 1, 1], ("capped", 3.0)),  # nothing missed: a lower bound
+    ([0.5, 0.2, 0.1], [1, 1, 1], ("below range", 1.0)),
+    ([1.0, 0.95, 0.5], [1, 0, 1], ("not measurable", None)),  # the last pass was a burst
+    ([1.0, 1.0, 1.0], [1, 1, 0], ("not measurable", None)),
+    ([1.0, 0.95, 0.5], [0, 1, 0], ("knee", 2.0 + 0.05 / 0.45)),  # a burst below the knee does not decide it
+])
+def test_a_knee_rests_on_steady_points(att, steady, want):
+    from baton.experiments.steady import sustained
+    got = sustained([1.0, 2.0, 3.0], [{"slo_attainment": a, "steady": s} for a, s in zip(att, steady)], 0.9)
+    assert got.status == want[0] and got.rate_rps == (pytest.approx(want[1]) if want[1] is not None else None)
+
+
+def test_a_point_runs_on_a_steady_window():
+    from baton.experiments.steady import steady_point
+    sizes = []
+
+    def run(n):  # a fake source whose mean e2e at this rate asks for 150 s of arrivals
+        sizes.append(n)
+        return {"requests": n, "steady": float(n >= 1668), "steady_needed_s": 150.0, "slo_attainment": 0.95}
+    assert steady_point(run, 10.0, 200)["steady"] == 1.0
+    assert sizes == [200, 1668]  # its own count, then 10 mean e2e (150 s) over the 90% steady share
+    sizes.clear()
+    short = {"requests": 300, "steady": 0.0, "steady_needed_s": 60.0, "slo_attainment": 1.0}
+    assert steady_point(lambda n: sizes.append(n) or short, 10.0, 500) is short and sizes == [500]  # no more to give
+    sizes.clear()
+    miss = {"requests": 50, "steady": 0.0, "steady_needed_s": 5000.0, "slo_attainment": 0.2}
+    assert steady_point(lambda n: sizes.append(n) or miss, 10.0, 50) is miss and sizes == [50]  # a miss: one run

@@ -79,20 +79,22 @@ def cmd_demo(args: argparse.Namespace) -> None:
 
 
 def _sweep_payload(sweep) -> dict:
-    maxima = sweep.max_rates_rps()
-    return {name: {"max_sustainable_rate_rps": maxima[name], "target_attainment": sweep.target_attainment,
+    maxima, knees = sweep.max_rates_rps(), sweep.knees()
+    return {name: {"max_sustainable_rate_rps": maxima[name], "max_rate_status": knees[name].status,
+                   "target_attainment": sweep.target_attainment,
                    "points": [clean(p) for p in pts]} for name, pts in sweep.points.items()}
 
 
 def _sweep_rows(sweep) -> list[list[str]]:
-    maxima = sweep.max_rates_rps()
+    """Per policy: its max rate as ``steady.Sustained.text`` says it (``>=`` capped,
+    ``<`` below the range, not measurable), then attainment / P99 TPOT / P95 TTFT per
+    rate, ``*`` on a point whose window was not steady."""
+    knees = sweep.knees()
     rows = []
     for name, pts in sweep.points.items():
-        best = maxima[name]
         cells = [f"{p['slo_attainment'] * 100:.0f}% / {p['p99_tpot_s'] * 1e3:.0f} / {p['p95_ttft_s'] * 1e3:.0f}"
-                 if not math.isnan(p["p99_tpot_s"]) else "-" for p in pts]
-        censored = best is not None and best == sweep.rates_rps[-1]
-        rows.append([name, "-" if best is None else f"{'>=' if censored else ''}{best:.2f}", *cells])
+                 f"{'' if p.get('steady', 1.0) else ' *'}" if not math.isnan(p["p99_tpot_s"]) else "-" for p in pts]
+        rows.append([name, knees[name].text(), *cells])
     return rows
 
 
@@ -115,7 +117,9 @@ def cmd_sweep(args: argparse.Namespace) -> None:
     head = ["policy", f"max rate @{args.target:.0%} (req/s)"] + [f"{r:g} req/s" for r in rates]
     rows = _sweep_rows(sweep)
     title = f"Rate sweep on {cluster_text(exp)}"
-    caption = "SLO attainment / P99 TPOT ms / P95 TTFT ms at each rate"
+    caption = ("SLO attainment / P99 TPOT ms / P95 TTFT ms at each rate, each on a steady window of at least "
+               "60 s and 10 mean e2e of arrivals (* where the source could not give one); >= : no rate tried "
+               "missed (a lower bound)")
     path = write_report(args.out, Report(title, figures=sweep_figures(sweep), extra_tables=[(caption, head, rows)],
                                          meta=[f"seed {exp.seed}; SLO TTFT {exp.slo.ttft_s} s, TPOT {exp.slo.tpot_s} s"]),
                         stem="sweep")

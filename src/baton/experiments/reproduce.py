@@ -240,12 +240,18 @@ def _compare(claim: Claim, exp: Experiment, k: int, progress: Callable[[str], No
 
 def _measure(exp: Experiment, requests: list, name: str, claim: Claim) -> dict[str, float]:
     """One policy's summary on one workload; for a sustainable-rate claim, the rate sweep's
-    result (the workload's arrivals rescaled to each of ``claim.rates``)."""
+    result (the workload's arrivals rescaled to each of ``claim.rates``, each on a steady
+    window: a synthetic workload draws more requests for it, a trace window gives what it
+    holds): NaN when the knee rests on a rate without a steady window (a burst)."""
     if claim.metric != SUSTAINABLE:
         return run_experiment(exp, requests=requests, name=name)[1].summary
-    from baton.experiments.sweep import max_sustainable_rate
+    from baton.experiments.steady import CAPPED, KNEE, steady_point, sustained
     from baton.workload import scale_to_rate
-    attainment = [run_experiment(exp, requests=scale_to_rate(requests, rate), name=name)[1].summary["slo_attainment"]
-                  for rate in claim.rates]
-    rate = max_sustainable_rate(claim.rates, attainment)
-    return {SUSTAINABLE: math.nan if rate is None else rate}
+
+    def run(rate: float, n: int) -> dict[str, float]:
+        window = requests[:n] if n <= len(requests) or exp.workload.kind != "synthetic" else \
+            replace(exp.workload, requests=n).load(exp.seed)  # a synthetic source draws more
+        return run_experiment(exp, requests=scale_to_rate(window, rate), name=name)[1].summary
+    points = [steady_point(lambda n, r=rate: run(r, n), rate, len(requests)) for rate in claim.rates]
+    knee = sustained(claim.rates, points, 0.9)  # a knee resting on a burst (no steady window) is no knee
+    return {SUSTAINABLE: knee.rate_rps if knee.status in (KNEE, CAPPED) and knee.rate_rps is not None else math.nan}

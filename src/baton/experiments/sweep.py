@@ -12,6 +12,7 @@ from typing import Any
 
 from baton.core.errors import ConfigError
 from baton.experiments.config import Experiment
+from baton.experiments.steady import CAPPED, KNEE, Sustained, steady_point, sustained
 from baton.profiling.qoe import extras_for
 from baton.sim import simulate
 
@@ -31,8 +32,12 @@ class SweepResult:
         return [p[key] for p in self.points[policy]]
 
     def max_rates_rps(self) -> dict[str, float | None]:
-        return {name: max_sustainable_rate(self.rates_rps, self.series(name, "slo_attainment"),
-                                           self.target_attainment) for name in self.points}
+        """Each policy's max sustainable rate (None: below the range, or not measurable)."""
+        return {name: (k.rate_rps if k.status in (KNEE, CAPPED) else None) for name, k in self.knees().items()}
+
+    def knees(self) -> dict[str, Sustained]:
+        """Each policy's max sustainable rate and what it is (``steady.Sustained``)."""
+        return {name: sustained(self.rates_rps, pts, self.target_attainment) for name, pts in self.points.items()}
 
 
 def max_sustainable_rate(rates_rps: Sequence[float], attainment: Sequence[float],
@@ -49,29 +54,34 @@ def max_sustainable_rate(rates_rps: Sequence[float], attainment: Sequence[float]
     return float(rates_rps[-1])
 
 
-def run_point(exp: Experiment, rate_rps: float) -> dict[str, float]:
-    """Simulate ``exp`` with its arrivals rescaled to ``rate_rps``; returns the summary."""
-    exp = replace(exp, workload=replace(exp.workload, rate_rps=rate_rps))
-    requests = exp.workload.load(exp.seed)
-    result = simulate(requests, exp.cluster, exp.policy, seed=exp.seed, info=exp.view, slo=exp.slo,
-                      extras=extras_for(exp.policy, exp.cluster.preset))
-    summary = result.summary(exp.slo, exp.warmup_s)
-    summary = {k: v for k, v in summary.items() if k not in VOLATILE_KEYS}
-    summary["rate_rps"] = rate_rps
-    return summary
+def run_point(exp: Experiment, rate_rps: float, target: float = 0.9) -> dict[str, float]:
+    """Simulate ``exp`` with its arrivals rescaled to ``rate_rps`` on a steady window
+    (``steady.steady_point``: at least its own request count, and enough requests for 60 s
+    and 10 mean e2e of steady arrivals; a trace gives at most all it holds); the summary."""
+    wl = exp.workload
+    base = wl.requests or (wl.synthetic.requests if wl.kind == "synthetic" else 10**9)
+
+    def run(n: int) -> dict[str, float]:
+        point = replace(exp, workload=replace(wl, rate_rps=rate_rps, requests=n))
+        requests = point.workload.load(point.seed)
+        result = simulate(requests, point.cluster, point.policy, seed=point.seed, info=point.view, slo=point.slo,
+                          extras=extras_for(point.policy, point.cluster.preset))
+        summary = result.summary(point.slo, point.warmup_s)
+        return {k: v for k, v in summary.items() if k not in VOLATILE_KEYS}
+    return {**steady_point(run, rate_rps, base, target), "rate_rps": rate_rps}
 
 
-Point = tuple[str, int, Experiment, float]
+Point = tuple[str, int, Experiment, float, float]  # policy, rate index, experiment, rate, target
 
 
 def _serial(points: list[Point], done: Callable[[Point, dict], None], workers: int) -> None:
     for p in points:
-        done(p, run_point(p[2], p[3]))
+        done(p, run_point(*p[2:]))
 
 
 def _processes(points: list[Point], done: Callable[[Point, dict], None], workers: int) -> None:
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(run_point, p[2], p[3]): p for p in points}
+        futures = {pool.submit(run_point, *p[2:]): p for p in points}
         for fut in as_completed(futures):
             done(futures[fut], fut.result())
 
@@ -85,7 +95,7 @@ def _ray(points: list[Point], done: Callable[[Point, dict], None], address: str 
         ray.init(address=address, include_dashboard=False, log_to_driver=False,
                  configure_logging=False)
     remote = ray.remote(run_point)
-    refs = {remote.remote(p[2], p[3]): p for p in points}
+    refs = {remote.remote(*p[2:]): p for p in points}
     pending = list(refs)
     while pending:
         ready, pending = ray.wait(pending, num_returns=1)
@@ -101,7 +111,7 @@ def run_sweep(base: Experiment, policies: Mapping[str, str | Mapping[str, Any]],
     if not rates or rates[0] <= 0:
         raise ConfigError(f"--rates: expected positive request rates, got {list(rates_rps)}")
     names = list(policies)
-    points = [(name, i, replace(base, policy=pol), rate)
+    points = [(name, i, replace(base, policy=pol), rate, target_attainment)
               for name, pol in policies.items() for i, rate in enumerate(rates)]
     slots: dict[str, list[dict | None]] = {n: [None] * len(rates) for n in names}
 

@@ -189,6 +189,20 @@ def window_metrics(records: list[RequestRecord], slo: SLO, window: Window) -> di
             "throughput_tok_s": _tokens_in(done, window) / span}
 
 
+MIN_STEADY_S = 60.0  # a steady window holds at least this much of arrivals
+STEADY_E2E_MULTIPLE = 10.0  # and this many mean end-to-end latencies
+
+
+def steadiness(window: Window, mean_e2e_s: float) -> dict[str, float]:
+    """Whether the steady window measures load rather than a burst: it must span at least
+    ``max(MIN_STEADY_S, STEADY_E2E_MULTIPLE x mean e2e)`` of arrivals (``steady`` 1 or 0,
+    with the span it needed, ``steady_needed_s``). A shorter window fits in the cluster at
+    once, and a rate that passes on it is not a sustainable rate."""
+    e2e = mean_e2e_s if mean_e2e_s == mean_e2e_s else 0.0  # NaN: nothing finished in it
+    needed = max(MIN_STEADY_S, STEADY_E2E_MULTIPLE * e2e)
+    return {"steady_needed_s": needed, "steady": float(window.length_s >= needed)}
+
+
 def latency_metrics(done: list[RequestRecord]) -> dict[str, float]:
     """Latency percentiles of finished requests (seconds)."""
     ttft = np.array([r.ttft_s for r in done])
@@ -258,6 +272,7 @@ def summarize(records: list[RequestRecord], tbt: GapHistogram, counters: RunCoun
     out.update(window_metrics(records, slo, window))
     out.update(class_metrics(records, slo, window))
     out.update(latency_metrics(in_window))
+    out.update(steadiness(window, out["mean_e2e_s"]))
     out.update(tbt.summary())
     out.update(load.balance(decode_columns))
     return out
