@@ -3,10 +3,17 @@
     python benchmarks/combined.py [--repeats 3] [--scales 8 64] [--workloads ...] [--out DIR]
 
 Workloads (five regimes): the Azure code and conversation traces and the Mooncake
-conversation trace (``../shared/traces/``; a workload whose trace is absent is skipped),
-windows of requests at successive offsets (one per repeat) with their arrivals rescaled
-(burst shape kept); a synthetic reasoning workload (long outputs, SIBYL's); the sessions
-workload (prefix reuse), a fresh seed per repeat. Clusters of ``llama-3.1-8b@a100-80g``
+conversation trace (``../shared/traces/``; a workload whose trace is absent is skipped;
+``--trace FILE`` runs on any trace instead), each repeat on its own consecutive part of the
+trace with its arrivals rescaled (burst shape kept); a synthetic reasoning workload (long
+outputs, SIBYL's); the sessions workload (prefix reuse), a fresh seed per repeat.
+
+Steady windows: a rate is sustained when 90% of the requests arriving in a steady window
+meet the SLO, the window spanning at least max(60 s, 10 mean e2e) of arrivals
+(``baton.experiments.steady``): a rate that passes on the first window (the requests per
+instance below) runs again on as many requests as that needs; one whose trace part holds
+too few counts as a miss and is reported (a burst is not a sustained rate). Each cell also
+says which policies were capped and which rejected more than 0.1% of their requests. Clusters of ``llama-3.1-8b@a100-80g``
 instances, half prefill and half decode (4P4D, 32P32D): a fixed split the traffic may not
 suit, as in a fleet configured yesterday.
 
@@ -76,6 +83,7 @@ TRACE_FILES = {"azure-code": "azure_code_2023.csv", "azure-conv": "azure_conv_20
                "mooncake": "mooncake_conversation.jsonl"}
 BISECTIONS = [6]  # --bisections
 CAPPED: dict = {}  # "workload@scale" -> policy -> repeats whose knee lay above the widened bracket
+PARTS = [3]  # a trace is cut into this many consecutive parts, one per repeat (first_repeat + repeats)
 
 
 def policy_config(name: str):
@@ -94,34 +102,23 @@ LARGE_FRACTION = [1.0]  # of the requests per instance at scales above 8 (--larg
 
 
 def window_requests(workload: str, instances: int) -> int:
-    """Requests in one repeat's window (or synthetic draw) at this scale."""
+    """Requests in one repeat's first window (or synthetic draw) at this scale; a rate
+    that passes on it runs again on a steady window (``baton.experiments.steady``)."""
     return int(WORKLOADS[workload][0] * (LARGE_FRACTION[0] if instances > 8 else 1.0) * instances)
 
 
-def trace_windows(workload: str, instances: int) -> int:
-    """Distinct windows a trace workload holds at this scale: the full ones, and a last one
-    of at least half a window. A repeat past them would reuse requests another repeat ran."""
-    n, total = window_requests(workload, instances), len(_trace(workload))
-    return total // n + (1 if total % n >= n // 2 else 0)
+def trace_part(workload: str) -> int:
+    """Requests in each repeat's part of a trace (``PARTS`` consecutive parts)."""
+    return len(_trace(workload)) // PARTS[0]
 
 
-def short_traces(args) -> list[str]:
-    """The trace workloads (at a scale) with fewer distinct windows than the repeats asked."""
-    return [f"{w} at {n} instances: {trace_windows(w, n)} windows of {window_requests(w, n)} requests"
-            for w in args.workloads if w in TRACE_FILES for n in args.scales
-            if args.first_repeat + args.repeats > trace_windows(w, n)]
-
-
-@lru_cache(maxsize=16)
-def requests_for(workload: str, instances: int, repeat: int) -> tuple:
-    """The fixed requests of one repeat (arrivals rescaled later)."""
-    n = window_requests(workload, instances)
+@lru_cache(maxsize=64)
+def requests_for(workload: str, instances: int, repeat: int, n: int) -> tuple:
+    """The first ``n`` requests of one repeat (arrivals rescaled later): of its part of a
+    trace (fewer when the part holds fewer), or of its seeded synthetic draw."""
     if workload in TRACE_FILES:
-        whole = _trace(workload)
-        if repeat >= trace_windows(workload, instances):
-            raise ValueError(f"{workload} holds {trace_windows(workload, instances)} windows of {n} requests "
-                             f"at {instances} instances; repeat {repeat} would reuse one")
-        window = whole[repeat * n:(repeat + 1) * n]
+        part = trace_part(workload)
+        window = _trace(workload)[repeat * part:repeat * part + min(n, part)]
         t0 = window[0].arrival_s
         return tuple(replace(r, req_id=i, arrival_s=r.arrival_s - t0) for i, r in enumerate(window))
     rng = np.random.default_rng(1000 + repeat)
@@ -139,38 +136,63 @@ def cluster_for(instances: int) -> ClusterSpec:
 
 def attainment(workload: str, instances: int, repeat: int, policy: str, rate: float,
                report: bool = False) -> tuple[float, dict]:
-    """SLO attainment (0..1) of one run, and the policy's report when asked."""
+    """SLO attainment (0..1) of one run on a steady window (``steady_point``: a pass on a
+    window shorter than max(60 s, 10 mean e2e) of arrivals runs again on a longer one; one
+    that still is not steady counts as a miss: a burst, not a sustained rate), and the
+    run's summary with the policy's report when asked."""
+    from baton.experiments.steady import steady_point
     from baton.workload.transform import scale_to_rate
+    reports = {}
 
-    reqs = scale_to_rate(list(requests_for(workload, instances, repeat)), rate)
-    result = simulate(reqs, cluster_for(instances), policy_config(policy), slo=WORKLOADS[workload][1])
-    att = float(result.summary(WORKLOADS[workload][1])["slo_attainment"])
-    return att, (dict(result.policy_report) if report else {})
+    def run(n: int) -> dict:
+        reqs = scale_to_rate(list(requests_for(workload, instances, repeat, n)), rate)
+        result = simulate(reqs, cluster_for(instances), policy_config(policy), slo=WORKLOADS[workload][1])
+        reports["policy"] = dict(result.policy_report)
+        return result.summary(WORKLOADS[workload][1])
+    summary = steady_point(run, rate, window_requests(workload, instances))
+    info = {k: v for k, v in summary.items() if k.startswith("rejected") or k in ("requests", "steady")}
+    return float(summary["slo_attainment"]), ({**info, **reports["policy"]} if report else info)
+
+
+def passes(workload: str, instances: int, repeat: int, policy: str, rate: float, seen: dict) -> bool:
+    """Whether ``rate`` is sustained: 90% attainment on a steady window. ``seen`` keeps
+    the count of passes on windows that were not steady (``unsteady``) and the rejections
+    of the last sustained rate (``dropped``)."""
+    att, info = attainment(workload, instances, repeat, policy, rate)
+    if att >= 0.9 and not info["steady"]:
+        seen["unsteady"] = seen.get("unsteady", 0) + 1
+    ok = att >= 0.9 and bool(info["steady"])
+    if ok:
+        seen["dropped"] = {k: v for k, v in info.items() if k.startswith("rejected") or k == "requests"}
+    return ok
 
 
 WIDENINGS = [3]  # --widenings: doublings of the bracket's top before a knee counts as capped
 
 
-def knee(workload: str, instances: int, repeat: int, policy: str, lo: float, hi: float) -> tuple[float, bool]:
-    """(the highest rate with attainment >= 0.9, capped), by bisection in log space within
+def knee(workload: str, instances: int, repeat: int, policy: str, lo: float, hi: float,
+         seen: dict) -> tuple[float, bool]:
+    """(the highest sustained rate (``passes``), capped), by bisection in log space within
     [lo, hi], widened while an end is on the wrong side: 0 when even lo/8 misses; when hi
     still attains after ``WIDENINGS`` doublings, the last rate verified and capped True
     (a lower bound, not a knee)."""
+    def ok(rate: float) -> bool:
+        return passes(workload, instances, repeat, policy, rate, seen)
     for _ in range(WIDENINGS[0]):
-        if attainment(workload, instances, repeat, policy, hi)[0] < 0.9:
+        if not ok(hi):
             break
         lo, hi = hi, hi * 2.0
     else:
         return lo, True
     for _ in range(3):
-        if attainment(workload, instances, repeat, policy, lo)[0] >= 0.9:
+        if ok(lo):
             break
         lo, hi = lo / 2.0, lo
     else:
         return 0.0, False
     for _ in range(BISECTIONS[0]):
         mid = math.sqrt(lo * hi)
-        if attainment(workload, instances, repeat, policy, mid)[0] >= 0.9:
+        if ok(mid):
             lo = mid
         else:
             hi = mid
@@ -178,11 +200,12 @@ def knee(workload: str, instances: int, repeat: int, policy: str, lo: float, hi:
 
 
 def task(args: tuple) -> tuple:
-    workload, instances, repeat, policy, center, fraction, bisections, widenings = args
-    LARGE_FRACTION[0], BISECTIONS[0], WIDENINGS[0] = fraction, bisections, widenings
+    workload, instances, repeat, policy, center, fraction, bisections, widenings, parts = args
+    LARGE_FRACTION[0], BISECTIONS[0], WIDENINGS[0], PARTS[0] = fraction, bisections, widenings, parts
     t0 = time.perf_counter()
-    rate, capped = knee(workload, instances, repeat, policy, center / 2.0, center * 2.0)
-    return workload, instances, repeat, policy, rate, capped, time.perf_counter() - t0
+    seen: dict = {}
+    rate, capped = knee(workload, instances, repeat, policy, center / 2.0, center * 2.0, seen)
+    return workload, instances, repeat, policy, rate, capped, time.perf_counter() - t0, seen
 
 
 def interval(values: list[float]) -> tuple[float, float, float]:
@@ -207,24 +230,26 @@ def run_all(args) -> dict:
                 repeats = range(args.first_repeat, args.first_repeat + args.repeats)
                 cell = rates.setdefault((workload, instances), {})
                 capped = CAPPED.setdefault(f"{workload}@{instances}", {})
+                knobs = (args.large_fraction, args.bisections, args.widenings, PARTS[0])
                 if args.center:  # a given bracket centre: least-loaded's knee is not run
                     centers = [(workload, instances, r, "least-loaded", args.center, False) for r in repeats]
                 else:
                     centers = list(pool.map(task, [(workload, instances, r, "least-loaded",
-                                                    WORKLOADS[workload][2] * instances, args.large_fraction,
-                                                    args.bisections, args.widenings) for r in repeats]))
+                                                    WORKLOADS[workload][2] * instances, *knobs) for r in repeats]))
                     cell["least-loaded"] = [c[4] for c in centers]
                     capped["least-loaded"] = [c[2] for c in centers if c[5]]
+                    for c in centers:
+                        note_seen(workload, instances, "least-loaded", c[7])
                 policies = ["combined", *[p for p in args.pool if p != "least-loaded"]]
                 if instances in args.ablation_scales and not args.no_ablations:
                     policies += list(ABLATIONS)
-                jobs = [(workload, instances, r, p, centers[k][4] or WORKLOADS[workload][2] * instances,
-                         args.large_fraction, args.bisections, args.widenings)
+                jobs = [(workload, instances, r, p, centers[k][4] or WORKLOADS[workload][2] * instances, *knobs)
                         for p in policies for k, r in enumerate(repeats)]
                 progress = bar.add_task(f"{workload} @ {instances}", total=len(jobs))
                 for fut in as_completed([pool.submit(task, j) for j in jobs]):
-                    w, n, r, p, rate, was_capped, _ = fut.result()
+                    w, n, r, p, rate, was_capped, _, seen = fut.result()
                     cell.setdefault(p, [math.nan] * args.repeats)[r - args.first_repeat] = rate
+                    note_seen(workload, instances, p, seen)
                     if was_capped:
                         capped.setdefault(p, []).append(r)
                     bar.advance(progress)
@@ -232,6 +257,36 @@ def run_all(args) -> dict:
                 partial = {f"{w}@{n}": c for (w, n), c in rates.items()}
                 (args.out / "partial.json").write_text(json.dumps(partial, indent=1))  # a long sweep keeps its cells
     return rates
+
+
+UNSTEADY: dict = {}  # "workload@scale" -> policy -> rates that passed on a window too short to count
+DROPPED: dict = {}  # "workload@scale" -> policy -> [rejected, requests, {reason: count}] at its knees
+
+
+def note_seen(workload: str, instances: int, policy: str, seen: dict) -> None:
+    """Fold one knee search's unsteady passes and its knee's rejections into the cell's."""
+    key = f"{workload}@{instances}"
+    if seen.get("unsteady"):
+        UNSTEADY.setdefault(key, {})[policy] = UNSTEADY.get(key, {}).get(policy, 0) + seen["unsteady"]
+    dropped = seen.get("dropped") or {}
+    if dropped:
+        entry = DROPPED.setdefault(key, {}).setdefault(policy, [0, 0, {}])
+        entry[0] += dropped.get("rejected", 0)
+        entry[1] += dropped.get("requests", 0)
+        for k, v in dropped.items():
+            if k.startswith("rejected_") and v:
+                entry[2][k[len("rejected_"):]] = entry[2].get(k[len("rejected_"):], 0) + v
+
+
+def dropped_lines(workload: str, instances: int) -> list[str]:
+    """A line per policy that rejected more than 0.1% of its requests at its knees."""
+    out = []
+    for policy, (rejected, total, reasons) in DROPPED.get(f"{workload}@{instances}", {}).items():
+        if total and rejected / total > 0.001:
+            why = ", ".join(f"{r} {c:.0f}" for r, c in sorted(reasons.items()))
+            out.append(f"  {policy}: rejected {rejected:.0f} of {total:.0f} requests at its knees "
+                       f"({100 * rejected / total:.1f}%: {why}), counted as SLO misses")
+    return out
 
 
 def report(workload: str, instances: int, cell: dict) -> dict:
@@ -244,8 +299,13 @@ def report(workload: str, instances: int, cell: dict) -> dict:
         print(f"  {p:<24} {m:8.3f} [{lo:8.3f}, {hi:8.3f}]   per repeat {[round(x, 3) for x in v]}")
     capped = {p: r for p, r in CAPPED.get(f"{workload}@{instances}", {}).items() if r}
     for p, r in capped.items():
-        print(f"  {p}: repeats {sorted(r)} still attained at the bracket's top: their figure is the last "
+        print(f"  {p}: CAPPED: repeats {sorted(r)} still attained at the bracket's top: their figure is the last "
               "rate verified, a lower bound")
+    for p, count in UNSTEADY.get(f"{workload}@{instances}", {}).items():
+        print(f"  {p}: {count} rate(s) passed only on a window shorter than max(60 s, 10 mean e2e) of arrivals "
+              "(the trace part held no more): counted as misses")
+    for line in dropped_lines(workload, instances):
+        print(line)
     singles = [p for p in POOL if p in cell]  # least-loaded (unless --center), the rest as --pool names
     best = max(singles, key=lambda p: means[p])
     diff = [a - b for a, b in zip(cell["combined"], cell[best])]
@@ -255,6 +315,9 @@ def report(workload: str, instances: int, cell: dict) -> dict:
         verdict = "no interval (one repeat)"
     if best in capped or ("combined" in capped and verdict != "above"):
         verdict += " (capped: see above)"
+    unsteady = UNSTEADY.get(f"{workload}@{instances}", {})
+    if best in unsteady or "combined" in unsteady:
+        verdict += " (a knee may lie above what the trace can show: see above)"
     print(f"  combined - best single ({best}): {m:+.3f} [{lo:+.3f}, {hi:+.3f}] req/s -> {verdict}")
     out = {"best_single": best, "combined_minus_best": m, "ci95": [lo, hi], "verdict": verdict}
     for name in ABLATIONS:
@@ -320,15 +383,26 @@ def main() -> None:
                     help="doublings of the bracket's top (least-loaded's knee x 2) before a knee counts as capped")
     ap.add_argument("--large-fraction", type=float, default=0.4,
                     help="share of the requests per instance in runs above 8 instances (the sweeps' cost)")
+    ap.add_argument("--trace", type=Path, help="run on this trace instead (any format `baton list formats` "
+                    "names; its SLO: --trace-slo)")
+    ap.add_argument("--trace-slo", type=float, nargs=2, default=[3.0, 0.1], metavar=("TTFT_S", "TPOT_S"))
     ap.add_argument("--out", type=Path, default=Path("combined-results"))
     args = ap.parse_args()
-    LARGE_FRACTION[0] = args.large_fraction
+    LARGE_FRACTION[0], PARTS[0] = args.large_fraction, args.first_repeat + args.repeats
+    if args.trace is not None:  # anyone's own trace, as one more workload
+        if not args.trace.is_file():
+            print(f"combined.py: --trace {args.trace}: no such file", file=sys.stderr)
+            return 2
+        WORKLOADS["trace"] = (150, SLO(ttft_s=args.trace_slo[0], tpot_s=args.trace_slo[1]), 1.0)
+        TRACE_FILES["trace"] = str(args.trace.resolve())
+        args.workloads = ["trace"]
     args.workloads = [w for w in args.workloads
                       if w not in TRACE_FILES or (TRACES / TRACE_FILES[w]).is_file()]
-    short = short_traces(args)
-    if short:  # a repeat past a trace's end would rerun another repeat's requests
-        print(f"combined.py: too few distinct windows for repeats {args.first_repeat}-"
-              f"{args.first_repeat + args.repeats - 1}: {'; '.join(short)}", file=sys.stderr)
+    small = [f"{w}: {trace_part(w)} requests per repeat, {window_requests(w, n)} needed at {n} instances"
+             for w in args.workloads if w in TRACE_FILES for n in args.scales
+             if trace_part(w) < window_requests(w, n)]
+    if small:  # each repeat runs on its own part of a trace: parts too small to hold a first window
+        print(f"combined.py: too few requests for {PARTS[0]} repeat parts: {'; '.join(small)}", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -341,7 +415,8 @@ def main() -> None:
     print(f"\ncombined significantly above the best single policy on {above} of {len(verdicts)} "
           f"(workload, scale) cells; significantly below on {below or 'none'} ({time.perf_counter() - t0:.0f} s)")
     png = plot(rates, args.out)
-    figures = {"cells": verdicts, "above": above, "below": below, "capped": CAPPED,
+    figures = {"cells": verdicts, "above": above, "below": below, "capped": CAPPED, "unsteady": UNSTEADY,
+               "dropped": DROPPED,
                "rates": {f"{w}@{n}": cell for (w, n), cell in rates.items()}, "activity": acts,
                "plot": str(png) if png else None}
     (args.out / "results.json").write_text(json.dumps(figures, indent=1))
