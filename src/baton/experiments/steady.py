@@ -25,13 +25,15 @@ MAX_GROWTH = 20  # a point's second run holds at most this many times its first'
 KNEE, CAPPED, BELOW, UNMEASURABLE = "knee", "capped", "below range", "not measurable"
 
 
-def requests_for_span(rate_rps: float, span_s: float) -> int:
-    """Requests whose arrivals at ``rate_rps`` give a steady window of ``span_s`` seconds."""
-    return math.ceil(rate_rps * span_s / (1.0 - WARMUP_SHARE)) + 1
+def requests_for_span(rate_rps: float, span_s: float, warmup_s: float | None = None) -> int:
+    """Requests whose arrivals at ``rate_rps`` give a steady window of ``span_s`` seconds
+    after the warm-up (``warmup_s``, else ``WARMUP_SHARE`` of the arrival span)."""
+    arrivals_s = span_s + warmup_s if warmup_s is not None else span_s / (1.0 - WARMUP_SHARE)
+    return math.ceil(rate_rps * arrivals_s) + 1
 
 
 def steady_point(run: Callable[[int], Mapping[str, float]], rate_rps: float, requests: int,
-                 target: float = 0.9) -> Mapping[str, float]:
+                 target: float = 0.9, warmup_s: float | None = None) -> Mapping[str, float]:
     """The summary of ``run(n)`` (``n`` requests at ``rate_rps``) on a steady window where
     it passes: first ``requests`` of them; a point that passes (attainment >= ``target``)
     on a window shorter than its ``steady_needed_s`` runs again on enough requests for it
@@ -42,7 +44,7 @@ def steady_point(run: Callable[[int], Mapping[str, float]], rate_rps: float, req
     if summary.get("steady") or not summary.get("slo_attainment", 1.0) >= target:
         return summary
     needed = max(MIN_STEADY_S, summary["steady_needed_s"])
-    bigger = min(requests_for_span(rate_rps, needed), MAX_GROWTH * requests)
+    bigger = min(requests_for_span(rate_rps, needed, warmup_s), MAX_GROWTH * requests)
     if bigger <= requests or summary.get("requests", requests) < requests:  # the source has no more
         return summary
     return run(bigger)

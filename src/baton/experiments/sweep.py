@@ -68,7 +68,7 @@ def run_point(exp: Experiment, rate_rps: float, target: float = 0.9) -> dict[str
                           extras=extras_for(point.policy, point.cluster.preset))
         summary = result.summary(point.slo, point.warmup_s)
         return {k: v for k, v in summary.items() if k not in VOLATILE_KEYS}
-    return {**steady_point(run, rate_rps, base, target), "rate_rps": rate_rps}
+    return {**steady_point(run, rate_rps, base, target, exp.warmup_s), "rate_rps": rate_rps}
 
 
 Point = tuple[str, int, Experiment, float, float]  # policy, rate index, experiment, rate, target
