@@ -34,6 +34,14 @@ class ClassMetrics:
                               buckets=_LATENCY_BUCKETS_S, registry=r)
         self.shed = Counter("baton_class_shed", "Requests shed by flow control (429), by band and tenant",
                             ["band", "tenant"], registry=r)
+        self._children: dict[tuple, object] = {}  # labels() takes a lock and validates: once per series
+
+    def _child(self, metric, *labels: str):
+        key = (id(metric), labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
 
     def labels(self, st: RequestState) -> tuple[str, str]:
         return self.classes.bands(st.request.priority), self.classes.tenants(st.request.tenant)
@@ -41,13 +49,13 @@ class ClassMetrics:
     def ended(self, st: RequestState, times: TokenTimes, outcome: str, output_tokens: int) -> None:
         """A request's end: its outcome, TTFT and whether it met its SLOs."""
         band, tenant = self.labels(st)
-        self.requests.labels(band, tenant, outcome).inc()
+        self._child(self.requests, band, tenant, outcome).inc()
         if times.first_s is None:
             return
         ttft_s = times.first_s - st.request.arrival_s
-        self.ttft.labels(band).observe(ttft_s)
+        self._child(self.ttft, band).observe(ttft_s)
         if outcome == "ok" and self._met(st, times, ttft_s, output_tokens):
-            self.slo_met.labels(band, tenant).inc()
+            self._child(self.slo_met, band, tenant).inc()
 
     def _met(self, st: RequestState, times: TokenTimes, ttft_s: float, output_tokens: int) -> bool:
         r = st.request
@@ -59,7 +67,7 @@ class ClassMetrics:
         return (times.last_s - times.first_s) / (output_tokens - 1) <= tpot_slo
 
     def shed_one(self, st: RequestState) -> None:
-        self.shed.labels(*self.labels(st)).inc()
+        self._child(self.shed, *self.labels(st)).inc()
 
 
 class HeldGauge:

@@ -116,11 +116,15 @@ class Classes:
         self.tenant_of = {key_id(k.encode()): name for name, t in settings.tenants.items() for k in t.api_keys}
         self.bands = Labels({str(o.priority) for o in settings.objectives.values()} | {"0"})
         self.tenants = Labels(set(settings.tenants) | {""})
+        # nothing in the config classes a request: only a header could (the common case, fast)
+        self.plain = not (settings.objectives or settings.models or settings.tenants or settings.default_objective)
 
     def of(self, headers: Mapping[str, str], client: str, model: str | None) -> RequestClass:
         """The class of a request with ``headers`` (any case) from ``client`` (``key_id``
         of its API key, or anything else) asking for ``model``; ApiError 400 otherwise."""
         given = {h: headers[h] for h in ALL_HEADERS if h in headers}
+        if not given and self.plain:
+            return DEFAULT
         self._allowed(given)
         key_tenant = self.tenant_of.get(client)
         name = _first(given, OBJECTIVE_HEADERS)
@@ -157,6 +161,9 @@ class Classes:
                                param="x-baton-tenant", code="invalid_tenant")
             return key_tenant
         return claimed or ""
+
+
+DEFAULT = RequestClass()
 
 
 def _first(given: Mapping[str, str], names: tuple[str, ...]) -> str | None:
