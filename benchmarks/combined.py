@@ -303,7 +303,7 @@ def report(workload: str, instances: int, cell: dict) -> dict:
               "rate verified, a lower bound")
     for p, count in UNSTEADY.get(f"{workload}@{instances}", {}).items():
         print(f"  {p}: {count} rate(s) passed only on a window shorter than max(60 s, 10 mean e2e) of arrivals "
-              "(the trace part held no more): counted as misses")
+              "(a trace part held no more, or the longer window's e2e asked for more still): counted as misses")
     for line in dropped_lines(workload, instances):
         print(line)
     singles = [p for p in POOL if p in cell]  # least-loaded (unless --center), the rest as --pool names

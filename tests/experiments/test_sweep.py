@@ -72,7 +72,7 @@ def test_a_point_runs_on_a_steady_window():
         sizes.append(n)
         return {"requests": n, "steady": float(n >= 1668), "steady_needed_s": 150.0, "slo_attainment": 0.95}
     assert steady_point(run, 10.0, 200)["steady"] == 1.0
-    assert sizes == [200, 1668]  # its own count, then 10 mean e2e (150 s) over the 90% steady share
+    assert sizes == [200, 2501]  # its own count, then 10 mean e2e (150 s) x 1.5 over the 90% steady share
     sizes.clear()
     short = {"requests": 300, "steady": 0.0, "steady_needed_s": 60.0, "slo_attainment": 1.0}
     assert steady_point(lambda n: sizes.append(n) or short, 10.0, 500) is short and sizes == [500]  # no more to give
