@@ -51,11 +51,12 @@ def sustainable(trace: str, slo: SLO, rates: list[float], requests: int | None, 
                          workload=WorkloadConfig(trace=trace, requests=requests), slo=slo)
         t0 = time.monotonic()
         res = run_sweep(replace(exp), {name: policy}, rates)
-        out[name] = {"max_sustainable_rate_rps": res.max_rates_rps()[name],
+        knee = res.knees()[name]  # each passing rate on a steady window (baton.experiments.steady)
+        out[name] = {"max_sustainable_rate_rps": res.max_rates_rps()[name], "max_rate_status": knee.status,
                      "attainment": [round(x, 3) for x in res.series(name, "slo_attainment")],
+                     "steady": [int(p.get("steady", 1)) for p in res.points[name]],
                      "role_changes": [int(x) for x in res.series(name, "role_changes")]}
-        print(f"  {name:<22} {_rate(out[name]['max_sustainable_rate_rps'])}  ({time.monotonic() - t0:.0f} s)",
-              flush=True)
+        print(f"  {name:<22} {knee.text():>14} req/s ({knee.status}; {time.monotonic() - t0:.0f} s)", flush=True)
     return out
 
 
@@ -73,10 +74,6 @@ def window_trace(path: Path, window: int, n: int) -> str:
     with out.open("w", newline="") as handle:
         csv.writer(handle).writerows([head, *body])
     return str(out)
-
-
-def _rate(r: float | None) -> str:
-    return "below the lowest rate" if r is None else f"{r:6.2f} req/s"
 
 
 def main() -> None:
