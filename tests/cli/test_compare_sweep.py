@@ -217,3 +217,13 @@ def test_the_table_fits_an_80_column_terminal_one_line_per_policy(tmp_path):
     rows = [line for line in lines if any(line.strip().startswith(name + "  ") for name in policies)]
     assert len(rows) == len(policies)  # every name whole, every policy on one line
     assert all("%" in row for row in rows[1:])  # with its change against the first
+
+
+def test_a_sweep_names_the_policies_that_dropped_requests(tmp_path):
+    # a context of 512 tokens against prompts of median 600: many are rejected (context)
+    p = baton("sweep", "--requests", "40", "--prefill", "1", "--decode", "1", "--quiet", "--rate", "2",
+              "--policies", "round-robin", "--max-model-len", "512", "--workers", "1", "--out", str(tmp_path),
+              timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "warning: requests rejected (counted as SLO misses): round-robin" in p.stderr and "context" in p.stderr
+    assert "requests rejected" in (tmp_path / "sweep.html").read_text()

@@ -19,7 +19,7 @@ from baton.cli.source_check import check_source_engine
 from baton.core.errors import ConfigError
 from baton.experiments import Experiment, WorkloadConfig, load_experiment, policy_label
 from baton.experiments.provenance import write_run_json
-from baton.experiments.repeats import repeat_workloads
+from baton.experiments.repeats import dropped_line, repeat_workloads
 from baton.experiments.sweep import run_sweep
 from baton.metrics import SLO
 from baton.sim import ClusterSpec
@@ -120,9 +120,13 @@ def cmd_sweep(args: argparse.Namespace) -> None:
     caption = ("SLO attainment / P99 TPOT ms / P95 TTFT ms at each rate, each on a steady window of at least "
                "60 s and 10 mean e2e of arrivals (* where the source could not give one); >= : no rate tried "
                "missed (a lower bound)")
+    meta = [f"seed {exp.seed}; SLO TTFT {exp.slo.ttft_s} s, TPOT {exp.slo.tpot_s} s"]
+    dropped = dropped_line(sweep.points)  # over all of a policy's rates
+    if dropped:
+        print(f"warning: {dropped}", file=sys.stderr)
+        meta.append(f"warning: {dropped}")
     path = write_report(args.out, Report(title, figures=sweep_figures(sweep), extra_tables=[(caption, head, rows)],
-                                         meta=[f"seed {exp.seed}; SLO TTFT {exp.slo.ttft_s} s, TPOT {exp.slo.tpot_s} s"]),
-                        stem="sweep")
+                                         meta=meta), stem="sweep")
     if args.json:
         emit_json(payload)
         return
