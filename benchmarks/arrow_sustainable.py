@@ -1,7 +1,7 @@
 """Arrow's headline experiment: the highest request rate each system sustains at 90% SLO
 attainment on the Azure code and conversation traces (Arrow section 7, Table 1 SLOs).
 
-    python benchmarks/arrow_sustainable.py [--requests N] [--nic-gbps G] [--traces code,conv]
+    python benchmarks/arrow_sustainable.py [--requests N] [--nic-gbps G] [--traces code,conv] [--start P,D]
 
 Systems (8 GPUs, Llama-3.1-8B, H100 standing in for the paper's H800):
 - ``arrow``: 4P4D start, elastic pools;
@@ -9,7 +9,8 @@ Systems (8 GPUs, Llama-3.1-8B, H100 standing in for the paper's H800):
 - ``round-robin`` at 4P4D;
 - ``static-xpyd`` 1P1D at TP 4 (the paper's vLLM-disaggregated) and 4P4D at TP 1;
 - ``colocated`` on one TP-8 instance (the paper's vLLM baseline).
-Links: ``--nic-gbps`` (default 3,200 = NVLink's 400 GB/s: the paper's single 8-GPU server
+``--start 6,2`` starts the split systems at 6P2D instead (a decode-bound start on the
+conversation trace: does Arrow move instances back to decode?). Links: ``--nic-gbps`` (default 3,200 = NVLink's 400 GB/s: the paper's single 8-GPU server
 moves KV over NVLink). Rates: each trace's timestamps rescaled (``baton sweep``'s rule).
 Prints a table, then one JSON line: per trace, per system, the sustainable rate (req/s).
 Needs ../shared/traces/ (skips a trace that is absent).
@@ -44,9 +45,19 @@ SYSTEMS = {  # name: (policy, prefill, decode, mixed, preset)
 }
 
 
-def sustainable(trace: str, slo: SLO, rates: list[float], requests: int | None, nic_gbps: float) -> dict:
+def systems(start: tuple[int, int]) -> dict:
+    """``SYSTEMS`` with the 4P4D ones started at ``start`` (prefill, decode) instead."""
+    if start == (4, 4):
+        return SYSTEMS
+    tag = f"{start[0]}P{start[1]}D"
+    return {name.replace("4P4D", tag): (policy, *start, m, preset) if (p, d) == (4, 4) else (policy, p, d, m, preset)
+            for name, (policy, p, d, m, preset) in SYSTEMS.items()}
+
+
+def sustainable(trace: str, slo: SLO, rates: list[float], requests: int | None, nic_gbps: float,
+                start: tuple[int, int] = (4, 4)) -> dict:
     out = {}
-    for name, (policy, p, d, m, preset) in SYSTEMS.items():
+    for name, (policy, p, d, m, preset) in systems(start).items():
         exp = Experiment(cluster=ClusterSpec(prefill=p, decode=d, mixed=m, preset=preset, nic_gbps=nic_gbps),
                          workload=WorkloadConfig(trace=trace, requests=requests), slo=slo)
         t0 = time.monotonic()
@@ -56,7 +67,9 @@ def sustainable(trace: str, slo: SLO, rates: list[float], requests: int | None, 
                      "attainment": [round(x, 3) for x in res.series(name, "slo_attainment")],
                      "steady": [int(p.get("steady", 1)) for p in res.points[name]],
                      "role_changes": [int(x) for x in res.series(name, "role_changes")]}
-        print(f"  {name:<22} {knee.text():>14} req/s ({knee.status}; {time.monotonic() - t0:.0f} s)", flush=True)
+        flips = max(out[name]["role_changes"], default=0)
+        print(f"  {name:<22} {knee.text():>14} req/s ({knee.status}; most role changes in a run {flips}; "
+              f"{time.monotonic() - t0:.0f} s)", flush=True)
     return out
 
 
@@ -83,8 +96,15 @@ def main() -> None:
     ap.add_argument("--traces", default="code,conv")
     ap.add_argument("--window", type=int, default=0,
                     help="use requests [W*N, (W+1)*N) of each trace (N = --requests); 1 = held out")
+    ap.add_argument("--start", default="4,4", help="prefill,decode instances the split systems start with")
     args = ap.parse_args()
-    figures: dict = {"requests": args.requests or None, "nic_gbps": args.nic_gbps, "window": args.window}
+    try:
+        start = tuple(int(x) for x in args.start.split(","))
+        assert len(start) == 2 and min(start) >= 1 and sum(start) == 8
+    except (ValueError, AssertionError):
+        sys.exit(f"--start {args.start!r}: give prefill,decode instances adding up to 8 (e.g. 6,2)")
+    figures: dict = {"requests": args.requests or None, "nic_gbps": args.nic_gbps, "window": args.window,
+                     "start": list(start)}
     for key in args.traces.split(","):
         file, slo, rates = TRACES[key]
         path = ROOT.parent / "shared" / "traces" / file
@@ -93,7 +113,7 @@ def main() -> None:
             continue
         print(f"{key} (TTFT {slo.ttft_s} s, TPOT {slo.tpot_s} s), rates {rates}:", flush=True)
         trace = window_trace(path, args.window, args.requests) if args.window and args.requests else str(path)
-        figures[key] = sustainable(trace, slo, rates, args.requests or None, args.nic_gbps)
+        figures[key] = sustainable(trace, slo, rates, args.requests or None, args.nic_gbps, start)
         arrow, static = (figures[key][k]["max_sustainable_rate_rps"] for k in ("arrow", "arrow-static"))
         if arrow and static:
             figures[key]["arrow_over_static"] = arrow / static

@@ -85,3 +85,20 @@ def test_queued_prefills_finish_on_an_instance_flipped_to_decode():
     assert sim.counters.flip_first_work_s == [pytest.approx(first_decode - 0.005)]
     summary = result.summary(SLO())
     assert summary["flip_first_work_mean_s"] > 0 and summary["flips_unused"] == 0
+
+
+def test_requests_queued_for_decode_blocks_make_arrow_flip_while_prefill_is_busy():
+    """3P1D, one decode instance whose KV (40k tokens) holds about 45 of 300 requests:
+    handoffs queue for its blocks while its batch stays under the TPOT SLO. Those queued
+    handoffs are its running tokens (Algorithm 2's decode load), so Arrow flips prefill
+    instances to decode while arrivals still keep them busy, not only once they go idle."""
+    perf = tiny_perf(kv_tokens=40_000)
+    ctx = PolicyContext(np.random.default_rng(0), perf, ttft_slo_s=1.0, tpot_slo_s=0.5)
+    sched = build_scheduler({"name": "arrow", "stages": [{"stage": "arrow", "monitor_interval_s": 0.05,
+                                                         "monitor_window_s": 0.2}]}, ctx)
+    cluster = ClusterSpec(prefill=3, decode=1, engine=EngineConfig(1024, 64, 16), nic_gbps=100)
+    requests = [req(i, i * 0.005, 500, 400) for i in range(300)]  # arrivals until 1.5 s
+    _, result = run_checked(cluster, perf, sched, requests)
+    to_decode = [t for t, _, r in result.role_log if t > 0 and r == "decode"]
+    assert to_decode and to_decode[0] < 1.0, result.role_log
+    assert any(r.receive_wait_s > 0 for r in result.records)  # the regime: handoffs did wait for blocks

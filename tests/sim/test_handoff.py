@@ -206,3 +206,40 @@ def test_role_change_drains_existing_work():
     assert sim.states[0].path == [0, 1]  # kept decoding on the flipped instance
     assert sim.states[1].path == [0, 2]  # new work went to the remaining decode instance
     assert all(r.finished for r in res.records)
+
+
+class Sampler(Fixed):
+    """Fixed placement, sampling the decode instance's running tokens every 10 ms."""
+
+    tick_interval_s = 0.01
+
+    def __init__(self, context):
+        super().__init__(context)
+        self.samples = []
+
+    def tick(self, view):
+        self.samples.append((view.now_s, view.running_tokens(1)))
+        return []
+
+
+def test_a_handoff_waiting_for_decode_blocks_is_booked_there_and_timed():
+    """The second prompt's KV does not fit beside the first request's decode: it waits for
+    blocks, and while it waits it is the decode instance's load (as a decode leg queued in
+    vLLM is), and its wait is ``receive_wait_s``, part of its TTFT."""
+    holder = {}
+
+    def make(c):
+        holder["s"] = Sampler(c)
+        return holder["s"]
+    perf = tiny_perf(1600)
+    s = Scheduler("test", [make(PolicyContext(np.random.default_rng(0), perf))])
+    cluster = ClusterSpec(prefill=1, decode=1, engine=EngineConfig(512, 32, 16), nic_gbps=1.0, nic_latency_s=0.0)
+    sim, res = run([Request(0, 0.0, 1000, 100), Request(1, 0.01, 800, 5)], cluster=cluster, perf=perf, scheduler=s)
+    b = sim.states[1]
+    rec = {r.req_id: r for r in res.records}
+    assert rec[0].receive_wait_s == 0.0 and rec[1].receive_wait_s > 0.1
+    assert b.transfer_start_s == pytest.approx(sim.states[0].finish_s)  # its blocks: the first's, freed
+    r = rec[1]
+    assert r.ttft_s == pytest.approx(r.queue_s + r.prefill_s + r.receive_wait_s + r.transfer_s + r.decode_wait_s)
+    waiting = [tokens for t, tokens in holder["s"].samples if b.handoff_start_s < t < b.transfer_start_s]
+    assert waiting and min(waiting) >= 1000 + 800  # the first's context and the waiting prompt

@@ -104,6 +104,12 @@ def relayed(st: RequestState, generated_tokens: int) -> None:
     st.generated_tokens = generated_tokens
 
 
+def handoff_begun(st: RequestState, now_s: float) -> None:
+    """Its prompt's KV is headed for the decode instance, which may first have to free
+    blocks for it (the transfer starts once they are reserved)."""
+    st.handoff_start_s = now_s
+
+
 def transfer_started(st: RequestState, now_s: float) -> None:
     """Its prompt's KV began to move to the decode instance."""
     st.transfer_start_s = now_s

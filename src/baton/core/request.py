@@ -60,6 +60,7 @@ class RequestState:
     prefill_start_s: float | None = None
     first_token_s: float | None = None
     prefill_end_s: float | None = None
+    handoff_start_s: float | None = None  # its KV's handoff to the decode instance began (blocks asked for)
     transfer_start_s: float | None = None
     transfer_end_s: float | None = None
     decode_start_s: float | None = None

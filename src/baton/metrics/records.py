@@ -27,7 +27,9 @@ class RequestRecord:
     end), ``transfer_s`` (KV transfer; overlaps the prefill under early binding),
     ``decode_wait_s`` (KV ready on the decode instance to its first token: waiting for a
     slot or blocks, plus the first iteration; 0 when colocated), ``decode_s`` (first token
-    to the end)."""
+    to the end), ``receive_wait_s`` (a PD handoff waiting for the decode instance to free
+    blocks before its KV could move; NaN without a handoff). Without early binding
+    ``ttft_s`` is their sum from ``queue_s`` to ``decode_wait_s``."""
 
     req_id: int
     arrival_s: float
@@ -52,6 +54,7 @@ class RequestRecord:
     tenant: str = ""
     ttft_slo_s: float = float("nan")  # its own targets (NaN: the run's)
     tpot_slo_s: float = float("nan")
+    receive_wait_s: float = float("nan")
 
     @classmethod
     def from_state(cls, s: RequestState, names: Sequence[str] | None = None) -> "RequestRecord":
@@ -78,7 +81,8 @@ class RequestRecord:
                    max(decode_wait, 0.0) if decode_wait == decode_wait else nan, decode,
                    s.preemptions, s.migrations, PATH_SEP.join(names[i] if names else str(i) for i in s.path),
                    s.chunk_limit_tokens is not None, r.priority, r.tenant,
-                   nan if r.ttft_slo_s is None else r.ttft_slo_s, nan if r.tpot_slo_s is None else r.tpot_slo_s)
+                   nan if r.ttft_slo_s is None else r.ttft_slo_s, nan if r.tpot_slo_s is None else r.tpot_slo_s,
+                   _between(s.handoff_start_s, s.transfer_start_s))
 
 
 def write_records(records: list[RequestRecord], path: str | Path) -> Path:

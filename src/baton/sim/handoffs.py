@@ -42,11 +42,18 @@ class Handoffs:
         self.receive_wait: dict[int, deque[int]] = {i: deque() for i in port.instances}
 
     def begin(self, rid: int, src: int, dst: int) -> None:
-        """Reserve the decode side's blocks and start moving the prompt's KV."""
+        """Book the prompt's KV on the decode instance, reserve its blocks there and start
+        moving it (or queue it until blocks free up)."""
         st = self.port.states[rid]
         blocks = -(-st.request.prompt_tokens // self.port.block_size)
         tr = Transfer(rid, src, dst, blocks)
         self.transfers[rid] = tr
+        # Booked from now, not from when its blocks are reserved: the request is the decode
+        # instance's (as a decode leg waiting in vLLM's queue is, and as the gateway books it
+        # when it sends that leg), so a policy reading the decode side sees the requests
+        # queued for its blocks; unbooked, a full decode side looked no busier than its KV.
+        bookings.kv_heading_to(self.port.instances, st, dst, st.request.prompt_tokens)
+        lifecycle.handoff_begun(st, self.port.now)
         if not self.port.reserve(dst, blocks):
             self.receive_wait[dst].append(rid)
             return
@@ -90,7 +97,6 @@ class Handoffs:
         lifecycle.transfer_started(st, port.now)
         if st.phase is not Phase.PREFILL:
             lifecycle.transferring(st)
-        bookings.kv_heading_to(port.instances, st, tr.dst, st.request.prompt_tokens)
         nbytes = port.perf.kv_bytes(st.request.prompt_tokens)
         tr.alone_s = port.perf.transfer_time_s(nbytes, self.nic_bytes_per_s)
         port.start_flow(tr.src, tr.dst, nbytes, FlowTag(FlowKind.HANDOFF, tr.req_id))
@@ -127,7 +133,7 @@ class Handoffs:
                 del self.transfers[rid]
                 port.engines[tr.src].release_held(rid)
                 st = port.states[rid]
-                port.instances[dst].drop_shadow(rid)
+                bookings.drop_bookings(port.instances, st)  # it prefills there instead
                 lifecycle.back_to_prefill(st)
                 port.counters.handoff_recomputes += 1
                 port.engines[dst].add_prefill(PrefillItem(rid, st.request.prompt_tokens, PrefillKind.RECOMPUTE,
