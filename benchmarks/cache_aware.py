@@ -50,7 +50,8 @@ from baton.core.info import InfoModel, ViewMode  # noqa: E402
 from baton.core.prefix import reuse_offered, token_block_keys  # noqa: E402
 from baton.core.prefix_index import PrefixIndex  # noqa: E402
 from baton.experiments.config import Experiment, WorkloadConfig  # noqa: E402
-from baton.experiments.sweep import max_sustainable_rate, run_sweep  # noqa: E402
+from baton.experiments.steady import CAPPED, UNMEASURABLE, sustained  # noqa: E402
+from baton.experiments.sweep import run_sweep  # noqa: E402
 from baton.metrics import SLO  # noqa: E402
 from baton.perf import build  # noqa: E402
 from baton.policies import PolicyContext, build_scheduler  # noqa: E402
@@ -201,13 +202,19 @@ def mooncake(args, out: dict, plots: dict) -> None:
 
 
 def _sweep_requests(reqs: list[Request], cluster: ClusterSpec, rates: list[float], policies: dict = COLOCATED) -> dict:
-    """Per policy: (max sustainable rate, attainment per rate) of fixed requests rescaled."""
+    """Per policy: (max sustainable rate, attainment per rate) of fixed requests rescaled.
+    The window is fixed, so a rate whose window is not steady (shorter than max(60 s, 10
+    mean e2e) of arrivals) cannot be measured on it: a knee next to one is None (counted as
+    0 in the means) and said on stdout, as is a capped search."""
     points = [(name, pol, rate) for name, pol in policies.items() for rate in rates]
     results = _map(_summary, [(reqs, cluster, pol, rate) for _, pol, rate in points])
     out = {}
     for name in policies:
-        att = [r["slo_attainment"] for (nm, _, _), r in zip(points, results) if nm == name]
-        out[name] = (max_sustainable_rate(rates, att, 0.9), att)
+        runs = [r for (nm, _, _), r in zip(points, results) if nm == name]
+        knee = sustained(rates, runs, 0.9)
+        if knee.status in (UNMEASURABLE, CAPPED):
+            print(f"  {name}: {knee.text()} req/s ({knee.status})", flush=True)
+        out[name] = (knee.rate_rps, [r["slo_attainment"] for r in runs])
     return out
 
 

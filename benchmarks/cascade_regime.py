@@ -55,15 +55,20 @@ def base(requests: int):
 
 def capacity(args, out: dict) -> None:
     per_seed = {name: [] for name in POLICIES}
+    statuses = {name: [] for name in POLICIES}  # knee / capped (a lower bound) / not measurable (counted 0)
     for seed in range(args.repeats):
         result = run_sweep(replace(base(args.requests), seed=seed), POLICIES, RATES)
-        for name, rate in result.max_rates_rps().items():
-            per_seed[name].append(rate or 0.0)
+        for name, knee in result.knees().items():
+            per_seed[name].append(knee.rate_rps or 0.0)
+            statuses[name].append(knee.status)
         print(f"  sharegpt-like: repeat {seed + 1}/{args.repeats} swept", flush=True)
     print("ShareGPT-like, 16 x llama-3.2-3b@h100: max sustainable rate at 90% attainment (req/s)")
     for name, values in per_seed.items():
         m, lo, hi = interval(values)
-        print(f"  {name:<16} {m:7.1f} [{lo:7.1f}, {hi:7.1f}]   per repeat {[round(v, 1) for v in values]}")
+        odd = [s for s in statuses[name] if s != "knee"]
+        print(f"  {name:<16} {m:7.1f} [{lo:7.1f}, {hi:7.1f}]   per repeat {[round(v, 1) for v in values]}"
+              + (f"  ({', '.join(odd)})" if odd else ""))
+        out[f"sharegpt_{name.replace('-', '_')}_max_rate_status"] = statuses[name]
         out[f"sharegpt_{name.replace('-', '_')}_max_rate_rps"] = m
     for name in ("cascade", "cascade-guarded"):
         g, lo, hi = ratio_interval(per_seed[name], per_seed["colocated-rr"])

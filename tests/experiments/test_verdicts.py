@@ -63,3 +63,25 @@ def test_an_inconclusive_first_look_grows_once_to_the_repeats_that_would_decide_
     assert _second_look(wide, 3, 5, wide.claim.experiment) == 5  # capped
     decided = _outcome([0.20, 0.21, 0.19])
     assert decided.judged.verdict == REPRODUCED and _second_look(decided, 3, 10, decided.claim.experiment) == 3
+
+
+def test_a_capped_rate_is_counted_and_said_in_the_verdict():
+    """A policy that passed every rate tried has a lower bound, not a knee: the figure
+    counts the repeats where that happened and the table's verdict says so."""
+    from dataclasses import replace
+
+    from baton.cli.commands import _verdict_text
+    from baton.experiments.config import Experiment
+    from baton.experiments.repeats import repeat_workloads
+    from baton.experiments.reproduce import SUSTAINABLE, Claim, _compare
+    exp = Experiment()
+    claim = Claim("x", "fig", "", exp, "a", "b", SUSTAINABLE, 0.2, rates=(1.0, 2.0))
+    cache = {}
+    for i, (seed, _) in enumerate(repeat_workloads(exp, 3)):
+        for name, rate, capped in (("a", 2.0 + 0.1 * i, float(i == 0)), ("b", 1.0, 0.0)):
+            cache[(repr(replace(exp, policy=name, seed=seed)), i)] = {SUSTAINABLE: rate, "capped": capped}
+    outcome = _compare(claim, exp, 3, None, cache)
+    assert outcome.capped == 1 and outcome.json()["capped_repeats"] == 1
+    assert "1 capped" in _verdict_text(outcome)
+    cache = {k: {**v, "capped": 0.0} for k, v in cache.items()}
+    assert "capped" not in _verdict_text(_compare(claim, exp, 3, None, cache))

@@ -332,9 +332,9 @@ def _claim_label(outcome) -> str:
 def _verdict_text(outcome) -> str:
     v = outcome.judged
     looked = f"; {len(outcome.ratios)} repeats after {outcome.first_look}" if outcome.first_look else ""
-    if v.verdict == "inconclusive":
-        return (f"inconclusive (about {v.repeats_to_decide} repeats would decide{looked})" if v.repeats_to_decide
-                else f"inconclusive{f' ({looked[2:]})' if looked else ''}")
+    looked += f"; {outcome.capped} capped" if outcome.capped else ""  # a rate in the ratio is a lower bound
+    if v.verdict == "inconclusive" and v.repeats_to_decide:
+        return f"inconclusive (about {v.repeats_to_decide} repeats would decide{looked})"
     return f"{v.verdict}{f' ({looked[2:]})' if looked else ''}"
 
 

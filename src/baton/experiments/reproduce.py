@@ -116,6 +116,7 @@ class Outcome:
     baseline_mean: float
     dropped: int = 0  # repeats without a value (e.g. no rate sustained at the target attainment)
     ratios: list[float] = field(default_factory=list)  # ln(policy / baseline) per repeat
+    capped: int = 0  # repeats where a policy passed every rate tried (its rate: a lower bound)
     calibration: Calibration | None = None  # set when the run matched the paper's baseline figure
     first_look: int | None = None  # repeats of an inconclusive first look that was extended
     _judged: Verdict | None = None
@@ -148,6 +149,7 @@ class Outcome:
                "verdict": v.verdict, "repeats_to_decide": v.repeats_to_decide,
                "metric": f"{self.claim.metric}: {self.claim.policy} vs {self.claim.baseline}",
                "figure": self.claim.figure, "repeats": len(self.ratios), "dropped_repeats": self.dropped,
+               "capped_repeats": self.capped,
                "first_look_repeats": self.first_look, "mechanism": self.claim.notes}
         if self.calibration is not None:
             c, m = self.calibration, self.claim.match
@@ -222,7 +224,7 @@ def _knob_value(exp: Experiment, knob: str) -> Any:
 
 def _compare(claim: Claim, exp: Experiment, k: int, progress: Callable[[str], None] | None,
              cache: dict) -> Outcome:
-    pol, base = [], []
+    pol, base, capped = [], [], 0
     for i, (seed, requests) in enumerate(repeat_workloads(exp, k)):
         values = {}
         for name in (claim.baseline, claim.policy):
@@ -232,10 +234,11 @@ def _compare(claim: Claim, exp: Experiment, k: int, progress: Callable[[str], No
                     progress(f"{claim.name}: {name} ({i + 1}/{k})")
                 cache[key] = _measure(replace(exp, policy=name, seed=seed), requests, name, claim)
             values[name] = float(cache[key].get(claim.metric, math.nan))
+        capped += any(cache[(repr(replace(exp, policy=n, seed=seed)), i)].get("capped") for n in values)
         base.append(values[claim.baseline])
         pol.append(values[claim.policy])
     ratios = log_ratios(pol, base)
-    return Outcome(claim, float(np.nanmean(pol)), float(np.nanmean(base)), k - len(ratios), ratios)
+    return Outcome(claim, float(np.nanmean(pol)), float(np.nanmean(base)), k - len(ratios), ratios, capped=capped)
 
 
 def _measure(exp: Experiment, requests: list, name: str, claim: Claim) -> dict[str, float]:
@@ -254,4 +257,5 @@ def _measure(exp: Experiment, requests: list, name: str, claim: Claim) -> dict[s
         return run_experiment(exp, requests=scale_to_rate(window, rate), name=name)[1].summary
     points = [steady_point(lambda n, r=rate: run(r, n), rate, len(requests)) for rate in claim.rates]
     knee = sustained(claim.rates, points, 0.9)  # a knee resting on a burst (no steady window) is no knee
-    return {SUSTAINABLE: knee.rate_rps if knee.status in (KNEE, CAPPED) and knee.rate_rps is not None else math.nan}
+    return {SUSTAINABLE: knee.rate_rps if knee.status in (KNEE, CAPPED) and knee.rate_rps is not None else math.nan,
+            "capped": float(knee.status == CAPPED)}

@@ -19,7 +19,10 @@ be a ``baton profile`` CSV of the engine, so the same fit is a fit of the engine
 instances are homogeneous, so one fit serves all. On ``llama-3.1-8b@h100`` the quadratic
 is within 13% of the model from 512 to 32K tokens (the paper's own predictor shape). Prefill queueing delay of an instance is
 the sum of ``pt`` over the prompt tokens still queued there (Eq. 1-2 with no idle gap).
-Decode load is *running tokens*: context of decodes running or arriving. Max Running
+Decode load is *running tokens*: context of decodes running or arriving, arriving
+including handoffs queued for the instance's free blocks (section 5.4: a decode request is
+on its instance from dispatch, in its migration queue until its KV is pulled; without them
+a full decode side looks no busier than its KV cache, and Algorithm 2 never flips). Max Running
 Tokens is the smaller of the KV capacity and the largest decode batch (requests of
 ``profile_context_tokens`` each) whose iteration meets the TPOT SLO.
 
