@@ -22,7 +22,6 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +32,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from baton.metrics import SLO  # noqa: E402
 from baton.sim import ClusterSpec, simulate  # noqa: E402
 from baton.workload import load_trace  # noqa: E402
-from baton.workload.transform import scale_to_rate  # noqa: E402
+from baton.workload.transform import scale_to_rate, window  # noqa: E402
 
 TRACE = ROOT.parent / "shared" / "traces" / "azure_conv_2023.csv"
 PRESET = "llama-3.1-8b@a100-80g"
@@ -69,8 +68,7 @@ def main() -> None:
     if not TRACE.exists():
         print(f"{TRACE} absent: nothing to run")
         return
-    trace = load_trace(TRACE)[:args.requests]
-    requests = [replace(r, req_id=i, arrival_s=r.arrival_s - trace[0].arrival_s) for i, r in enumerate(trace)]
+    requests = window(load_trace(TRACE), 0, args.requests)
     figures: dict = {"requests": len(requests), "start": list(start), "preset": PRESET}
     print(f"Azure conversation, {len(requests)} requests, {start[0]}P{start[1]}D {PRESET}, SLO TTFT 3 s TPOT 0.1 s")
     print(f"  {'rate':>5} {'system':<13} {'attain':>7} {'flips':>6} {'waited':>7} {'p50 wait s':>10} "

@@ -58,6 +58,7 @@ from baton.policies import PolicyContext, build_scheduler  # noqa: E402
 from baton.policies.selection import argmax_of  # noqa: E402
 from baton.sim import ClusterSpec  # noqa: E402
 from baton.workload import load_trace  # noqa: E402
+from baton.workload.transform import window  # noqa: E402
 from baton.workload.sessions import SessionsSpec, generate_sessions  # noqa: E402
 
 PRESET = "llama-3.1-8b@a100-80g"
@@ -165,10 +166,9 @@ def mooncake(args, out: dict, plots: dict) -> None:
     n = args.mooncake_requests
     windows = []
     for k in range(args.repeats):
-        window = whole[k * n:(k + 1) * n]
-        if len(window) == n:
-            t0 = window[0].arrival_s
-            windows.append([replace(r, req_id=i, arrival_s=r.arrival_s - t0) for i, r in enumerate(window)])
+        part = window(whole, k * n, n)
+        if len(part) == n:
+            windows.append(part)
     bound = [reuse_offered(w) for w in windows]
     cluster = ClusterSpec(prefill=0, decode=0, mixed=16, preset=PRESET)
     label = f"mooncake conversation, windows of {n} requests, 16 instances colocated"
@@ -183,8 +183,8 @@ def mooncake(args, out: dict, plots: dict) -> None:
         figures_row(name, _map(_summary, [(w, pd, policy, None) for w in windows]), out, "mooncake_pd")
     per_seed: dict[str, list[float | None]] = {name: [] for name in COLOCATED}
     curves: dict[str, list[float]] = {}
-    for k, window in enumerate(windows):
-        for name, (rate, att) in _sweep_requests(window, cluster, MOONCAKE_RATES).items():
+    for k, part in enumerate(windows):
+        for name, (rate, att) in _sweep_requests(part, cluster, MOONCAKE_RATES).items():
             per_seed[name].append(rate)
             if k == 0:
                 curves[name] = att
@@ -192,8 +192,8 @@ def mooncake(args, out: dict, plots: dict) -> None:
     report_rates(f"{label} (TTFT SLO {MOONCAKE_SLO.ttft_s:g} s: its prompts average 12k tokens)",
                  {"max_rate": per_seed}, out, "mooncake")
     pd_rates = {name: [] for name in PD}
-    for window in windows:
-        for name, (rate, _) in _sweep_requests(window, pd, MOONCAKE_PD_RATES, PD).items():
+    for part in windows:
+        for name, (rate, _) in _sweep_requests(part, pd, MOONCAKE_PD_RATES, PD).items():
             pd_rates[name].append(rate)
     report_rates(f"{label.replace('colocated', '4P12D')} (TTFT SLO {MOONCAKE_SLO.ttft_s:g} s)",
                  {"max_rate": pd_rates}, out, "mooncake_pd")

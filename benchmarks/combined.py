@@ -49,7 +49,6 @@ import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -118,9 +117,8 @@ def requests_for(workload: str, instances: int, repeat: int, n: int) -> tuple:
     trace (fewer when the part holds fewer), or of its seeded synthetic draw."""
     if workload in TRACE_FILES:
         part = trace_part(workload)
-        window = _trace(workload)[repeat * part:repeat * part + min(n, part)]
-        t0 = window[0].arrival_s
-        return tuple(replace(r, req_id=i, arrival_s=r.arrival_s - t0) for i, r in enumerate(window))
+        from baton.workload.transform import window
+        return tuple(window(_trace(workload), repeat * part, min(n, part)))
     rng = np.random.default_rng(1000 + repeat)
     if workload == "reasoning":
         from baton.workload import generate, reasoning_spec

@@ -196,3 +196,13 @@ def test_class_columns_give_each_request_its_priority_tenant_and_slos(tmp_path):
         load_trace(trace, columns=parse_columns("time=ts,prompt=in,output=out,priority=band"))
     with pytest.raises(WorkloadError, match="--columns: expected"):
         parse_columns("time=ts,prompt=in,output=out,colour=c")
+
+
+def test_a_window_of_a_trace_starts_at_zero_numbered_from_zero_and_keeps_its_gaps():
+    from baton.workload.transform import window
+    reqs = generate(SyntheticSpec(requests=50, rate_rps=3.0), np.random.default_rng(0))
+    part = window(reqs, 10, 20)
+    assert [r.req_id for r in part] == list(range(20)) and part[0].arrival_s == 0.0
+    assert [r.prompt_tokens for r in part] == [r.prompt_tokens for r in reqs[10:30]]
+    assert np.allclose(np.diff([r.arrival_s for r in part]), np.diff([r.arrival_s for r in reqs[10:30]]))
+    assert len(window(reqs, 40, 20)) == 10 and window(reqs, 60, 5) == []  # fewer where the trace ends

@@ -5,7 +5,6 @@ paired differences against the first policy with Student-t 95% intervals."""
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -14,6 +13,7 @@ from baton.core.errors import ConfigError
 from baton.core.request import Request
 from baton.experiments.config import Experiment
 from baton.workload import scale_to_rate
+from baton.workload.transform import window
 
 MIN_TAIL_SAMPLES = 20
 # percentile keys -> (the samples they rest on, the share of samples above them)
@@ -39,9 +39,7 @@ def repeat_workloads(exp: Experiment, k: int) -> list[tuple[int, list[Request]]]
                           f"the trace has {len(full)}")
     out = []
     for i in range(k):
-        part = full[i * w.requests:(i + 1) * w.requests]
-        t0 = part[0].arrival_s
-        part = [replace(r, arrival_s=r.arrival_s - t0) for r in part]
+        part = window(full, i * w.requests, w.requests)
         out.append((exp.seed, scale_to_rate(part, w.rate_rps) if w.rate_rps else part))
     return out
 

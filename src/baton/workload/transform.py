@@ -38,6 +38,16 @@ def first(requests: list[Request], n: int) -> list[Request]:
     return requests[:n]
 
 
+def window(requests: list[Request], start: int, n: int) -> list[Request]:
+    """Requests ``[start, start + n)`` (fewer where the list ends), shifted so the first
+    arrives at 0 and numbered 0.. (one part of a trace, as an evaluation's repeat runs it)."""
+    part = requests[start:start + n]
+    if not part:
+        return []
+    t0 = part[0].arrival_s
+    return [replace(r, req_id=i, arrival_s=r.arrival_s - t0) for i, r in enumerate(part)]
+
+
 def clip_window(requests: list[Request], start_s: float, end_s: float) -> list[Request]:
     """Keep requests arriving in [start_s, end_s), shifted to start at 0."""
     kept = [r for r in requests if start_s <= r.arrival_s < end_s]
