@@ -84,3 +84,12 @@ def test_rejections_are_named_per_policy_with_their_reasons_and_kept_in_the_csv(
     by_policy = {row[0]: dict(zip(header, row)) for row in rows}
     assert by_policy["least-loaded"]["rejected_context"] == "80" and by_policy["arrow"]["rejected_context"] == "0"
     assert by_policy["sibyl"]["rejected_shed"] == "0" and "rejected_shed_diff_ci95_lo" in header
+
+
+def test_runs_without_a_steady_window_are_counted_in_one_warning_line():
+    from baton.experiments.repeats import unsteady_line
+    runs = {"a": [{"steady": 1.0, "steady_needed_s": 60.0}, {"steady": 0.0, "steady_needed_s": 84.0}],
+            "b": [{"steady": 0.0, "steady_needed_s": 60.0}] * 2}
+    line = unsteady_line(runs)
+    assert line.startswith("3 of 4 runs had no steady window (a 1, b 2)") and "about 84 s" in line
+    assert unsteady_line({"a": [{"steady": 1.0}], "old": [{}]}) is None  # steady, or predating the key

@@ -19,7 +19,7 @@ from baton.core.errors import ConfigError
 from baton.experiments import Experiment, RunData, run_experiment
 from baton.experiments.comparison import write_comparison
 from baton.experiments.provenance import write_run_json
-from baton.experiments.repeats import combine, dropped_line, thin_tails_line
+from baton.experiments.repeats import combine, dropped_line, thin_tails_line, unsteady_line
 from baton.metrics import write_records
 from baton.metrics.summary import overload
 from baton.perf import build as build_preset
@@ -130,7 +130,8 @@ def compare_report(exp: Experiment, runs: list[RunData], args, title: str,
     else:
         summaries, paired = {r.name: clean(r.summary) for r in runs}, {}
     by_policy = repeats or {r.name: [r.summary] for r in runs}
-    warnings = [line for line in (dropped_line(by_policy), thin_tails_line(by_policy)) if line]
+    warnings = [line for line in (dropped_line(by_policy), unsteady_line(by_policy), thin_tails_line(by_policy))
+                if line]
     for line in warnings:  # one line each for the whole comparison, not one per policy
         print(f"warning: {line}", file=sys.stderr)
     (Path(args.out) / "summary.json").write_text(json.dumps(summaries, indent=2))

@@ -137,6 +137,21 @@ def thin_tails_line(runs: Mapping[str, list[Mapping[str, float]]]) -> str | None
 DROPPED_WARN_SHARE = 0.001  # a policy that rejected more than this share of its requests is named
 
 
+def unsteady_line(runs: Mapping[str, list[Mapping[str, float]]]) -> str | None:
+    """One line when any run (policy -> its repeats' summaries) had no steady window
+    (shorter than max(60 s, 10 mean e2e) of arrivals: ``steady`` 0): its attainment and
+    latencies measure a burst arriving into an empty cluster, not a sustained load. None
+    when every run was steady (or the summaries predate the key)."""
+    bad = {name: sum(1 for s in summaries if s.get("steady", 1.0) == 0.0) for name, summaries in runs.items()}
+    total = sum(len(summaries) for summaries in runs.values())
+    if not any(bad.values()):
+        return None
+    needed = max(s.get("steady_needed_s", 0.0) for summaries in runs.values() for s in summaries)
+    who = ", ".join(f"{name} {n}" for name, n in bad.items() if n)
+    return (f"{sum(bad.values())} of {total} runs had no steady window ({who}): their figures measure a burst, "
+            f"not a sustained load; a window needs about {needed:.0f} s of arrivals here (more --requests)")
+
+
 def dropped_line(runs: Mapping[str, list[Mapping[str, float]]]) -> str | None:
     """One line naming each policy (policy -> its repeats' summaries) that rejected more
     than ``DROPPED_WARN_SHARE`` of its requests, with the count by reason (``rejected_<reason>``
