@@ -79,3 +79,44 @@ def test_a_point_runs_on_a_steady_window():
     sizes.clear()
     miss = {"requests": 50, "steady": 0.0, "steady_needed_s": 5000.0, "slo_attainment": 0.2}
     assert steady_point(lambda n: sizes.append(n) or miss, 10.0, 50) is miss and sizes == [50]  # a miss: one run
+
+
+def _azure_trace(path, n):
+    """An Azure-format trace of ``n`` requests, 0.1 s apart, each prompt a different length."""
+    rows = [f"2023-11-16 18:{15 + i // 600:02d}:{(i // 10) % 60:02d}.{i % 10}000000,{100 + i},8" for i in range(n)]
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(rows) + "\n")
+    return str(path)
+
+
+def test_a_sweep_point_on_a_trace_without_a_request_count_runs_all_of_it(tmp_path):
+    """``requests`` unset on a trace means the whole trace (whatever ``kind`` says), not
+    the synthetic spec's default count."""
+    from baton.experiments.sweep import run_point
+    trace = _azure_trace(tmp_path / "t.csv", 1300)
+    exp = Experiment(cluster=ClusterSpec(prefill=0, decode=0, mixed=2), workload=WorkloadConfig(trace=trace),
+                     policy="round-robin")
+    assert exp.workload.kind == "synthetic" and not exp.workload.drawn
+    assert run_point(exp, 10.0)["requests"] == 1300  # 1,000 of them would already be a steady window
+
+
+def test_a_reproduction_on_trace_windows_never_reads_past_its_own_window(tmp_path, monkeypatch):
+    """A pass short of a steady window asks for more requests; a trace window has no more to
+    give, so it runs again on itself (reading the trace's first N made every repeat the
+    same run: Arrow's conversation figure came out +10.3% [+10.3, +10.3])."""
+    from types import SimpleNamespace
+
+    import baton.experiments.reproduce as reproduce
+    from baton.experiments.repeats import repeat_workloads
+    seen = []
+
+    def fake_run(exp, requests, name):
+        seen.append(requests[0].prompt_tokens)
+        summary = {"slo_attainment": 1.0, "steady": 0.0, "steady_needed_s": 60.0, "requests": len(requests)}
+        return None, SimpleNamespace(summary=summary)
+    monkeypatch.setattr(reproduce, "run_experiment", fake_run)
+    exp = Experiment(workload=WorkloadConfig(trace=_azure_trace(tmp_path / "t.csv", 400), requests=100))
+    claim = reproduce.Claim("x", "fig", "", exp, "a", "b", reproduce.SUSTAINABLE, 0.1, rates=(10.0,))
+    for _, window in repeat_workloads(exp, 3)[1:]:
+        seen.clear()
+        reproduce._measure(exp, window, "a", claim)
+        assert seen and set(seen) == {window[0].prompt_tokens} != {100}  # its own first request, each run

@@ -48,6 +48,13 @@ class WorkloadConfig:
     # one-line notes the loader gave (rows dropped, lengths estimated), for the run's output
     notes: list[str] = field(default_factory=list, compare=False, repr=False)
 
+    @property
+    def drawn(self) -> bool:
+        """Whether the requests are drawn from the synthetic spec (so any number can be
+        had); not for a trace or the sessions generator (``kind`` alone does not say: a
+        trace file is read whatever ``kind`` is)."""
+        return not self.trace and self.sessions is None
+
     def _read(self, seed: int) -> list[Request]:
         said: list[str] = []
         reqs = load_trace(self.trace, self.format, self.arrivals, seed, self.columns, self.time_unit,

@@ -252,8 +252,9 @@ def _measure(exp: Experiment, requests: list, name: str, claim: Claim) -> dict[s
     from baton.workload import scale_to_rate
 
     def run(rate: float, n: int) -> dict[str, float]:
-        window = requests[:n] if n <= len(requests) or exp.workload.kind != "synthetic" else \
-            replace(exp.workload, requests=n).load(exp.seed)  # a synthetic source draws more
+        window = requests[:n] if n <= len(requests) or not exp.workload.drawn else \
+            replace(exp.workload, requests=n).load(exp.seed)  # a synthetic source draws more; a trace's
+        # window is what it holds (loading n of the trace would be its start, the same for every repeat)
         return run_experiment(exp, requests=scale_to_rate(window, rate), name=name)[1].summary
     points = [steady_point(lambda n, r=rate: run(r, n), rate, len(requests)) for rate in claim.rates]
     knee = sustained(claim.rates, points, 0.9)  # a knee resting on a burst (no steady window) is no knee

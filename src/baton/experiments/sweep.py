@@ -59,7 +59,7 @@ def run_point(exp: Experiment, rate_rps: float, target: float = 0.9) -> dict[str
     (``steady.steady_point``: at least its own request count, and enough requests for 60 s
     and 10 mean e2e of steady arrivals; a trace gives at most all it holds); the summary."""
     wl = exp.workload
-    base = wl.requests or (wl.synthetic.requests if wl.kind == "synthetic" else 10**9)
+    base = wl.requests or (wl.synthetic.requests if wl.drawn else 10**9)  # a trace: all of it
 
     def run(n: int) -> dict[str, float]:
         point = replace(exp, workload=replace(wl, rate_rps=rate_rps, requests=n))
