@@ -295,7 +295,8 @@ def cmd_reproduce(args: argparse.Namespace) -> None:
         if o.dropped:  # never silently: the figure rests on fewer repeats than asked for
             print(f"warning: {o.claim.name}: {o.dropped} of {o.dropped + len(o.ratios)} repeats have no "
                   f"{o.claim.metric} for one of the policies (for a rate: none of {list(o.claim.rates)} reached "
-                  f"the target attainment); Baton's figure rests on the others", file=sys.stderr)
+                  f"the target attainment, or the last rate that did had no steady window: a burst); Baton's "
+                  f"figure rests on the others", file=sys.stderr)
     rows = [[_claim_label(o), o.claim.figure, f"{o.claim.metric}: {o.claim.policy} vs {o.claim.baseline}",
              f"{o.claim.claim * 100:+.1f}%", _pct_ci(o), _verdict_text(o)] for o in outcomes]
     head = ["figure", "what", "metric", "paper", "Baton (95% CI)", "verdict"]
