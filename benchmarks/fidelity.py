@@ -180,9 +180,15 @@ def print_figures(rows: list[dict], real: dict | None) -> None:
         load = f"{m['load']:.2f}" if m["load"] else "-"
         print(f"{m['case']:<18} {load:>5} {m['ttft_mape']:>9.3f} {ratios('ttft'):>15} {m['tpot_mape']:>9.3f} "
               f"{ratios('tpot'):>15} {m['e2e_mape']:>8.3f} {m['speedup_whole']:>5.1f}x")
+    loaded = ((real or {}).get("loaded") or {}).get("cases", {})
     if real is not None:
         print(f"{'real (vLLM CPU)':<18} {'-':>5} {real['ttft_mape']:>9.3f} {'':>15} {real['tpot_mape']:>9.3f} "
               f"{'':>15} {real['e2e_mape']:>8.3f}   ({real['failed']} failed)")
+        busy = " (profile taken on a BUSY machine)" if real.get("profile_busy") else ""
+        for key, m in loaded.items():
+            ratios = lambda k: "/".join(f"{m[f'{k}_p{q}_ratio']:.2f}" for q in (50, 90, 99))  # noqa: E731
+            print(f"{'real, ' + key + '% load':<18} {m['load']:>5.2f} {m['ttft_mape']:>9.3f} {ratios('ttft'):>15} "
+                  f"{m['tpot_mape']:>9.3f} {ratios('tpot'):>15} {m['e2e_mape']:>8.3f}   ({m['failed']} failed){busy}")
     ok = [m for m in rows if "error" not in m]
     worst = {k: max((m[f"{k}_mape"] for m in ok), default=None) for k in ("ttft", "tpot", "e2e")}
     real_mape = {k: (real or {}).get(f"{k}_mape") for k in ("ttft", "tpot", "e2e")}
@@ -190,7 +196,10 @@ def print_figures(rows: list[dict], real: dict | None) -> None:
     print(json.dumps({"vidur_ttft_mape": worst["ttft"], "vidur_tpot_mape": worst["tpot"], "vidur_e2e_mape": worst["e2e"],
                       "vidur_cases": ok, "vidur_speedup": light["speedup_whole"] if light else None,
                       "real_ttft_mape": real_mape["ttft"], "real_tpot_mape": real_mape["tpot"],
-                      "real_e2e_mape": real_mape["e2e"], "real": real}))
+                      "real_e2e_mape": real_mape["e2e"],
+                      **{f"real{key}_{k}_mape": m[f"{k}_mape"] for key, m in loaded.items() for k in ("ttft", "tpot", "e2e")},
+                      "real_sustainable_rps": ((real or {}).get("loaded") or {}).get("sustainable_rps"),
+                      "real_profile_busy": (real or {}).get("profile_busy"), "real": real}))
 
 
 def main() -> None:
@@ -202,6 +211,8 @@ def main() -> None:
     p.add_argument("--no-vidur", action="store_true", help="skip the Vidur comparison (vidur_* null)")
     p.add_argument("--real-requests", type=int, default=200, help="requests in the real-engine trace")
     p.add_argument("--real-rate", type=float, default=1.0, help="their Poisson rate (req/s)")
+    p.add_argument("--no-loaded", action="store_true",
+                   help="skip the real engine's rate search and its 50/70/85%% load cases")
     p.add_argument("--work", default=None, help="scratch folder for Vidur's outputs (default: a temporary one)")
     args = p.parse_args()
     n = args.requests or (2000 if args.quick else 10000)
@@ -213,7 +224,7 @@ def main() -> None:
     real = None
     if args.real:
         from fidelity_real import run_real
-        real = run_real(work / "real", args.real_requests, args.real_rate, compare)
+        real = run_real(work / "real", args.real_requests, args.real_rate, compare, loaded=not args.no_loaded)
     rows = []
     if not args.no_vidur:
         python = ensure_vidur()

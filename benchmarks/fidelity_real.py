@@ -138,11 +138,16 @@ def prefix_hits(url: str) -> float:
                if line.startswith("vllm:prefix_cache_hits_total"))
 
 
+def reset_prefix_cache(engine_url: str) -> None:
+    """Empty vLLM's prefix cache (``/reset_prefix_cache``: its dev mode)."""
+    reset = urllib.request.Request(engine_url + "/reset_prefix_cache", data=b"", method="POST")
+    urllib.request.urlopen(reset, timeout=30).read()
+
+
 def run_prefix(engine_url: str, gw_url: str, n_sessions: int) -> tuple[list[Request], list, float]:
     """The sessions trace replayed from an empty prefix cache: (requests, replay records,
     vLLM's hits in tokens)."""
-    reset = urllib.request.Request(engine_url + "/reset_prefix_cache", data=b"", method="POST")
-    urllib.request.urlopen(reset, timeout=30).read()
+    reset_prefix_cache(engine_url)
     requests = sessions_trace(n_sessions)
     before = prefix_hits(engine_url)
     live = asyncio.run(replay(gw_url, requests, model="smollm2", timeout_s=600))
@@ -169,8 +174,11 @@ def write_pairs(path: Path, requests: list[Request], real: dict, sim: dict) -> N
             handle.write(",".join(f"{c:.6g}" if isinstance(c, float) else str(c) for c in cells) + "\n")
 
 
-def run_real(work: Path, n: int, rate_rps: float, compare, prefix_sessions: int = 30) -> dict:
-    """Profile, replay and simulate; ``compare`` is fidelity.py's per-request comparison."""
+def run_real(work: Path, n: int, rate_rps: float, compare, prefix_sessions: int = 30, loaded: bool = True) -> dict:
+    """Profile, replay and simulate; ``compare`` is fidelity.py's per-request comparison.
+    With ``loaded``, also the engine's sustainable rate and the cases at 50/70/85% of it
+    (``fidelity_loaded``)."""
+    from fidelity_loaded import BUSY_SHARE, BusyMeter, Harness, RateSearch, loaded_cases, slo_of
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     procs = []
@@ -179,17 +187,35 @@ def run_real(work: Path, n: int, rate_rps: float, compare, prefix_sessions: int 
         procs.append(vllm)
         print(f"fidelity: vLLM ready after {time.monotonic() - t0:.0f} s; profiling", flush=True)
         grid = ProfileGrid(max_num_batched_tokens=BUDGET_TOKENS, max_num_seqs=MAX_SEQS)
+        busy = BusyMeter(vllm.pid)  # the engine runs in its own session: its group is its pid
+        busy.start()
         facts, rows = asyncio.run(profile_engine(engine_url, "smollm2", grid, 0,
                                                  lambda m: print("  " + m, flush=True)))
+        busy_share = busy.stop()
         profile = work / "profile.csv"
         write_profile(profile, rows, facts, {"max_num_batched_tokens": BUDGET_TOKENS})
         fit = fit_errors(rows, FittedModel.from_profile(profile))
         print(f"fidelity: profiled in {time.monotonic() - t0:.0f} s; fit MAPE "
-              + ", ".join(f"{k} {v['mape']:.1%}" for k, v in fit.items()), flush=True)
+              + ", ".join(f"{k} {v['mape']:.1%}" for k, v in fit.items())
+              + f"; other processes used {busy_share:.0%} of the machine meanwhile"
+              + (" (BUSY: figures on this profile are marked)" if busy_share > BUSY_SHARE else ""), flush=True)
         gateway, gw_url = start_gateway(work, engine_url, profile)
         procs.append(gateway)
         requests = trace(n, rate_rps)
         live = asyncio.run(replay(gw_url, requests, model="smollm2", timeout_s=600))
+        under_load: dict = {}
+        if loaded:
+            say = lambda m: print("fidelity: " + m, flush=True)  # noqa: E731
+            slo = slo_of(FittedModel.from_profile(profile))
+            say(f"SLO for the rate search: TTFT {slo.ttft_s:.3f} s, TPOT {slo.tpot_s * 1000:.1f} ms")
+            harness = Harness(gw_url, lambda: reset_prefix_cache(engine_url), lambda: prefix_hits(engine_url),
+                              lambda reqs: simulated(reqs, profile, facts.kv_capacity_tokens), compare,
+                              lambda name, reqs, real, sim: write_pairs(work / name, reqs, real, sim), say)
+            search = RateSearch(harness, slo)
+            sustainable = search.run()
+            say(f"sustainable rate {sustainable:.2f} req/s")
+            under_load = {"slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s}, "sustainable_rps": sustainable,
+                          "rate_search": search.tried, "cases": loaded_cases(harness, sustainable)}
         if prefix_sessions:
             print("fidelity: the prefix-caching case (sessions)", flush=True)
             p_requests, p_live, p_hits = run_prefix(engine_url, gw_url, prefix_sessions)
@@ -203,7 +229,8 @@ def run_real(work: Path, n: int, rate_rps: float, compare, prefix_sessions: int 
     write_pairs(work / "requests.csv", requests, real, sim)
     out = compare(real, sim)
     out.update(requests=n, rate_rps=rate_rps, failed=failed, profile_rows=len(rows),
-               profile_fit_mape={k: v["mape"] for k, v in fit.items()}, seconds=round(time.monotonic() - t0))
+               profile_fit_mape={k: v["mape"] for k, v in fit.items()}, profile_busy_share=busy_share,
+               profile_busy=busy_share > BUSY_SHARE, loaded=under_load, seconds=round(time.monotonic() - t0))
     if prefix_sessions:
         p_real, p_failed = _paired(p_live, p_requests)
         sim_hits: list[float] = []
