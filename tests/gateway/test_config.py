@@ -83,3 +83,25 @@ def test_client_keys_need_a_token_for_metrics(monkeypatch):
     assert parse_config({"engines": engines, "api_keys": ["k"], "metrics_token": "m"}).metrics_token == "m"
     monkeypatch.setenv("BATON_METRICS_TOKEN", "from-env")
     assert parse_config({"engines": engines, "api_keys": ["k"]}).metrics_token == "from-env"
+
+
+@pytest.mark.parametrize("engine, says", [
+    ({"url": "http://127.0.0.1:99999", "role": "mixed"}, "engines[0].url: expected a port in 1-65535"),
+    ({"url": "http://127.0.0.1:0", "role": "mixed"}, "expected a port in 1-65535"),
+    ({"url": "http://:8000", "role": "mixed"}, "expected an http(s) URL"),
+    ({"url": "http://127.0.0.1:8000", "role": "mixed", "name": "a\nb"}, "engines[0].name: only letters"),
+    ({"url": "http://127.0.0.1:8000", "role": "mixed", "name": 'x"} 1'}, "only letters, digits and -_.:"),
+    ({"url": "http://127.0.0.1:8000", "role": "mixed", "name": "n" * 129}, "at most 128 characters"),
+    ({"url": "http://127.0.0.1:8000", "role": "mixed", "name": "123"}, "must not be all digits"),
+    ({"url": "http://127.0.0.1:8000", "role": "mixed", "kv_blocks": 10**15}, "engines[0].kv_blocks"),
+])
+def test_an_engine_s_port_name_and_blocks_are_checked(engine, says):
+    """An engine (from a config, or the admin API's add call, which parses the same way)
+    with a port out of range, a name that is no label, or an absurd block count is refused
+    with the key named, not taken (a name with a newline became a metric label and a log
+    line; port 99999 made a later URL read raise)."""
+    with pytest.raises(ConfigError) as err:
+        parse_config({"engines": [engine]})
+    assert says in str(err.value)
+    parse_config({"engines": [{"url": "http://127.0.0.1:8000", "role": "mixed", "name": "prefill-0.a_b:1",
+                               "kv_blocks": 4096}]})  # an ordinary one passes

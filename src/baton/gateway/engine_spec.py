@@ -21,8 +21,14 @@ from baton.gateway.urls import public_url
 def http_url(value: str) -> str | None:
     """What is wrong with ``value`` as an engine's base URL (None: nothing)."""
     u = urlparse(value)
-    return None if u.scheme in ("http", "https") and u.netloc else \
-        f"expected an http(s) URL, got {public_url(value)!r}"
+    if u.scheme not in ("http", "https") or not u.netloc or not u.hostname:
+        return f"expected an http(s) URL, got {public_url(value)!r}"
+    try:
+        port = u.port  # urllib raises on a port outside 0-65535
+    except ValueError:
+        port = -1
+    return None if port is None or 0 < port < 65536 else \
+        f"expected a port in 1-65535, got {public_url(value)!r}"
 
 
 def zmq_connect_address(value: str) -> str | None:
@@ -40,8 +46,20 @@ def _z85_key(value: str) -> str | None:
     return None if is_z85_key(value) else "expected a CURVE public key: 40 Z85 characters, as zmq.curve_keypair() writes them"
 
 
-def _not_digits(value: str) -> str | None:
-    # admin calls address instances by name or numeric id, so a name must not look like an id
+NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
+MAX_NAME_CHARS = 128
+MAX_KV_BLOCKS = 1 << 32  # about 64 G tokens at 16 a block: far beyond any engine's cache
+
+
+def _engine_name(value: str) -> str | None:
+    """A name is a metric label, a log field and an admin API path segment: letters,
+    digits and ``-_.:``, at most ``MAX_NAME_CHARS``; and not all digits (admin calls address
+    instances by name or numeric id, so a name must not look like an id)."""
+    if len(value) > MAX_NAME_CHARS:
+        return f"at most {MAX_NAME_CHARS} characters, got {len(value)}"
+    bad = sorted(set(value) - NAME_CHARS)
+    if bad:
+        return f"only letters, digits and -_.: are allowed, got {''.join(bad)[:8]!r} in it"
     return f"must not be all digits, got {value!r}" if value.isdigit() else None
 
 
@@ -53,11 +71,12 @@ class EngineSpec:
 
     url: str = setting(doc="the engine's base URL (http or https)", check=http_url)
     role: Role = setting(doc="what the engine runs: prefill, decode or mixed (both)")
-    name: str = setting("", doc="its name in metrics, logs and the admin API (default: host:port)", check=_not_digits)
+    name: str = setting("", doc="its name in metrics, logs and the admin API (default: host:port)", check=_engine_name)
     engine_type: str = setting("vllm", key="type", choices=tuple(ENGINE_TYPES),
                                doc="engine kind: its metric names and PD protocol fields")
     model: str | None = setting(None, doc="the model it serves (default: asked from its /v1/models)")
-    kv_blocks: int | None = setting(None, gt=0, unit="blocks", doc="KV cache capacity (default: the preset's)")
+    kv_blocks: int | None = setting(None, gt=0, le=MAX_KV_BLOCKS, unit="blocks",
+                                    doc="KV cache capacity (default: the preset's)")
     bootstrap_port: int | None = setting(None, gt=0, le=65535, doc="SGLang's disaggregation bootstrap port")
     metric_names: dict[str, str | None] = setting(
         factory=dict, doc="Prometheus names of running, waiting, kv_usage and preemptions, over the type's "
