@@ -93,3 +93,25 @@ def test_per_placement_figures_stay_out_of_metrics():
     metrics.watch_policy(Reporting())
     text = metrics.render().decode()
     assert 'baton_policy_report{key="cache_aware_followed"} 2.0' in text and "matched_blocks_mean" not in text
+
+
+def test_a_flood_of_scrapes_renders_at_most_twenty_times_a_second(monkeypatch):
+    """Every render walks every series: beyond FRESH_RENDERS_PER_S scrapes a second the
+    last text is served again; below it every scrape is fresh."""
+    import asyncio
+
+    from baton.gateway import server
+    from baton.gateway.config import parse_config
+    gw = server.Gateway(parse_config({"engines": [{"url": "http://127.0.0.1:9", "role": "mixed", "name": "e0"}]}))
+    renders = []
+    real = gw.metrics.render
+    monkeypatch.setattr(gw.metrics, "render", lambda extra=None: renders.append(1) or real(extra))
+
+    async def scrape(n):
+        return [await gw._render() for _ in range(n)]
+    texts = asyncio.run(scrape(200))
+    assert len(renders) == server.FRESH_RENDERS_PER_S and all(t == texts[-1] for t in texts[server.FRESH_RENDERS_PER_S:])
+    assert b"baton_" in texts[0]
+    gw._renders.clear()  # a second later: fresh again
+    asyncio.run(scrape(1))
+    assert len(renders) == server.FRESH_RENDERS_PER_S + 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 
 from aiohttp import web
 
@@ -34,6 +35,7 @@ from baton.protocol.errors import ApiError
 from baton.profiling.qoe import extras_for
 
 log = logging.getLogger("baton.gateway")
+FRESH_RENDERS_PER_S = 20  # /metrics renders afresh at most this often; a flood of scrapes gets the last one
 
 
 class Gateway(Front):
@@ -69,6 +71,8 @@ class Gateway(Front):
         self.discovery: PodDiscovery | None = None
         self.hub: ControlHub | None = None if hub_address is None else ControlHub(self.control, hub_address,
                                                                                      self.engines.names)
+        self._rendered = b""  # the last Prometheus text
+        self._renders: deque[float] = deque()  # when the fresh renders of the last second were made (monotonic s)
 
     @property
     def scheduler(self):
@@ -199,6 +203,20 @@ class Gateway(Front):
             err = ApiError(401, "/metrics needs the metrics token (metrics_token) or the admin token",
                            err_type="authentication_error")
             return web.json_response(err.body(), status=401, headers={"WWW-Authenticate": "Bearer"})
-        extra = await self.hub.relay_samples() if self.hub is not None else None
-        return web.Response(body=self.metrics.render(extra),
+        return web.Response(body=await self._render(),
                             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+    async def _render(self) -> bytes:
+        """The Prometheus text, fresh for up to ``FRESH_RENDERS_PER_S`` scrapes a second and
+        the last one beyond that: every render walks every series (and, with relay workers,
+        asks each relay for its own), so a flood of scrapes would cost the event loop that
+        much each. (A fixed reuse interval instead would hand a stale text to a scraper that
+        reads, acts, and reads again within it.)"""
+        now = time.monotonic()
+        while self._renders and now - self._renders[0] > 1.0:
+            self._renders.popleft()
+        if not self._rendered or len(self._renders) < FRESH_RENDERS_PER_S:
+            self._renders.append(now)
+            extra = await self.hub.relay_samples() if self.hub is not None else None
+            self._rendered = self.metrics.render(extra)
+        return self._rendered
