@@ -120,6 +120,19 @@ def test_two_relays_answer_exactly_and_share_one_control(gw):
     assert wait_until(lambda: idle(gw), 5)
 
 
+def test_clients_that_drop_their_streams_leave_no_traceback_in_the_log(gw):
+    """A client gone mid-stream is one DEBUG line, not aiohttp's ERROR with a 40-line
+    traceback for every dropped stream (which a relay's failed write to the closing
+    connection used to reach)."""
+    for _ in range(12):
+        s = Stream(gw.url + "/v1/completions", {"prompt": IDS, "max_tokens": 400, "stream": True})
+        next(s.events())
+        s.close()
+    assert wait_until(lambda: idle(gw), 10)
+    text = gw.log.read_text()
+    assert "Traceback" not in text and "Error handling request" not in text, text[-3000:]
+
+
 def test_a_killed_relay_costs_only_its_own_streams_and_leaves_nothing_booked(gw):
     threads, out = streams(gw, 8, 400, "k")
     assert wait_until(lambda: decoding(gw, 8), 20)
