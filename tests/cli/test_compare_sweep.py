@@ -227,3 +227,15 @@ def test_a_sweep_names_the_policies_that_dropped_requests(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "warning: requests rejected (counted as SLO misses): round-robin" in p.stderr and "context" in p.stderr
     assert "requests rejected" in (tmp_path / "sweep.html").read_text()
+
+
+def test_compare_checks_every_policy_against_the_cluster_before_running_any(tmp_path):
+    """A policy the cluster cannot run (cascade needs colocated instances) fails the whole
+    comparison at once, named with its reason, before a single policy was simulated."""
+    out = tmp_path / "o"
+    p = baton("compare", "--policies", "least-loaded,cascade,round-robin", "--prefill", "2", "--decode", "4",
+              "--requests", "50", "--out", str(out))
+    assert p.returncode == 2, p.stderr
+    assert "cascade: policy 'cascade'" in p.stderr and "colocated instances only" in p.stderr
+    assert "Traceback" not in p.stderr
+    assert not list(out.glob("*.requests.csv"))  # nothing was simulated first
