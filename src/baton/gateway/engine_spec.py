@@ -71,7 +71,8 @@ class EngineSpec:
 
     url: str = setting(doc="the engine's base URL (http or https)", check=http_url)
     role: Role = setting(doc="what the engine runs: prefill, decode or mixed (both)")
-    name: str = setting("", doc="its name in metrics, logs and the admin API (default: host:port)", check=_engine_name)
+    name: str = setting("", doc="its name in metrics, logs and the admin API: letters, digits and -_.:, at most "
+                                    "128 (default: host:port)", check=_engine_name)
     engine_type: str = setting("vllm", key="type", choices=tuple(ENGINE_TYPES),
                                doc="engine kind: its metric names and PD protocol fields")
     model: str | None = setting(None, doc="the model it serves (default: asked from its /v1/models)")
