@@ -226,7 +226,7 @@ def _compare(claim: Claim, exp: Experiment, k: int, progress: Callable[[str], No
              cache: dict) -> Outcome:
     pol, base, capped = [], [], 0
     for i, (seed, requests) in enumerate(repeat_workloads(exp, k)):
-        values = {}
+        values, capped_here = {}, False
         for name in (claim.baseline, claim.policy):
             key = (repr(replace(exp, policy=name, seed=seed)), i)  # repeat i is the same whatever k
             if key not in cache:
@@ -234,7 +234,8 @@ def _compare(claim: Claim, exp: Experiment, k: int, progress: Callable[[str], No
                     progress(f"{claim.name}: {name} ({i + 1}/{k})")
                 cache[key] = _measure(replace(exp, policy=name, seed=seed), requests, name, claim)
             values[name] = float(cache[key].get(claim.metric, math.nan))
-        capped += any(cache[(repr(replace(exp, policy=n, seed=seed)), i)].get("capped") for n in values)
+            capped_here |= bool(cache[key].get("capped"))
+        capped += capped_here
         base.append(values[claim.baseline])
         pol.append(values[claim.policy])
     ratios = log_ratios(pol, base)
