@@ -79,6 +79,8 @@ def checked_reads(monkeypatch):
     ("kairos", ClusterSpec(prefill=1, decode=3, engine=EngineConfig(512, 32, 16), nic_gbps=10)),
     # more candidates than the scalar cut-off: the vectorised closed form
     ("least-loaded", ClusterSpec(prefill=26, decode=30, engine=EngineConfig(512, 32, 16), nic_gbps=10)),
+    # mixed instances above the cut-off: prefill iterations planned together (listed times)
+    ("least-loaded", ClusterSpec(prefill=0, decode=0, mixed=30, engine=EngineConfig(512, 32, 16))),
     # more decode candidates than the pruning cut-off: least load by lower bounds
     ("least-loaded", ClusterSpec(prefill=2, decode=140, engine=EngineConfig(512, 32, 16), nic_gbps=10)),
 ])
@@ -99,8 +101,9 @@ def _instance(iid, ctx_rows=(), segment=None):
 
 @pytest.mark.parametrize("now_s", [0.0, 0.0049, 0.005, 0.0105, 0.31, 5.0, 1e6])
 def test_iterations_match_the_segment_closed_form(now_s):
+    listed = Segment(0.0, 0.004, 0.0, 3, iters_s=(0.004, 0.006, 0.0045), ends_s=(0.004, 0.01, 0.0145))
     segs = [Segment(0.0, 0.005, 0.0, 40), Segment(0.0, 0.005, 1e-5, 40), Segment(0.1, 0.002, 3e-4, 7),
-            Segment(0.0, 0.005, 1e-310, 9), None]
+            Segment(0.0, 0.005, 1e-310, 9), None, listed]
     for copies in (1, 8):  # per instance below the cut-off, vectorised above it
         insts = {i: _instance(i, (100, 250), seg) for i, seg in enumerate(segs * copies)}
         cols = LoadColumns(insts)

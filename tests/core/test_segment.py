@@ -37,3 +37,18 @@ def test_decode_table_add_remove_keeps_aggregates():
     assert t.ctx_sum == sum(100 + i + 3 for i in (0, 2, 3, 4))
     assert sorted(t.req_ids()) == [0, 2, 3, 4]
     assert t.get(4, "generated") == 4
+
+
+def test_listed_iteration_times_set_iterations_done_and_block_growth():
+    """A prefill's iterations planned together: times and blocks as listed, per iteration."""
+    iters = (0.03, 0.031, 0.0335, 0.012)
+    ends = (2.0 + 0.03, 2.0 + 0.03 + 0.031, 2.0 + 0.03 + 0.031 + 0.0335, 2.0 + 0.03 + 0.031 + 0.0335 + 0.012)
+    seg = Segment(2.0, iters[0], 0.0, 4, 16, iters_s=iters, ends_s=ends, prefill_blocks=(0, 32, 64, 80))
+    for t in np.linspace(1.9, 2.2, 301):
+        assert seg.iterations_done(float(t)) == int(np.searchsorted(ends, t, side="right"))
+    assert [seg.iterations_done(t) for t in ends] == [1, 2, 3, 4]  # an end event's own time counts
+    assert [seg.end_s(k) for k in range(1, 5)] == list(ends) and seg.end_s(0) == 2.0
+    assert [seg.iteration_s(k) for k in range(4)] == list(iters)
+    assert [seg.block_growth(k) for k in range(4)] == [0, 32, 64, 80]
+    seg.max_iters = 2  # cut after the second iteration
+    assert seg.iterations_done(10.0) == 2

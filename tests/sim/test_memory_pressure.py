@@ -54,13 +54,21 @@ def test_arriving_kv_cannot_take_blocks_ahead_of_a_preempted_request():
     assert eng.reserve(eng.end_s, 1)  # B is running again: nothing waits ahead
 
 
+def _segment_chunks(eng: Engine) -> list[int]:
+    """The chunk of each iteration of the running segment (several when a prefill's
+    iterations are planned as one segment)."""
+    if eng.run is None:
+        return [eng.chunks[0][1]]
+    return [step[0][1] for step in eng.run.chunks[:eng.state.segment.max_iters]]
+
+
 def _recompute_chunks(eng: Engine) -> list[int]:
-    chunks = [eng.chunks[0][1]]
+    chunks = _segment_chunks(eng)
     while True:
         _next(eng)
         if 2 not in eng.prefills:
             return chunks
-        chunks.append(eng.chunks[0][1])
+        chunks += _segment_chunks(eng)
 
 
 def test_readmission_waits_for_room_for_the_whole_context_then_recomputes_in_chunks():

@@ -8,6 +8,7 @@ iteration), and readers extrapolate the number of completed iterations in closed
 
 from __future__ import annotations
 
+import bisect
 import enum
 import math
 from dataclasses import dataclass, field
@@ -37,7 +38,12 @@ class Role(str, enum.Enum):
 
 @dataclass(slots=True)
 class Segment:
-    """Iterations k = 0.. of one batch composition: iteration k lasts ``iter0_s + slope_s * k``."""
+    """Iterations k = 0.. of one batch composition: iteration k lasts ``iter0_s + slope_s * k``
+    (decodes alone), or, for a chunked prefill that runs several iterations beside the same
+    decodes, ``iters_s[k]`` as listed (``ends_s[k]``: the time iteration k ends, each the
+    previous end plus its duration, as one-iteration segments would end;
+    ``prefill_blocks[k]``: blocks its chunks take beyond iteration 0's once iteration k is
+    under way)."""
 
     start_s: float
     iter0_s: float
@@ -46,10 +52,19 @@ class Segment:
     block_size: int = 16
     rows: int = 0
     residue_ge: tuple[int, ...] = ()
+    iters_s: tuple[float, ...] = ()
+    ends_s: tuple[float, ...] = ()
+    prefill_blocks: tuple[int, ...] = ()
 
     def block_growth(self, k: int) -> int:
-        """Extra KV blocks the running decodes hold once iteration k is under way
+        """Extra KV blocks the running work holds once iteration k is under way
         (iteration 0's blocks are already counted by the instance)."""
+        if k <= 0:
+            return 0
+        return self.decode_growth(k) + (self.prefill_blocks[k] if self.prefill_blocks else 0)
+
+    def decode_growth(self, k: int) -> int:
+        """The running decodes' share of ``block_growth``."""
         if k <= 0 or not self.rows:
             return 0
         whole, part = divmod(k, self.block_size)
@@ -57,10 +72,14 @@ class Segment:
 
     def elapsed_s(self, k: int) -> float:
         """Time from the segment start to the end of iteration k-1 (k iterations done)."""
+        if self.ends_s:
+            return self.ends_s[k - 1] - self.start_s if k > 0 else 0.0
         return k * self.iter0_s + self.slope_s * k * (k - 1) / 2.0
 
     def iterations_done(self, now_s: float) -> int:
         """Iterations completed by ``now_s`` (an iteration ending exactly at now counts)."""
+        if self.ends_s:  # times, not durations: an end event's own time counts that iteration
+            return bisect.bisect_right(self.ends_s, now_s, 0, self.max_iters)
         dt = now_s - self.start_s
         if dt <= 0.0:
             return 0
@@ -76,8 +95,12 @@ class Segment:
             k += 1
         return k
 
+    def end_s(self, k: int) -> float:
+        """When iteration k-1 ends (k iterations done), in s."""
+        return self.ends_s[k - 1] if self.ends_s and k > 0 else self.start_s + self.elapsed_s(k)
+
     def iteration_s(self, k: int) -> float:
-        return self.iter0_s + self.slope_s * k
+        return self.iters_s[k] if self.iters_s else self.iter0_s + self.slope_s * k
 
 
 @dataclass(slots=True)

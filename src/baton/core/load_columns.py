@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 _SCALAR_BELOW = 24  # rows to compute at most, where per-instance reads beat vectorised ones
 _PRUNE_ABOVE = 128  # candidates above which a least-load read prunes by lower bounds first
 _SLICE_FROM = 256  # below it a gather costs fewer numpy calls than a slice and a copy
-_INT_COLUMNS = ("base", "ctx", "n", "prefill", "reqs", "seg_max", "queued", "sq", "incoming_n", "incoming")
+_INT_COLUMNS = ("base", "ctx", "n", "prefill", "reqs", "seg_max", "queued", "sq", "incoming_n", "incoming",
+                "tabled")
 _FLOAT_COLUMNS = ("seg_start", "iter0", "slope", "s_interval", "s_kv")
 
 
@@ -34,7 +35,8 @@ class LoadColumns:
     of their squares), ``incoming_n`` and ``incoming`` (KV on its way: requests, tokens),
     ``reqs`` (outstanding requests), the last scrape's token interval and KV usage
     (``s_interval`` s, ``s_kv``; 0 before the first) and the running decode segment
-    (``seg_start``, ``iter0``, ``slope`` in s; ``seg_max`` iterations, 0 without one).
+    (``seg_start``, ``iter0``, ``slope`` in s; ``seg_max`` iterations, 0 without one;
+    ``tabled`` 1 where its iteration times are listed, not affine: read per instance).
     """
 
     def __init__(self, instances: Mapping[int, InstanceState]) -> None:
@@ -141,7 +143,7 @@ class LoadColumns:
                 c["seg_max"][s] = 0
             else:
                 c["seg_start"][s], c["iter0"][s], c["slope"][s] = seg.start_s, seg.iter0_s, seg.slope_s
-                c["seg_max"][s] = seg.max_iters
+                c["seg_max"][s], c["tabled"][s] = seg.max_iters, bool(seg.ends_s)
         self.dirty.clear()
 
     # --- reads --------------------------------------------------------------------------
@@ -160,13 +162,7 @@ class LoadColumns:
         stale = ~self._k_valid[slots] | (now_s - c["seg_start"][slots] >= self._k_next_dt[slots])
         todo = slots[stale]
         if 0 < todo.size <= _SCALAR_BELOW:  # numpy's per-call overhead dominates: the scalar reads
-            at = self._at_slot
-            for slot in todo.tolist():
-                seg = at[slot].segment
-                k = seg.iterations_done(now_s) if seg is not None else 0
-                self._k_all[slot] = k
-                self._k_next_dt[slot] = seg.elapsed_s(k + 1) if seg is not None and k < seg.max_iters else np.inf
-            self._k_valid[todo] = True
+            self._scalar_iterations(todo, now_s)
         elif todo.size:
             kmax = c["seg_max"][todo]
             k = np.zeros(todo.size, dtype=np.int64)
@@ -180,7 +176,19 @@ class LoadColumns:
             self._k_all[todo] = k
             self._k_next_dt[todo] = next_dt
             self._k_valid[todo] = True
+            tabled = todo[c["tabled"][todo] > 0]
+            if tabled.size:  # listed iteration times: the affine read above does not apply
+                self._scalar_iterations(tabled, now_s)
         return self._k_all[slots]
+
+    def _scalar_iterations(self, slots: np.ndarray, now_s: float) -> None:
+        at = self._at_slot
+        for slot in slots.tolist():
+            seg = at[slot].segment
+            k = seg.iterations_done(now_s) if seg is not None else 0
+            self._k_all[slot] = k
+            self._k_next_dt[slot] = seg.elapsed_s(k + 1) if seg is not None and k < seg.max_iters else np.inf
+        self._k_valid[slots] = True
 
     def token_loads(self, slots: np.ndarray, now_s: float) -> np.ndarray:
         """``InstanceState.token_load`` of each slot at ``now_s`` (tokens)."""

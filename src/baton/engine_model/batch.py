@@ -3,9 +3,6 @@ and how many decode-only iterations may run before the batch must change."""
 
 from __future__ import annotations
 
-import numpy as np
-
-from baton.core.decode_table import DecodeTable
 from baton.engine_model.work import PrefillItem
 
 MAX_SEGMENT_ITERS = 1 << 30
@@ -25,17 +22,16 @@ def chunk_of(item: PrefillItem, budget: int, scheduled: list[tuple[PrefillItem, 
     return max(0, min(left, budget, allowance))
 
 
-def decode_horizon(table: DecodeTable, residues: np.ndarray, free_blocks: int, block_size: int) -> int:
-    """Iterations until the decode batch must change: a finish, a watched length, or the
-    ``free_blocks`` KV blocks running out (``residues``: each row's (ctx + bs - 1) % bs)."""
-    bs, n = block_size, table.n
-    horizon = int((table.col("stop_at") - table.col("generated")).min())
-    horizon = min(horizon, max(1, int((table.col("watch_ctx") - table.col("ctx")).min())))
+def decode_horizon(horizon: int, rows: int, residue_ge: tuple[int, ...], free_blocks: int, block_size: int) -> int:
+    """Iterations until the decode batch must change: ``horizon`` (a finish, a watched
+    length) or the ``free_blocks`` KV blocks running out (``residue_ge``: the table's
+    ``DecodeTable.residue_ge``)."""
+    bs = block_size
 
     def growth(k: int) -> int:
         """Blocks needed while iteration k runs: n*(k//bs) + #{residue >= bs - k%bs}."""
         whole, part = divmod(k, bs)
-        return n * whole + (int((residues >= bs - part).sum()) if part else 0)
+        return rows * whole + (residue_ge[bs - part] if part else 0)
     if growth(horizon - 1) > free_blocks:
         lo, hi = 0, horizon - 1  # growth(lo) <= free < growth(hi)
         while hi - lo > 1:

@@ -35,21 +35,21 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 
-import numpy as np
-
 from baton.core.decode_table import DecodeTable
 from baton.core.instance import InstanceState, Segment
 from baton.perf.model import BatchShape, PerfModel, chunk_attn_pairs, chunk_diag_pairs, length_cv2
-from baton.engine_model.batch import chunk_of, decode_horizon
+from baton.engine_model.batch import chunk_of
+from baton.engine_model.prefill_run import PrefillRun
+from baton.engine_model.segments import SegmentPlans
 from baton.engine_model.kv import KeySource, KvBlocks
 from baton.engine_model.work import (DecodeJoin, DecodeRow, EngineConfig, PrefillItem, PrefillKind,
                                     SegmentResult)
 
-def _ceil_div(a: np.ndarray | int, b: int):
+def _ceil_div(a: int, b: int) -> int:
     return -((-a) // b)
 
 
-class Engine(KvBlocks):
+class Engine(SegmentPlans, KvBlocks):
     """A simulated instance. The simulator calls ``plan`` when the engine is idle or a
     segment ended, ``interrupt`` when new work arrives mid-segment, and ``finish`` when
     the segment's end event fires."""
@@ -71,6 +71,10 @@ class Engine(KvBlocks):
         self.admitted = 0                            # prefills admitted and not done
         self.preempted: list[int] = []               # requests preempted since last read
         self.aborting: set[int] = set()              # aborted in the running segment: leave at its end
+        self.run: PrefillRun | None = None           # the running segment's prefill iterations, if several
+        self.synced = 0                              # of them, those whose progress is published
+        self.multi_iteration_prefill = closed_form   # off: one segment per prefill chunk
+        self.prefill_runs = 0                        # segments that ran several prefill iterations
 
     # --- work in ---------------------------------------------------------------------
     def add_prefill(self, item: PrefillItem, front: bool = False) -> None:
@@ -108,7 +112,7 @@ class Engine(KvBlocks):
             return None
         self.state.cut_segment(k + 1)
         self.version += 1
-        return seg.start_s + seg.elapsed_s(k + 1)
+        return seg.end_s(k + 1)
 
     def plan(self, now_s: float) -> float | None:
         """Form the next batch. Returns the segment end time, or None if idle."""
@@ -128,30 +132,25 @@ class Engine(KvBlocks):
             self.busy = False
             return None
         if self._cv2 is None:
-            self._cv2 = length_cv2(table.col("ctx"))
+            self._cv2 = length_cv2(table.ctx_values())
         shape = BatchShape(
             prefill_tokens=sum(c for _, c in self.chunks),
             prefill_attn_pairs=sum(chunk_attn_pairs(c, it.done_tokens) for it, c in self.chunks),
             n_decodes=table.n, decode_ctx_tokens=table.ctx_sum, decode_ctx_cv2=self._cv2,
             prefill_chunks=len(self.chunks), prefill_diag_pairs=sum(chunk_diag_pairs(c) for _, c in self.chunks))
         iter0 = self.perf.iteration_time_s(shape)
-        max_iters, slope = 1, 0.0
+        self.run, self.synced = None, 0
         # after a preemption vLLM admits nothing until the next iteration: replan then
-        if self.closed_form and not self.chunks and not (preempted and self.waiting):
-            grown = BatchShape(n_decodes=table.n, decode_ctx_tokens=table.ctx_sum + table.n,
-                               decode_ctx_cv2=self._cv2)
-            slope = self.perf.iteration_time_s(grown) - iter0
-            residues = (table.col("ctx") + self.cfg.block_size - 1) % self.cfg.block_size
-            max_iters = decode_horizon(table, residues, st.kv_blocks_total - st.kv_blocks_used, self.cfg.block_size)
-        seg = Segment(now_s, iter0, slope, max_iters, self.cfg.block_size)
-        if max_iters > 1:
-            counts = np.bincount(residues, minlength=self.cfg.block_size)
-            ge = np.concatenate([np.cumsum(counts[::-1])[::-1], [0]])
-            seg.rows, seg.residue_ge = table.n, tuple(ge.tolist())
+        if not self.closed_form or (preempted and (self.waiting or self.chunks)):
+            seg = Segment(now_s, iter0, 0.0, 1, self.cfg.block_size)
+        elif self.chunks:
+            seg = self._prefill_segment(now_s, iter0)
+        else:
+            seg = self._decode_segment(now_s, iter0)
         st.set_segment(seg)
         self.busy = True
         self.version += 1
-        return now_s + seg.elapsed_s(max_iters)
+        return seg.end_s(seg.max_iters)
 
     def _admit_joins(self, now_s: float) -> None:
         table = self.state.decodes
@@ -173,22 +172,18 @@ class Engine(KvBlocks):
             if need <= self.state.kv_blocks_total - self.state.kv_blocks_used:
                 break
             self._preempt_latest()
-        if grow is not None:
-            self.state.decodes.add_blocks(grow)
-            self._allocate(int(grow.sum()))
+        if grow:
+            self.state.decodes.fill_blocks(self.cfg.block_size)
+            self._allocate(grow)
         for item, chunk in chunks:
             self._grow_item(item, chunk)
         return chunks
 
-    def _running_needs(self) -> tuple[list[tuple[PrefillItem, int]], int, np.ndarray | None]:
-        """This iteration's prefill chunks, the KV blocks running work needs, and each
-        decode's new blocks (None when no decode needs one)."""
+    def _running_needs(self) -> tuple[list[tuple[PrefillItem, int]], int, int]:
+        """This iteration's prefill chunks, the KV blocks running work needs, and the
+        decodes' share of them."""
         table, bs = self.state.decodes, self.cfg.block_size
-        need, grow = 0, None
-        if table.n:
-            grow = np.maximum(_ceil_div(table.col("ctx"), bs) - table.col("blocks"), 0)
-            need = int(grow.sum())
-            grow = grow if need else None  # most iterations cross no block boundary
+        need = grow = table.blocks_short(bs)
         budget = self.cfg.max_num_batched_tokens - table.n
         chunks: list[tuple[PrefillItem, int]] = []
         for item in self.prefills.values():
@@ -206,12 +201,12 @@ class Engine(KvBlocks):
         table = self.state.decodes
         item = max((it for it in self.prefills.values() if it.admitted),
                    key=lambda it: it.admit_seq, default=None)
-        row_seq = int(table.col("admit_seq").max()) if table.n else -1
+        row_id, row_seq = table.latest_admitted() if table.n else (-1, -1)
         if item is not None and item.admit_seq > row_seq:
             return self._preempt_prefill(item)
         if table.n == 0:
             raise RuntimeError("KV blocks over-committed with nothing left to preempt")
-        self.preempt(int(table.col("req_id")[int(np.argmax(table.col("admit_seq")))]))
+        self.preempt(row_id)
 
     def _preempt_prefill(self, item: PrefillItem) -> None:
         """A running prefill loses its blocks and progress and waits at the queue head."""
@@ -277,13 +272,13 @@ class Engine(KvBlocks):
         k = seg.max_iters
         result = SegmentResult(k, now_s, seg.elapsed_s(k) / k)
         if table.n:
-            growth = seg.block_growth(k - 1)
+            growth = seg.decode_growth(k - 1)
             if growth:
-                new_blocks = _ceil_div(table.col("ctx") + k - 1, self.cfg.block_size)
-                table.add_blocks(new_blocks - table.col("blocks"))
+                table.fill_blocks(self.cfg.block_size, k - 1)
                 self._allocate(growth)
             n_new = len(self.new_rows)
             result.gaps = (seg.iter0_s, seg.slope_s, k, table.n - n_new, n_new)
+            result.gap_series = seg.iters_s[:k]
             first_end_s = seg.start_s + seg.iter0_s
             for rid, t in self.new_rows.items():
                 if t is None:
@@ -296,17 +291,13 @@ class Engine(KvBlocks):
             self._collect_decode_ends(result)
         st.recent_iteration_s = seg.iteration_s(k - 1)
         result.with_deflected = any(item.chunk_limit is not None for item, _ in self.chunks)
-        for item, chunk in self.chunks:
-            item.done_tokens += chunk
-            st.progress_prefill(item.req_id, chunk)
-            if self.tracks_blocks:
-                self.cache.register(item.req_id, self.keys_of(item.req_id)[:item.done_tokens // self.cfg.block_size])
+        for item in self._apply_chunks(k):
             if item.done_tokens >= item.total_tokens:
                 del self.prefills[item.req_id]
                 self.admitted -= 1
                 st.drop_prefill(item.req_id)
                 result.prefilled.append(item)
-        self.chunks = []
+        self.chunks, self.run = [], None
         st.set_segment(None)
         self.busy = False
         if self.aborting:
@@ -316,17 +307,15 @@ class Engine(KvBlocks):
 
     def _collect_decode_ends(self, result: SegmentResult) -> None:
         table = self.state.decodes
-        ids = table.col("req_id")
-        done = ids[table.col("generated") >= table.col("stop_at")]
-        watched = table.col("ctx") >= table.col("watch_ctx")
-        for rid, ctx in zip(ids[watched].tolist(), table.col("ctx")[watched].tolist()):
+        done, watched = table.ended()
+        for rid, ctx in watched:
             result.thresholds.append((rid, ctx))
             table.set(rid, "watch_ctx", DecodeTable.NO_WATCH)
-        for rid in done.tolist():
+        for rid in done:
             row = table.remove(rid)
             self.free_request(rid, row["blocks"], row["ctx"])
             result.finished.append(rid)
-        if len(done):
+        if done:
             self._cv2 = None
 
     # --- aborts (the emulator's clients leave; the simulator has none) --------------------
@@ -335,7 +324,8 @@ class Engine(KvBlocks):
         for a slot or running, KV held for a transfer) and free its blocks. As in vLLM,
         which handles aborts between steps, work in the running segment leaves when the
         segment ends (``finish`` then reports nothing about it); the rest leaves now."""
-        if self.busy and (req_id in self.state.decodes or any(it.req_id == req_id for it, _ in self.chunks)):
+        steps = self.run.chunks if self.run is not None else [[(it, 0, 0) for it, _ in self.chunks]]
+        if self.busy and (req_id in self.state.decodes or any(it.req_id == req_id for step in steps for it, _, _ in step)):
             self.aborting.add(req_id)
             return
         self._drop(req_id)

@@ -115,6 +115,7 @@ class SegmentResult:
     # a new row's first gap is in ``first_gaps``, its later ones follow the affine series
     gaps: tuple[float, float, int, int, int] | None = None
     first_gaps: list[float] = field(default_factory=list)
+    gap_series: tuple[float, ...] = ()  # the iterations' times where they are listed, not affine
     # rows that had no token yet (PD handoffs: the decode side emits the first token)
     first_tokens: list[tuple[int, float]] = field(default_factory=list)
     with_deflected: bool = False  # the batch held a deflected prefill's chunk

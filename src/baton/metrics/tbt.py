@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
+_LISTED_BELOW = 8  # gaps recorded without numpy calls (numpy sums fewer than 8 in order, as Python does)
 
 
 class GapHistogram:
@@ -31,8 +32,10 @@ class GapHistogram:
         idx = np.floor(np.log(np.maximum(gaps_s, self.low_s) / self.low_s) / self.log_growth)
         return np.clip(idx.astype(np.int64), 0, self.bins - 1)
 
-    def add(self, gaps_s: np.ndarray | list[float], weight: float = 1.0) -> None:
+    def add(self, gaps_s: np.ndarray | list[float] | tuple[float, ...], weight: float = 1.0) -> None:
         """Record each gap ``weight`` times."""
+        if isinstance(gaps_s, (list, tuple)) and len(gaps_s) < _LISTED_BELOW:
+            return self._add_few(gaps_s, weight)
         arr = np.asarray(gaps_s, dtype=np.float64)
         if arr.size == 0 or weight <= 0:
             return
@@ -40,6 +43,23 @@ class GapHistogram:
         self.total += weight * arr.size
         self.sum_s += weight * float(arr.sum())
         self.max_s = max(self.max_s, float(arr.max()))
+
+    def _add_few(self, gaps_s: list[float] | tuple[float, ...], weight: float) -> None:
+        """``add`` for a handful of gaps without numpy calls, with the same result: each
+        gap's bucket from ``_one_bucket`` (clear of the edges, where the two logs could
+        round apart; else the vectorised pass takes them all) and their sum in order (as
+        numpy sums fewer than 8)."""
+        if not gaps_s or weight <= 0:
+            return
+        buckets = [self._one_bucket(g, g) for g in gaps_s]
+        if None in buckets:
+            return self.add(np.asarray(gaps_s, dtype=np.float64), weight)
+        counts = self.counts
+        for b in buckets:
+            counts[b] += weight
+        self.total += weight * len(gaps_s)
+        self.sum_s += weight * float(sum(gaps_s))
+        self.max_s = max(self.max_s, max(gaps_s))
 
     def add_affine(self, first_s: float, slope_s: float, count: int, weight: int) -> None:
         """Record gaps first_s + slope_s*j for j in 0..count-1, each ``weight`` times."""

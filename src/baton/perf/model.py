@@ -48,6 +48,13 @@ def length_cv2(ctx_tokens: np.ndarray | Sequence[int]) -> float:
     Integer lengths are summed exactly in int64 while n x max^2 stays below 2**63: (n *
     sum x^2 - (sum x)^2) / (sum x)^2 with one rounding, in a few numpy calls (the engine
     model asks on every batch change); floats otherwise."""
+    if isinstance(ctx_tokens, list):  # a small decode table's column: the same integers, no numpy calls
+        n = len(ctx_tokens)
+        if n < 2:
+            return 0.0
+        s1, top = sum(ctx_tokens), max(ctx_tokens)
+        if s1 > 0 and min(ctx_tokens) >= 0 and top * top * n < 2**63:
+            return (n * sum(x * x for x in ctx_tokens) - s1 * s1) / (s1 * s1)
     arr = np.asarray(ctx_tokens)
     if arr.size < 2:
         return 0.0

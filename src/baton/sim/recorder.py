@@ -90,9 +90,14 @@ class Recorder:
         if result.gaps is None:
             return
         iter0, slope, k, old, new = result.gaps
+        series = result.gap_series
         for hist in (self.tbt, self.tbt_deflected) if result.with_deflected else (self.tbt,):
-            hist.add_affine(iter0, slope, k, old)
-            hist.add_affine(iter0 + slope, slope, k - 1, new)
+            if series:
+                hist.add(series, old)
+                hist.add(series[1:], new)
+            else:
+                hist.add_affine(iter0, slope, k, old)
+                hist.add_affine(iter0 + slope, slope, k - 1, new)
             if result.first_gaps:  # most segments have no row joined with an earlier token
                 hist.add(result.first_gaps)
 

@@ -22,6 +22,7 @@ from baton.perf.model import PerfModel
 from baton.policies.base import Scheduler
 from baton.core.flow_control import FlowControlSettings
 from baton.sim.gate import gate_for
+from baton.sim.boundaries import Boundaries
 from baton.sim.clock import (ARRIVAL, FLOW_DONE, PUBLISH, SAMPLE, SCRAPE, SEG_END, TICK, XFER_DONE,
                              EventQueue)
 from baton.sim.cluster import ClusterSpec
@@ -31,8 +32,8 @@ from baton.engine_model.kv import EngineCaches
 from baton.engine_model.work import DecodeJoin, PrefillItem, PrefillKind
 from baton.sim.handoffs import Handoffs
 from baton.sim.migration import Migrator
-from baton.sim.network import Flow, Network
-from baton.sim.port import FlowKind, FlowTag
+from baton.sim.flows import FlowEvents
+from baton.sim.network import Network
 from baton.core.prefix import RequestKeys
 from baton.sim.recorder import Recorder, SimResult
 
@@ -41,7 +42,7 @@ class SimulationError(BatonError):
     """The simulation reached an impossible state (a bug, reported with context)."""
 
 
-class Simulator:
+class Simulator(FlowEvents):
     """Runs a workload on a cluster under a scheduler. ``closed_form=False`` is the
     per-iteration reference mode."""
 
@@ -85,6 +86,7 @@ class Simulator:
         self._max_tokens = min(blocks) * bs if blocks else 0
         self._max_model_len = cluster.max_model_len(perf.max_model_len)
         self.gate = gate_for(flow, self.view, ttft_slo_s, self.place, self.reject)  # None: no flow control
+        self.boundaries = Boundaries(self.engines, per_iteration=self.gate is not None)
 
     # --- event loop ----------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -105,9 +107,12 @@ class Simulator:
                     XFER_DONE: self.handoffs.complete, ARRIVAL: self._on_arrival,
                     TICK: self._on_tick, SAMPLE: self._on_sample, SCRAPE: self._on_scrape,
                     PUBLISH: self._on_publish}
+        bounds = self.boundaries
         while self.events and self._open > 0:
             t, kind, payload = self.events.pop()
             self.now = self.view.now_s = t
+            if bounds.heap and bounds.heap[0][0] <= t:
+                bounds.catch_up(t)
             self.counters.events += 1
             handlers[kind](*payload)
         if self._open > 0:
@@ -127,6 +132,7 @@ class Simulator:
             end = eng.plan(self.now)
             if end is not None:
                 self.events.push(end, SEG_END, (instance_id, eng.version))
+                self.boundaries.planned(instance_id)
             if self._after_plan(instance_id, eng):
                 self.retry_receives(instance_id)  # blocks freed, or the waiting queue moved
         else:
@@ -209,8 +215,8 @@ class Simulator:
                 instance_id, result.iterations, result.mean_iteration_s, self.now))
         if self.gate is not None:
             self.gate.pump()  # what it releases is placed before the engine plans again, too
+        self.retry_receives(instance_id)  # while settling: its wake-up is the plan below, not a cut of it
         self._settling = None
-        self.retry_receives(instance_id)
         self.kick(instance_id)
 
     def _on_prefilled(self, instance_id: int, item: PrefillItem) -> None:
@@ -271,37 +277,6 @@ class Simulator:
             return False
         self.kick(instance_id)
         return True
-
-    def start_flow(self, src: int, dst: int, nbytes: float, tag: FlowTag) -> int:
-        """Start a KV flow; migration flows count towards ``migration_bytes``."""
-        if tag.kind is FlowKind.MIGRATION:
-            self.counters.migration_bytes += nbytes
-        started, changed = self.net.start(self.now, src, dst, nbytes, tag)
-        self._reschedule(changed)
-        return started.flow_id
-
-    def stop_flow(self, flow_id: int) -> float:
-        """End a flow now, through or not; returns the bytes it never sent."""
-        if flow_id not in self.net.flows:
-            return 0.0
-        moved = self.net.bytes_moved
-        self._reschedule(self.net.finish(self.now, flow_id))
-        return moved - self.net.bytes_moved
-
-    def _reschedule(self, changed: list[tuple[float, Flow]]) -> None:
-        """Flows whose rates changed end at new times (older events go stale by version)."""
-        for t, flow in changed:
-            self.events.push(t, FLOW_DONE, (flow.flow_id, flow.version))
-
-    def _on_flow_done(self, flow_id: int, version: int) -> None:
-        flow = self.net.flows.get(flow_id)
-        if flow is None or flow.version != version:
-            return
-        self._reschedule(self.net.finish(self.now, flow_id))
-        if flow.tag.kind is FlowKind.MIGRATION:
-            return self.migrator.flow_done(flow.tag)
-        if self.handoffs.bytes_done(flow.tag.req_id):
-            self.events.push(self.now, XFER_DONE, (flow.tag.req_id,))
 
     def retry_receives(self, instance_id: int) -> None:
         """Blocks may have freed up on an instance: start KV waiting to come in."""

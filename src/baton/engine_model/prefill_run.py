@@ -1,0 +1,121 @@
+"""Several chunked-prefill iterations as one segment.
+
+A prompt of a few thousand tokens takes several iterations of ``max_num_batched_tokens``
+chunks; while the same decodes run beside it and nothing else changes, those iterations
+are planned at once (``plan_prefill_run``) and the simulator processes them as one event.
+The plan stops before the first iteration in which vLLM's scheduler would do something
+else: a prefill finished in the iteration before (it leaves the prefill batch), a decode
+finishes or reaches a watched length (``rows_horizon``), the KV blocks for the next
+iteration's tokens are not free (the scheduler would preempt), budget is left over while a
+request waits (it would be admitted), or the batch starts or stops holding a deflected
+prefill's chunk (its token gaps are counted apart). Each iteration's duration comes from the
+performance model on that iteration's own shape, so times are those of per-iteration mode.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from baton.engine_model.batch import chunk_of
+from baton.engine_model.work import PrefillItem
+from baton.perf.model import BatchShape, PerfModel, chunk_attn_pairs, chunk_diag_pairs
+
+MAX_RUN_ITERS = 4096
+
+
+@dataclass(slots=True)
+class PrefillRun:
+    """A planned run: iteration k's duration ``iters_s[k]`` (s), its chunks ``chunks[k]``
+    (item, tokens, the item's computed tokens after it), and the prefill blocks taken
+    beyond iteration 0's once iteration k is under way (``blocks[k]``, cumulative)."""
+
+    iters_s: list[float]
+    chunks: list[list[tuple[PrefillItem, int, int]]]
+    blocks: list[int] = field(default_factory=lambda: [0])
+
+
+@dataclass(slots=True)
+class RunLimits:
+    """What bounds a run: decode iterations before the batch must change (``horizon``),
+    decode blocks taken by iteration k (``decode_growth``), free blocks after iteration 0
+    (``free_blocks``), the prefill budget per iteration (tokens), whether a request waits
+    for admission, and the block size (tokens)."""
+
+    horizon: int
+    decode_growth: object  # Callable[[int], int]
+    free_blocks: int
+    budget: int
+    waiting: bool
+    block_size: int
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -((-a) // b)
+
+
+def _chunks(items: list[PrefillItem], done: dict[int, int], budget: int) -> list[tuple[PrefillItem, int]]:
+    """The running prefills' chunks of one iteration (``_running_needs``'s order and rule)."""
+    out: list[tuple[PrefillItem, int]] = []
+    for item in items:
+        if budget <= 0:
+            break
+        chunk = chunk_of(item, budget, out, done[item.req_id])
+        if chunk > 0:
+            out.append((item, chunk))
+            budget -= chunk
+    return out
+
+
+def plan_prefill_run(first: list[tuple[PrefillItem, int]], iter0_s: float, items: list[PrefillItem],
+                     decodes: tuple[int, int, float], limits: RunLimits, perf: PerfModel) -> PrefillRun:
+    """Plan iterations after the first (``first``: its chunks, already given their blocks;
+    ``items``: the admitted prefills in running order; ``decodes``: (rows, their context
+    tokens now, the context length CV^2 the engine uses))."""
+    n, ctx_sum, cv2 = decodes
+    bs, budget, growth = limits.block_size, limits.budget, limits.decode_growth
+    done = {it.req_id: it.done_tokens for it in items}
+    blocks = {it.req_id: it.blocks for it in items}
+    run = PrefillRun([iter0_s], [[]])
+    for item, chunk in first:
+        done[item.req_id] += chunk
+        run.chunks[0].append((item, chunk, done[item.req_id]))
+    deflected = any(it.chunk_limit is not None for it, _ in first)
+    head = items[0]
+    extra, j, last = 0, 1, run.chunks[0]
+    while j < min(limits.horizon, MAX_RUN_ITERS):
+        if any(d >= it.total_tokens for it, _, d in last):
+            break  # a prefill ended: the batch changes
+        if head.chunk_limit is None and head.total_tokens - done[head.req_id] > budget:
+            chunks, with_deflected = [(head, budget)], False  # usually: the oldest prompt takes the budget
+        else:
+            chunks = _chunks(items, done, budget)
+            if not chunks or (limits.waiting and sum(c for _, c in chunks) < budget):
+                break
+            with_deflected = any(it.chunk_limit is not None for it, _ in chunks)
+        if with_deflected != deflected:
+            break
+        grow = sum(max(0, _ceil_div(done[it.req_id] + c, bs) - blocks[it.req_id]) for it, c in chunks)
+        if (growth(j) if n else 0) + extra + grow > limits.free_blocks:
+            break
+        run.iters_s.append(perf.iteration_time_s(_shape(chunks, done, n, ctx_sum + n * j, cv2)))
+        extra += grow
+        run.blocks.append(extra)
+        last = []
+        for it, c in chunks:
+            d = done[it.req_id] = done[it.req_id] + c
+            blocks[it.req_id] = max(blocks[it.req_id], _ceil_div(d, bs))
+            last.append((it, c, d))
+        run.chunks.append(last)
+        j += 1
+    return run
+
+
+def _shape(chunks: list[tuple[PrefillItem, int]], done: dict[int, int], n: int, ctx_tokens: int,
+           cv2: float) -> BatchShape:
+    if len(chunks) == 1:
+        it, c = chunks[0]
+        return BatchShape(c, chunk_attn_pairs(c, done[it.req_id]), n, ctx_tokens, cv2, 1, chunk_diag_pairs(c))
+    return BatchShape(prefill_tokens=sum(c for _, c in chunks),
+                      prefill_attn_pairs=sum(chunk_attn_pairs(c, done[it.req_id]) for it, c in chunks),
+                      n_decodes=n, decode_ctx_tokens=ctx_tokens, decode_ctx_cv2=cv2, prefill_chunks=len(chunks),
+                      prefill_diag_pairs=sum(chunk_diag_pairs(c) for _, c in chunks))
