@@ -5,13 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from baton.core.errors import ConfigError
 
 
 def read_yaml(path: str | Path) -> Any:
     """The parsed document (None for an empty file); ConfigError names file:line."""
+    import yaml  # only where a file is read: a run without one starts without it
     path = Path(path)
     try:
         return yaml.safe_load(path.read_text())

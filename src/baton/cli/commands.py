@@ -20,7 +20,6 @@ from baton.core.errors import ConfigError
 from baton.experiments import Experiment, WorkloadConfig, load_experiment, policy_label
 from baton.experiments.provenance import write_run_json
 from baton.experiments.repeats import dropped_line, repeat_workloads
-from baton.experiments.sweep import run_sweep
 from baton.metrics import SLO
 from baton.sim import ClusterSpec
 from baton.workload import SyntheticSpec, workload_stats
@@ -106,6 +105,7 @@ def cmd_sweep(args: argparse.Namespace) -> None:
     validate_policies(exp, policies)
     source = check_source_engine(exp)
     with points_bar(not args.quiet, "sweep", len(rates) * len(policies)) as update:
+        from baton.experiments.sweep import run_sweep  # its process pools, only for sweeps
         sweep = run_sweep(exp, dict(policies), rates, executor="ray" if args.ray else "processes",
                           workers=args.workers, ray_address=args.ray_address,
                           target_attainment=args.target, on_point=update)

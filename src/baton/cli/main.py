@@ -14,7 +14,6 @@ from baton.cli.args import add_common, check_common
 import baton.core.settings as settings
 from baton.core.errors import BatonError
 from baton.emulator.run import add_emulate_args
-from baton.gateway.config import GatewayConfig
 from baton.workload import FORMATS
 
 
@@ -45,7 +44,17 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-def parser() -> argparse.ArgumentParser:
+def _gateway_flags(p: argparse.ArgumentParser, names: tuple[str, ...], command: str | None) -> None:
+    """The gateway's settings as flags of its commands, added only when one of them (or the
+    whole parser) is built: the gateway's modules stay out of the other commands' start-up."""
+    if command is None or p.prog.endswith(f" {command}"):
+        from baton.gateway.config import GatewayConfig
+        settings.add_flags(p, GatewayConfig, names, " (overrides the config)")
+
+
+def parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``baton`` parser; with ``command``, only that subcommand's flags that need its
+    runtime's modules are added (the others' are not parsed)."""
     top = argparse.ArgumentParser(prog="baton", description="Scheduling for PD-disaggregated LLM serving",
                                   formatter_class=HelpFormatter)
     top.add_argument("--version", action="version", version=f"baton {__version__}")
@@ -107,11 +116,11 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--quiet", action="store_true", help="no progress")
     srv = sub.add_parser("serve", help="run the live gateway in front of vLLM/SGLang engines or emulators")
     srv.add_argument("--config", required=True, help="gateway YAML (engines, roles, policy)")
-    settings.add_flags(srv, GatewayConfig, ("host", "port", "policy", "workers"), " (overrides the config)")
+    _gateway_flags(srv, ("host", "port", "policy", "workers"), command)
     epp = sub.add_parser("epp", help="run Baton's policies as a Gateway API Inference Extension endpoint "
                                      "picker (Envoy ext_proc) for Envoy, llm-d or any GIE data plane")
     epp.add_argument("--config", required=True, help="the same YAML as baton serve (engines, policy)")
-    settings.add_flags(epp, GatewayConfig, ("host", "port", "epp_port", "policy"), " (overrides the config)")
+    _gateway_flags(epp, ("host", "port", "epp_port", "policy"), command)
     epp.add_argument("--envoy-config", metavar="FILE", help="write an Envoy bootstrap for this picker to FILE "
                                                             "and exit (listener: --envoy-port)")
     epp.add_argument("--envoy-port", type=int, default=8080, help="the Envoy listener --envoy-config writes")
@@ -172,7 +181,8 @@ COMMANDS = {"simulate": commands.cmd_simulate, "compare": commands.cmd_compare, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    given = sys.argv[1:] if argv is None else argv
+    args = parser(next((a for a in given if not a.startswith("-")), None)).parse_args(argv)
     try:
         if args.command == "sweep" and args.workers is not None and args.workers <= 0:
             raise BatonError(f"--workers: expected a positive integer, got {args.workers}")

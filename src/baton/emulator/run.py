@@ -6,7 +6,6 @@ import argparse
 from typing import TYPE_CHECKING
 
 from baton.core.errors import ConfigError
-from baton.emulator.engine_loop import LoopConfig
 from baton.engine_model.flags import add_engine_flags, engine_from_flags
 from baton.perf import presets
 
@@ -70,6 +69,7 @@ def build_emulator(args: argparse.Namespace) -> "Emulator":
                             hidden_states=args.hidden_states, hidden_every_tokens=args.hidden_states_every,
                             hidden_secret_key=secret, hidden_client_keys=tuple(args.hidden_states_client_key),
                             tokenizer=args.tokenizer, kv_events=args.kv_events_config)
+    from baton.emulator.engine_loop import LoopConfig  # the engine loop, only for a command that runs one
     return Emulator(config, LoopConfig(engine, kv_blocks, args.time_scale), perf)
 
 

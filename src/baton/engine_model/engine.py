@@ -3,8 +3,10 @@
 Each iteration serves every running decode plus prefill chunks up to the token budget
 (``max_num_batched_tokens``) and the sequence cap (``max_num_seqs``). While the batch holds
 only decodes and nothing changes, the engine plans a *segment* of many iterations whose
-durations grow affinely with the context, and the simulator processes it as one event.
-In reference mode (``closed_form=False``) every segment is one iteration.
+durations grow affinely with the context, and the simulator processes it as one event; a
+prompt's chunked prefill that takes several iterations beside the same decodes is one
+segment too, its iterations listed (``segments.py``, ``prefill_run.py``). In reference mode
+(``closed_form=False``) every segment is one iteration.
 
 Memory pressure follows vLLM v1's scheduler (``v1/core/sched/scheduler.py``):
 

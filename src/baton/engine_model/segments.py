@@ -40,9 +40,13 @@ class SegmentPlans:
         if self.joins or not self.multi_iteration_prefill:
             return Segment(now_s, iter0, 0.0, 1, bs)
         seg = Segment(now_s, iter0, 0.0, 1, bs)
-        if table.n:
-            seg.rows, seg.residue_ge = table.n, table.residue_ge(bs)
-        limits = RunLimits(table.horizon() if table.n else MAX_RUN_ITERS, seg.decode_growth,
+        seg.rows = table.n
+
+        def decode_growth(k: int) -> int:  # the residues only once a second iteration is considered
+            if not seg.residue_ge:
+                seg.residue_ge = table.residue_ge(bs)
+            return seg.decode_growth(k)
+        limits = RunLimits(table.horizon() if table.n else MAX_RUN_ITERS, decode_growth,
                            st.kv_blocks_total - st.kv_blocks_used, self.cfg.max_num_batched_tokens - table.n,
                            self.waiting, bs)
         items = [it for it in self.prefills.values() if it.admitted]

@@ -5,7 +5,7 @@ segment produced. ``engine.py`` holds the model that acts on them."""
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from baton.core.decode_table import DecodeTable
 from baton.core.settings import setting
@@ -101,21 +101,27 @@ class DecodeRow:
         return cls(req_id, row["ctx"], row["generated"], row["stop_at"], row["blocks"])
 
 
-@dataclass(slots=True)
 class SegmentResult:
-    """What a finished segment produced, for the simulator to act on."""
+    """What a finished segment produced, for the simulator to act on: its iterations, end
+    time (s) and mean iteration (s); prefills that ended; decodes that finished; (request,
+    context tokens) that reached a watched length; the token gaps, as (iter0_s, slope_s,
+    iterations, rows present before, rows new this segment) with the iterations' times in
+    ``gap_series`` where they are listed, not affine (a new row's first gap is in
+    ``first_gaps``, its later ones follow the series); rows that had no token yet (PD
+    handoffs: the decode side emits the first token) with its time; whether the batch held
+    a deflected prefill's chunk. A plain class: one is made per segment, and a dataclass's
+    default factories cost more than the lists."""
 
-    iterations: int
-    end_s: float
-    mean_iteration_s: float = 0.0
-    prefilled: list[PrefillItem] = field(default_factory=list)
-    finished: list[int] = field(default_factory=list)
-    thresholds: list[tuple[int, int]] = field(default_factory=list)
-    # token gaps: (iter0_s, slope_s, iterations, rows present before, rows new this segment);
-    # a new row's first gap is in ``first_gaps``, its later ones follow the affine series
-    gaps: tuple[float, float, int, int, int] | None = None
-    first_gaps: list[float] = field(default_factory=list)
-    gap_series: tuple[float, ...] = ()  # the iterations' times where they are listed, not affine
-    # rows that had no token yet (PD handoffs: the decode side emits the first token)
-    first_tokens: list[tuple[int, float]] = field(default_factory=list)
-    with_deflected: bool = False  # the batch held a deflected prefill's chunk
+    __slots__ = ("iterations", "end_s", "mean_iteration_s", "prefilled", "finished", "thresholds", "gaps",
+                 "first_gaps", "gap_series", "first_tokens", "with_deflected")
+
+    def __init__(self, iterations: int, end_s: float, mean_iteration_s: float = 0.0) -> None:
+        self.iterations, self.end_s, self.mean_iteration_s = iterations, end_s, mean_iteration_s
+        self.prefilled: list[PrefillItem] = []
+        self.finished: list[int] = []
+        self.thresholds: list[tuple[int, int]] = []
+        self.gaps: tuple[float, float, int, int, int] | None = None
+        self.first_gaps: list[float] = []
+        self.gap_series: tuple[float, ...] = ()
+        self.first_tokens: list[tuple[int, float]] = []
+        self.with_deflected = False

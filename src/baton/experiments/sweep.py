@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -80,6 +79,7 @@ def _serial(points: list[Point], done: Callable[[Point, dict], None], workers: i
 
 
 def _processes(points: list[Point], done: Callable[[Point, dict], None], workers: int) -> None:
+    from concurrent.futures import ProcessPoolExecutor, as_completed  # a pool only where a sweep runs one
     with ProcessPoolExecutor(max_workers=workers) as pool:
         futures = {pool.submit(run_point, *p[2:]): p for p in points}
         for fut in as_completed(futures):

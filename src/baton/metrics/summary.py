@@ -59,14 +59,16 @@ class RunCounters:
 
 @dataclass(slots=True)
 class LoadSeries:
-    """Per-instance token load sampled every ``interval_s`` (rows: samples)."""
+    """Per-instance token load sampled every ``interval_s`` (rows: samples, each a list of
+    the instances' loads in tokens; kept as lists because a run may take a sample per
+    second of a long simulated day and a small array each costs more than the list)."""
 
     interval_s: float
     times_s: list[float] = field(default_factory=list)
-    rows: list[np.ndarray] = field(default_factory=list)
+    rows: list[list[float]] = field(default_factory=list)
 
     def matrix(self) -> np.ndarray:
-        return np.vstack(self.rows) if self.rows else np.zeros((0, 0))
+        return np.array(self.rows, dtype=np.float64) if self.rows else np.zeros((0, 0))
 
     def balance(self, columns: list[int] | None = None) -> dict[str, float]:
         """Mean over time of the across-instance variance and coefficient of variation."""

@@ -51,7 +51,7 @@ class GapHistogram:
         numpy sums fewer than 8)."""
         if not gaps_s or weight <= 0:
             return
-        buckets = [self._one_bucket(g, g) for g in gaps_s]
+        buckets = [self._bucket_of(g) for g in gaps_s]
         if None in buckets:
             return self.add(np.asarray(gaps_s, dtype=np.float64), weight)
         counts = self.counts
@@ -76,6 +76,16 @@ class GapHistogram:
         self.total += weight * count
         self.sum_s += weight * (first_s * count + slope_s * (count * (count - 1) / 2))
         self.max_s = max(self.max_s, first_s, last_s)
+
+    def _bucket_of(self, gap_s: float) -> int | None:
+        """``_one_bucket(gap_s, gap_s)`` with one logarithm."""
+        if not self.low_s < gap_s < math.inf:
+            return None
+        x = math.log(gap_s / self.low_s) / self.log_growth
+        bucket = math.floor(x)
+        if bucket >= self.bins - 1 or x - bucket < 1e-9 or bucket + 1 - x < 1e-9:
+            return None
+        return bucket
 
     def _one_bucket(self, a_s: float, b_s: float) -> int | None:
         """The bucket holding every value between ``a_s`` and ``b_s`` when both lie inside

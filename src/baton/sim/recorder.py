@@ -9,7 +9,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import numpy as np
 
 from baton.core.instance import InstanceState, Role
 from baton.core.request import RequestState
@@ -17,6 +16,9 @@ from baton.core.view import ClusterView
 from baton.metrics import SLO, GapHistogram, LoadSeries, RequestRecord, RunCounters, summarize
 from baton.engine_model.work import SegmentResult
 from baton.engine_model.prefix_cache import CacheStats
+
+
+_SCALAR_IDS = 16  # decode instances up to which decode_start reads loads one by one
 
 
 @dataclass(slots=True)
@@ -127,14 +129,17 @@ class Recorder:
         self.counters.decode_starts += 1
         view = self.view
         count, tokens = view.own_requests(dst) - 1, view.token_load(dst) - ctx
+        if len(ids) <= _SCALAR_IDS:  # the same reads one by one: cheaper than refreshing columns
+            self.counters.least_by_count += all(view.own_requests(i) >= count for i in ids)
+            self.counters.least_by_tokens += all(view.token_load(i) >= tokens for i in ids)
+            return
         self.counters.least_by_count += count <= int(view.own_request_counts(ids).min())
         self.counters.least_by_tokens += view.token_loads_at_least(ids, tokens)
 
     def sample(self, now_s: float) -> None:
         """Every instance's token load now."""
         self.load.times_s.append(now_s)
-        self.load.rows.append(np.array([s.token_load(now_s) for s in self.instances.values()],
-                                       dtype=np.float64))
+        self.load.rows.append([s.token_load(now_s) for s in self.instances.values()])
 
     def result(self, makespan_s: float, wall_start: float, preemptions: int, bytes_moved: float,
                policy_report: dict[str, float], prefix_cache: dict[int, CacheStats] | None = None) -> SimResult:
