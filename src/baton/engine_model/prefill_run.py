@@ -80,21 +80,22 @@ def plan_prefill_run(first: list[tuple[PrefillItem, int]], iter0_s: float, items
         done[item.req_id] += chunk
         run.chunks[0].append((item, chunk, done[item.req_id]))
     deflected = any(it.chunk_limit is not None for it, _ in first)
-    head = items[0]
-    extra, j, last = 0, 1, run.chunks[0]
-    while j < min(limits.horizon, MAX_RUN_ITERS):
-        if any(d >= it.total_tokens for it, _, d in last):
-            break  # a prefill ended: the batch changes
+    head, extra, j = items[0], 0, 1
+    ended = any(d >= it.total_tokens for it, _, d in run.chunks[0])
+    while not ended and j < min(limits.horizon, MAX_RUN_ITERS):
         if head.chunk_limit is None and head.total_tokens - done[head.req_id] > budget:
-            chunks, with_deflected = [(head, budget)], False  # usually: the oldest prompt takes the budget
+            if deflected:
+                break  # the usual case, the oldest prompt taking the whole budget, holds no deflected chunk
+            chunks = [(head, budget)]
         else:
             chunks = _chunks(items, done, budget)
             if not chunks or (limits.waiting and sum(c for _, c in chunks) < budget):
                 break
-            with_deflected = any(it.chunk_limit is not None for it, _ in chunks)
-        if with_deflected != deflected:
-            break
-        grow = sum(max(0, _ceil_div(done[it.req_id] + c, bs) - blocks[it.req_id]) for it, c in chunks)
+            if any(it.chunk_limit is not None for it, _ in chunks) != deflected:
+                break
+        grow = 0
+        for it, c in chunks:
+            grow += max(0, _ceil_div(done[it.req_id] + c, bs) - blocks[it.req_id])
         if (growth(j) if n else 0) + extra + grow > limits.free_blocks:
             break
         run.iters_s.append(perf.iteration_time_s(_shape(chunks, done, n, ctx_sum + n * j, cv2)))
@@ -105,6 +106,7 @@ def plan_prefill_run(first: list[tuple[PrefillItem, int]], iter0_s: float, items
             d = done[it.req_id] = done[it.req_id] + c
             blocks[it.req_id] = max(blocks[it.req_id], _ceil_div(d, bs))
             last.append((it, c, d))
+            ended = ended or d >= it.total_tokens  # a prefill ended: the batch changes after this
         run.chunks.append(last)
         j += 1
     return run

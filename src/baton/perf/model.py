@@ -12,9 +12,11 @@ import numpy as np
 from baton.perf.memory import MemoryFlags
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class BatchShape:
-    """What an iteration's duration depends on.
+    """What an iteration's duration depends on (a value: nothing changes one once made; not
+    frozen because a frozen dataclass's constructor costs twice as much, and the engine
+    model and Kairos's chunk search make hundreds of thousands).
 
     - ``prefill_tokens``: prompt tokens computed this iteration (sum of chunks).
     - ``prefill_attn_pairs``: sum over chunks of chunk x (offset + (chunk + 1) / 2), the

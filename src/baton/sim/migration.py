@@ -118,6 +118,8 @@ class Migrator:
 
     def at_boundary(self, instance_id: int) -> None:
         """Called after a segment of ``instance_id`` ends: take out requests leaving it."""
+        if not self.moves:
+            return
         for move in [m for m in self.moves.values() if m.src == instance_id and m.detaching and m.row is None]:
             self._take_out(move)
 

@@ -95,8 +95,7 @@ class Simulator(FlowEvents):
         self.view.now_s = 0.0
         for stage_index, decision in self.scheduler.start(self.view):
             self.execute(decision, stage_index)
-        for i, r in enumerate(self.requests):
-            self.events.push(r.arrival_s, ARRIVAL, (i,))
+        self.events.arrive_at([r.arrival_s for r in self.requests])
         for stage_index, interval in self.scheduler.tickers:
             self.events.push(interval, TICK, (stage_index, interval))
         self.events.push(0.0, SAMPLE, ())
