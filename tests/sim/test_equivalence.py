@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 
+from baton.policies import PolicyContext, build_scheduler
 from baton.sim import ClusterSpec, EngineConfig
 from baton.workload import SyntheticSpec, generate
 from baton.workload.sessions import SessionsSpec, generate_sessions
@@ -57,7 +58,8 @@ MIXED = ClusterSpec(prefill=0, decode=0, mixed=3, engine=EngineConfig(512, 32, 1
 # not sibyl: it smooths its decode rate over each DecodeProgress observation, one per
 # segment, so closed form and per-iteration mode differ for it by design (decode segments too)
 @pytest.mark.parametrize("policy,cluster", [
-    ("least-loaded", None), ("kairos", None), ("deflect-queue", None), ("ares", None),
+    ("least-loaded", None), ("kairos", None), ("deflect-queue", None), ("ares", None), ("combined", None),
+    ("kairos", ClusterSpec(prefill=1, decode=2, engine=EngineConfig(512, 32, 16), nic_gbps=1)),
     ("colocated", MIXED), ("least-loaded", MIXED), ("llumnix", MIXED)])
 def test_multi_iteration_prefill_matches_per_iteration(policy, cluster):
     """Prefill chunks planned as one segment while the batch stays the same, decodes beside
@@ -84,3 +86,24 @@ def test_multi_iteration_prefill_matches_per_iteration_with_prefix_caching():
         hits = [sum(c.hits for c in r.prefix_cache.values()) for r in (fast, ref)]
         assert hits[0] == hits[1] > 0
         assert fast.placement_order == ref.placement_order
+
+
+def test_a_running_deflected_prefill_retuned_mid_segment_matches_per_iteration():
+    """Kairos re-plans a running deflected prefill's chunk limit as its decode batch
+    changes: the next iteration takes the new limit, so a segment planned past it ends at
+    the boundary (without that cut, runs drifted 3% from per-iteration mode)."""
+    spec = SyntheticSpec(requests=80, rate_rps=16.0, arrival="gamma", cv=2.0, prompt_median=1500, prompt_sigma=0.5,
+                         prompt_cap=4000, output_median=80, output_sigma=0.8, output_cap=600)
+    reqs = generate(spec, np.random.default_rng(1))
+    stage = {"stage": "kairos", "max_chunk_tokens": 1024, "proactive": True, "replan_interval_s": 0.02}
+    cluster = ClusterSpec(prefill=1, decode=2, engine=EngineConfig(2048, 64, 16), nic_gbps=10)
+    results = []
+    for closed_form in (True, False):
+        perf = tiny_perf(200_000)
+        ctx = PolicyContext(np.random.default_rng(0), perf, ttft_slo_s=1.0, tpot_slo_s=0.02)
+        sched = build_scheduler({"name": "kairos", "stages": [stage]}, ctx)
+        sim, result = run(reqs, cluster=cluster, perf=perf, closed_form=closed_form, scheduler=sched)
+        results.append(result)
+    assert sum(e.prefill_runs for e in sim.engines.values()) == 0  # per-iteration mode plans none
+    assert any(r.deflected for r in results[0].records)
+    assert_same(*results)

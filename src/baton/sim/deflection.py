@@ -46,4 +46,6 @@ def _retune(port: SimPort, decision: Deflect) -> bool:
         return False
     item.chunk_limit = decision.chunk_limit_tokens
     port.states[decision.req_id].chunk_limit_tokens = decision.chunk_limit_tokens
+    if item.admitted:  # its next chunk is the new limit's: a segment planned past it ends at the boundary
+        port.kick(decision.instance)
     return True
