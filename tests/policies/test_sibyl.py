@@ -6,7 +6,7 @@ import pytest
 
 from baton.core import ClusterView, InstanceState, Request, RequestState, Role
 from baton.core.decisions import ArrivalPlan
-from baton.core.events import Completed
+from baton.core.events import Completed, DecodeProgress
 from baton.core.request import Phase
 from baton.perf import build
 from baton.policies import PolicyContext, build_scheduler
@@ -204,3 +204,16 @@ def test_type1_load_counts_requests_preempted_and_waiting_to_recompute():
     assert ids.tolist() == [5]
     assert curves.curves[0, 0] == 500  # its context now
     assert curves.curves[0, -1] > 500  # and growing at the instance's rate (50 tokens/s)
+
+
+@pytest.mark.parametrize("iterations", [1, 2, 7, 300])
+def test_decode_rate_moves_by_iterations_not_by_reports(iterations):
+    """v̄_sys after one report of k iterations at a rate equals k one-iteration reports at
+    it: how a runtime groups iterations (one per segment, or per token) does not move it."""
+    grouped, single = sibyl(), sibyl()
+    grouped.v_sys = single.v_sys = 40.0
+    grouped.observe(None, DecodeProgress(0, iterations, 0.02, NOW))
+    for _ in range(iterations):
+        single.observe(None, DecodeProgress(0, 1, 0.02, NOW))
+    assert grouped.v_sys == pytest.approx(single.v_sys, rel=1e-12)
+    assert 40.0 < grouped.v_sys <= 50.0

@@ -34,7 +34,7 @@ from baton.policies.least_loaded import LeastLoaded
 from baton.policies.projection import ActiveCurves, PendingTable
 from baton.predict.survival import SurvivalTable
 
-_RATE_SMOOTHING = 0.05  # EMA weight of each DecodeProgress in v̄_sys
+_RATE_SMOOTHING = 0.05  # EMA weight of each decode iteration's rate in v̄_sys
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,8 +162,12 @@ class Sibyl(LeastLoaded):
         elif isinstance(observation, PrefillDone):
             self.pending.set_start(observation.req_id, observation.now_s)
         elif isinstance(observation, DecodeProgress) and observation.mean_iteration_s > 0:
+            # one EMA step per iteration the report covers, at its mean rate: v̄_sys does not
+            # depend on how the runtime groups iterations into reports
             rate = 1.0 / observation.mean_iteration_s
-            self.v_sys += _RATE_SMOOTHING * (rate - self.v_sys)
+            weight = _RATE_SMOOTHING if observation.iterations <= 1 else \
+                1.0 - (1.0 - _RATE_SMOOTHING) ** observation.iterations
+            self.v_sys += weight * (rate - self.v_sys)
 
 
 STAGES = {"sibyl": Sibyl}
