@@ -135,12 +135,7 @@ class Engine(SegmentPlans, KvBlocks):
             return None
         if self._cv2 is None:
             self._cv2 = length_cv2(table.ctx_values())
-        shape = BatchShape(
-            prefill_tokens=sum(c for _, c in self.chunks),
-            prefill_attn_pairs=sum(chunk_attn_pairs(c, it.done_tokens) for it, c in self.chunks),
-            n_decodes=table.n, decode_ctx_tokens=table.ctx_sum, decode_ctx_cv2=self._cv2,
-            prefill_chunks=len(self.chunks), prefill_diag_pairs=sum(chunk_diag_pairs(c) for _, c in self.chunks))
-        iter0 = self.perf.iteration_time_s(shape)
+        iter0 = self.perf.iteration_time_s(self._shape(table))
         self.run, self.synced = None, 0
         # after a preemption vLLM admits nothing until the next iteration: replan then
         if not self.closed_form or (preempted and (self.waiting or self.chunks)):
@@ -153,6 +148,21 @@ class Engine(SegmentPlans, KvBlocks):
         self.busy = True
         self.version += 1
         return seg.end_s(seg.max_iters)
+
+    def _shape(self, table: DecodeTable) -> BatchShape:
+        """This iteration's shape (no chunk or one, the usual cases, without the sums)."""
+        chunks = self.chunks
+        if not chunks:
+            return BatchShape(0, 0, table.n, table.ctx_sum, self._cv2, 0, 0)
+        if len(chunks) == 1:
+            it, c = chunks[0]
+            return BatchShape(c, chunk_attn_pairs(c, it.done_tokens), table.n, table.ctx_sum, self._cv2, 1,
+                              chunk_diag_pairs(c))
+        return BatchShape(
+            prefill_tokens=sum(c for _, c in chunks),
+            prefill_attn_pairs=sum(chunk_attn_pairs(c, it.done_tokens) for it, c in chunks),
+            n_decodes=table.n, decode_ctx_tokens=table.ctx_sum, decode_ctx_cv2=self._cv2,
+            prefill_chunks=len(chunks), prefill_diag_pairs=sum(chunk_diag_pairs(c) for _, c in chunks))
 
     def _admit_joins(self, now_s: float) -> None:
         table = self.state.decodes
@@ -235,6 +245,8 @@ class Engine(SegmentPlans, KvBlocks):
                        running: list[tuple[PrefillItem, int]]) -> list[tuple[PrefillItem, int]]:
         """Admit waiting prefills in FCFS order with the blocks for their first chunk;
         stop at the first that does not fit."""
+        if not self.waiting:
+            return []
         st = self.state
         budget = self.cfg.max_num_batched_tokens - n_decodes - sum(c for _, c in running)
         seqs = n_decodes + self.admitted
