@@ -25,8 +25,9 @@ that machine noise falls on both alike, and reports the ratios (``cpu_ratio_10k`
 adds both simulators as whole processes on the same requests (Vidur 0.0.26 from the
 fidelity benchmark's install, its forests trained by an untimed first run; ``baton
 simulate`` on Vidur's own request metrics, start-up included): ``vidur_speedup_10k`` and
-``vidur_speedup_50k``. ``--quick`` skips part 4. The last line is one JSON object; a key is
-absent only when its part was skipped or its input is not on this machine.
+``vidur_speedup_50k`` (``--vidur-only``: that part alone). ``--quick`` skips part 4. The
+last line is one JSON object; a key is absent only when its part was skipped or its input
+is not on this machine.
 """
 
 from __future__ import annotations
@@ -209,9 +210,14 @@ def main() -> None:
     ap.add_argument("--subset", type=int, default=300, help="requests in the mode comparison")
     ap.add_argument("--quick", action="store_true", help="skip the 1,024-instance and scaling runs (minutes)")
     ap.add_argument("--vidur", action="store_true", help="also whole processes against Vidur (installs it; long)")
+    ap.add_argument("--vidur-only", action="store_true", help="only the whole processes against Vidur")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
     out: dict[str, float] = {}
+    if args.vidur_only:
+        against_vidur(out)
+        print(json.dumps(out))
+        return
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"this": ROOT / "src"}
         if args.against:
