@@ -4,6 +4,7 @@ and how many decode-only iterations may run before the batch must change."""
 from __future__ import annotations
 
 from baton.engine_model.work import PrefillItem
+from baton.perf.model import BatchShape, chunk_attn_pairs, chunk_diag_pairs
 
 MAX_SEGMENT_ITERS = 1 << 30
 
@@ -39,3 +40,18 @@ def decode_horizon(horizon: int, rows: int, residue_ge: tuple[int, ...], free_bl
             lo, hi = (mid, hi) if growth(mid) <= free_blocks else (lo, mid)
         horizon = lo + 1
     return max(1, min(horizon, MAX_SEGMENT_ITERS))
+
+
+def iteration_shape(chunks: list[tuple[int, int]], n_decodes: int, decode_ctx_tokens: int, cv2: float) -> BatchShape:
+    """One iteration's shape: its prefill ``chunks`` as (tokens, tokens computed before the
+    chunk) beside ``n_decodes`` decodes of ``decode_ctx_tokens`` context in all (none or one
+    chunk, the usual cases, without the sums)."""
+    if not chunks:
+        return BatchShape(0, 0, n_decodes, decode_ctx_tokens, cv2, 0, 0)
+    if len(chunks) == 1:
+        c, offset = chunks[0]
+        return BatchShape(c, chunk_attn_pairs(c, offset), n_decodes, decode_ctx_tokens, cv2, 1, chunk_diag_pairs(c))
+    return BatchShape(prefill_tokens=sum(c for c, _ in chunks),
+                      prefill_attn_pairs=sum(chunk_attn_pairs(c, offset) for c, offset in chunks),
+                      n_decodes=n_decodes, decode_ctx_tokens=decode_ctx_tokens, decode_ctx_cv2=cv2,
+                      prefill_chunks=len(chunks), prefill_diag_pairs=sum(chunk_diag_pairs(c) for c, _ in chunks))

@@ -39,8 +39,8 @@ from collections import OrderedDict, deque
 
 from baton.core.decode_table import DecodeTable
 from baton.core.instance import InstanceState, Segment
-from baton.perf.model import BatchShape, PerfModel, chunk_attn_pairs, chunk_diag_pairs, length_cv2
-from baton.engine_model.batch import chunk_of
+from baton.perf.model import PerfModel, length_cv2
+from baton.engine_model.batch import chunk_of, iteration_shape
 from baton.engine_model.prefill_run import PrefillRun
 from baton.engine_model.segments import SegmentPlans
 from baton.engine_model.kv import KeySource, KvBlocks
@@ -135,7 +135,8 @@ class Engine(SegmentPlans, KvBlocks):
             return None
         if self._cv2 is None:
             self._cv2 = length_cv2(table.ctx_values())
-        iter0 = self.perf.iteration_time_s(self._shape(table))
+        iter0 = self.perf.iteration_time_s(iteration_shape([(c, it.done_tokens) for it, c in self.chunks],
+                                                           table.n, table.ctx_sum, self._cv2))
         self.run, self.synced = None, 0
         # after a preemption vLLM admits nothing until the next iteration: replan then
         if not self.closed_form or (preempted and (self.waiting or self.chunks)):
@@ -148,21 +149,6 @@ class Engine(SegmentPlans, KvBlocks):
         self.busy = True
         self.version += 1
         return seg.end_s(seg.max_iters)
-
-    def _shape(self, table: DecodeTable) -> BatchShape:
-        """This iteration's shape (no chunk or one, the usual cases, without the sums)."""
-        chunks = self.chunks
-        if not chunks:
-            return BatchShape(0, 0, table.n, table.ctx_sum, self._cv2, 0, 0)
-        if len(chunks) == 1:
-            it, c = chunks[0]
-            return BatchShape(c, chunk_attn_pairs(c, it.done_tokens), table.n, table.ctx_sum, self._cv2, 1,
-                              chunk_diag_pairs(c))
-        return BatchShape(
-            prefill_tokens=sum(c for _, c in chunks),
-            prefill_attn_pairs=sum(chunk_attn_pairs(c, it.done_tokens) for it, c in chunks),
-            n_decodes=table.n, decode_ctx_tokens=table.ctx_sum, decode_ctx_cv2=self._cv2,
-            prefill_chunks=len(chunks), prefill_diag_pairs=sum(chunk_diag_pairs(c) for _, c in chunks))
 
     def _admit_joins(self, now_s: float) -> None:
         table = self.state.decodes

@@ -5,7 +5,7 @@ chunks; while the same decodes run beside it and nothing else changes, those ite
 are planned at once (``plan_prefill_run``) and the simulator processes them as one event.
 The plan stops before the first iteration in which vLLM's scheduler would do something
 else: a prefill finished in the iteration before (it leaves the prefill batch), a decode
-finishes or reaches a watched length (``rows_horizon``), the KV blocks for the next
+finishes or reaches a watched length (``DecodeTable.horizon``), the KV blocks for the next
 iteration's tokens are not free (the scheduler would preempt), budget is left over while a
 request waits (it would be admitted), or the batch starts or stops holding a deflected
 prefill's chunk (its token gaps are counted apart). Each iteration's duration comes from the
@@ -14,11 +14,12 @@ performance model on that iteration's own shape, so times are those of per-itera
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from baton.engine_model.batch import chunk_of
+from baton.engine_model.batch import chunk_of, iteration_shape
 from baton.engine_model.work import PrefillItem
-from baton.perf.model import BatchShape, PerfModel, chunk_attn_pairs, chunk_diag_pairs
+from baton.perf.model import PerfModel
 
 MAX_RUN_ITERS = 4096
 
@@ -42,7 +43,7 @@ class RunLimits:
     for admission, and the block size (tokens)."""
 
     horizon: int
-    decode_growth: object  # Callable[[int], int]
+    decode_growth: Callable[[int], int]
     free_blocks: int
     budget: int
     waiting: bool
@@ -98,7 +99,8 @@ def plan_prefill_run(first: list[tuple[PrefillItem, int]], iter0_s: float, items
             grow += max(0, _ceil_div(done[it.req_id] + c, bs) - blocks[it.req_id])
         if (growth(j) if n else 0) + extra + grow > limits.free_blocks:
             break
-        run.iters_s.append(perf.iteration_time_s(_shape(chunks, done, n, ctx_sum + n * j, cv2)))
+        shape = iteration_shape([(c, done[it.req_id]) for it, c in chunks], n, ctx_sum + n * j, cv2)
+        run.iters_s.append(perf.iteration_time_s(shape))
         extra += grow
         run.blocks.append(extra)
         last = []
@@ -110,14 +112,3 @@ def plan_prefill_run(first: list[tuple[PrefillItem, int]], iter0_s: float, items
         run.chunks.append(last)
         j += 1
     return run
-
-
-def _shape(chunks: list[tuple[PrefillItem, int]], done: dict[int, int], n: int, ctx_tokens: int,
-           cv2: float) -> BatchShape:
-    if len(chunks) == 1:
-        it, c = chunks[0]
-        return BatchShape(c, chunk_attn_pairs(c, done[it.req_id]), n, ctx_tokens, cv2, 1, chunk_diag_pairs(c))
-    return BatchShape(prefill_tokens=sum(c for _, c in chunks),
-                      prefill_attn_pairs=sum(chunk_attn_pairs(c, done[it.req_id]) for it, c in chunks),
-                      n_decodes=n, decode_ctx_tokens=ctx_tokens, decode_ctx_cv2=cv2, prefill_chunks=len(chunks),
-                      prefill_diag_pairs=sum(chunk_diag_pairs(c) for _, c in chunks))
