@@ -130,6 +130,8 @@ def test_version_and_list():
     assert p.returncode == 0 and p.stdout.startswith("baton ")
     p = baton("list", "policies")
     assert p.returncode == 0 and {"ils", "least-outstanding", "sibyl", "ares"} <= set(p.stdout.split())
+    rows = {line.split()[0]: line.split(None, 1)[1] for line in p.stdout.splitlines()}  # name, then what it does
+    assert "SIBYL" in rows["sibyl"] and "Kairos" in rows["kairos"] and len(rows) == len(set(rows))
     assert "llama-2-70b-tp2@a100-80g" in baton("list", "presets").stdout.split()
     assert "vidur-metrics" in baton("list", "formats").stdout.split()
 

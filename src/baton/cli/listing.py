@@ -1,5 +1,6 @@
-"""``baton list``: the names Baton knows; presets and GPUs as a table whose first column
-is the name (so ``baton list presets | awk '{print $1}'`` gives the names)."""
+"""``baton list``: the names Baton knows; policies with a line each, presets and GPUs as a
+table, the name always the first column (so ``baton list presets | awk '{print $1}'`` gives
+the names)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ def _columns(rows: list[tuple[str, ...]]) -> list[str]:
 
 
 def cmd_list(args: argparse.Namespace) -> None:
-    """Policies, stages or trace formats one name per line; presets and GPUs as tables
+    """Policies one per line with what each does; stages or trace formats one name per
+    line; presets and GPUs as tables
     (a preset's model, GPU, tensor parallelism and source; a GPU's dense rates per dtype,
     HBM bandwidth and size, and the tensor-parallel degrees it can run)."""
     from baton.policies.catalog import POLICIES, STAGE_TYPES
@@ -38,5 +40,9 @@ def cmd_list(args: argparse.Namespace) -> None:
     if args.what in ("presets", "gpus"):
         print("\n".join(_presets() if args.what == "presets" else _gpus()))
         return
-    names = {"policies": POLICIES, "stages": STAGE_TYPES, "formats": FORMATS}[args.what]
+    if args.what == "policies":
+        from baton.policies.descriptions import DESCRIPTIONS
+        print("\n".join(_columns([(name, DESCRIPTIONS.get(name, "")) for name in sorted(POLICIES)])))
+        return
+    names = {"stages": STAGE_TYPES, "formats": FORMATS}[args.what]
     print("\n".join(sorted(names)))

@@ -59,7 +59,7 @@ def parser(command: str | None = None) -> argparse.ArgumentParser:
                                   formatter_class=HelpFormatter)
     top.add_argument("--version", action="version", version=f"baton {__version__}")
     sub = top.add_subparsers(dest="command", required=True)
-    lst = sub.add_parser("list", help="the names Baton knows, one per line")
+    lst = sub.add_parser("list", help="the names Baton knows, one per line (policies with what each does)")
     lst.add_argument("what", choices=["policies", "presets", "gpus", "stages", "formats"])
     sim = sub.add_parser("simulate", help="one policy on one workload and cluster")
     add_common(sim)
