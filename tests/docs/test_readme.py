@@ -33,3 +33,14 @@ def test_the_simulator_quick_start_runs_as_written(tmp_path):
         assert out.returncode == 0, (line, out.stderr[-2000:])
     assert (tmp_path / "experiment.schema.json").stat().st_size > 1000
     assert (tmp_path / "baton-out" / "run.json").exists()  # each run replaces the folder
+
+
+def test_make_test_quick_names_only_test_paths_that_exist():
+    """The README's edit-test loop: `make test-quick` is a Makefile target whose selection
+    names test folders and files that exist (a moved folder would silently test less)."""
+    make = (ROOT / "Makefile").read_text()
+    assert "\ntest-quick:" in make and "make test-quick" in (ROOT / "README.md").read_text()
+    block = make.split("QUICK_TESTS =", 1)[1].split("\ntest-quick:", 1)[0]
+    paths = block.replace("\\", " ").split()
+    assert len(paths) >= 5 and all((ROOT / path).exists() for path in paths), paths
+    assert "tests/conformance" not in paths and "tests/gateway" not in paths  # the slow live ones stay out
