@@ -169,3 +169,26 @@ def test_records_format_parquet(tmp_path):
         return
     assert p.returncode == 0, p.stderr
     assert pq.read_table(tmp_path / "least-loaded.requests.parquet").num_rows == 20
+
+
+def test_every_help_shows_each_default_once_nested_subcommands_included():
+    """Each option with a default shows it in its --help once: added by the formatter, or
+    written in the help's own words, never both and never neither."""
+    import argparse
+
+    from baton.cli.main import parser
+
+    def walk(p, path):
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    yield from walk(sub, path + [name])
+            elif action.help not in (None, argparse.SUPPRESS) and action.dest != "help":
+                yield path, action, p.formatter_class(prog="baton")._get_help_string(action) or ""
+    seen = 0
+    for path, action, text in walk(parser(), []):
+        if action.default in (None, False, argparse.SUPPRESS) or action.default == []:
+            continue
+        seen += 1
+        assert text.replace("%(default)s", "D").count("(default") == 1, (" ".join(path), action.option_strings, text)
+    assert seen > 30  # the check saw the options

@@ -157,11 +157,20 @@ def parser(command: str | None = None) -> argparse.ArgumentParser:
     sch.add_argument("name", nargs="?", help="policy: a named policy (default: the policy key's whole schema)")
     emu = sub.add_parser("emulate", help="run an engine emulator (an HTTP server that behaves like vLLM)")
     add_emulate_args(emu)
-    for name, p in sub.choices.items():  # every subcommand's --help shows its defaults
-        p.formatter_class = HelpFormatter
+    for name, p in sub.choices.items():
         if name in ("simulate", "compare", "demo", "sweep"):
             p.epilog = GLOSSARY
+    _show_defaults(top)
     return top
+
+
+def _show_defaults(p: argparse.ArgumentParser) -> None:
+    """Every parser's --help shows its defaults, nested subcommands' too (``baton workload stats``)."""
+    p.formatter_class = HelpFormatter
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _show_defaults(sub)
 
 
 def _cmd_config(args: argparse.Namespace) -> None:
