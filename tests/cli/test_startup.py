@@ -14,7 +14,7 @@ print(json.dumps({"rc": rc, "modules": sorted(sys.modules)}), file=sys.stderr)
 '''
 
 HEAVY = ("baton.gateway", "baton.emulator.engine_loop", "baton.emulator.server", "prometheus_client", "aiohttp",
-         "zmq", "grpc", "matplotlib", "ray", "torch", "concurrent.futures.process", "yaml", "baton.experiments.sweep_ray")
+         "zmq", "grpc", "matplotlib", "ray", "torch", "concurrent.futures.process", "yaml")
 
 
 def _modules(tmp_path, *args: str) -> list[str]:

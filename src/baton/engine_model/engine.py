@@ -324,8 +324,8 @@ class Engine(SegmentPlans, KvBlocks):
         for a slot or running, KV held for a transfer) and free its blocks. As in vLLM,
         which handles aborts between steps, work in the running segment leaves when the
         segment ends (``finish`` then reports nothing about it); the rest leaves now."""
-        steps = self.run.chunks if self.run is not None else [[(it, 0, 0) for it, _ in self.chunks]]
-        if self.busy and (req_id in self.state.decodes or any(it.req_id == req_id for step in steps for it, _, _ in step)):
+        steps = self.run.chunks if self.run is not None else [self.chunks]  # items first in both kinds of entry
+        if self.busy and (req_id in self.state.decodes or any(e[0].req_id == req_id for step in steps for e in step)):
             self.aborting.add(req_id)
             return
         self._drop(req_id)

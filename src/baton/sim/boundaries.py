@@ -19,12 +19,8 @@ from baton.engine_model.engine import Engine
 class Boundaries:
     """The next unpublished boundary of each engine running a multi-iteration prefill."""
 
-    def __init__(self, engines: Mapping[int, Engine], per_iteration: bool = False) -> None:
+    def __init__(self, engines: Mapping[int, Engine]) -> None:
         self.engines = engines
-        # flow control's gate releases work at every segment end: with one, prefill chunks
-        # stay one iteration each, so it sees each boundary as per-iteration mode does
-        for eng in engines.values() if per_iteration else ():
-            eng.multi_iteration_prefill = False
         self.heap: list[tuple[float, int]] = []
         self._next_s: dict[int, float] = {}
 

@@ -86,7 +86,9 @@ class Simulator(FlowEvents):
         self._max_tokens = min(blocks) * bs if blocks else 0
         self._max_model_len = cluster.max_model_len(perf.max_model_len)
         self.gate = gate_for(flow, self.view, ttft_slo_s, self.place, self.reject)  # None: no flow control
-        self.boundaries = Boundaries(self.engines, per_iteration=self.gate is not None)
+        for eng in self.engines.values() if self.gate is not None else ():
+            eng.multi_iteration_prefill = False  # the gate releases work at every segment end: one per chunk
+        self.boundaries = Boundaries(self.engines)
 
     # --- event loop ----------------------------------------------------------------------
     def run(self) -> SimResult:
