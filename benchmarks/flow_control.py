@@ -120,7 +120,7 @@ def live(requests: list[Request], flow: bool) -> list[RequestRecord]:
     engines = [{"name": f"{role[0]}{i % 4}", "url": e.url, "role": role}
                for i, (e, role) in enumerate(zip(emus, ["prefill"] * 4 + ["decode"] * 4))]
     slo = scaled_slo()
-    gw = start_gateway(tmp, {"engines": engines, "policy": "least-loaded", "admin_token": "t",
+    gw = start_gateway(tmp, {"engines": engines, "policy": "least-loaded", "admin_token": "admin-token-for-tests",
                              "ttft_slo_s": slo.ttft_s, "tpot_slo_s": slo.tpot_s, "max_inflight": 100_000,
                              "max_inflight_per_client": 100_000, "classes": {"client_headers": "all"},
                              "flow_control": flow_settings(flow)})

@@ -52,7 +52,7 @@ from prometheus_client.parser import text_string_to_metric_families
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.live import get, metric, servers, start_emulator, start_gateway  # noqa: E402
 
-AUTH = {"Authorization": "Bearer soak"}
+AUTH = {"Authorization": "Bearer live-soak-admin-token"}
 RELAY_BITS = 40  # gateway.relay.ID_BITS: a request id's relay start number sits above these bits
 # report key -> (counter family, a label that must match, or None)
 WATCHED = {"ticks": ("baton_policy_ticks", None), "tick_errors": ("baton_policy_tick_errors", None),
@@ -231,7 +231,7 @@ def main() -> None:
     engines = [start_emulator(work) for _ in roles]
     gw = start_gateway(work, {"engines": [{"name": f"{r}{i}", "url": e.url, "role": r}
                                           for i, (e, r) in enumerate(zip(engines, roles))],
-                              "policy": args.policy, "admin_token": "soak", "scrape_interval_s": 0.5,
+                              "policy": args.policy, "admin_token": "live-soak-admin-token", "scrape_interval_s": 0.5,
                               "workers": args.workers})
     kills = RelayKills(gw.url) if args.workers > 1 else None
     stop, hurt = threading.Event(), []

@@ -32,10 +32,10 @@ def main() -> None:
     emus = [start_emulator(tmp) for _ in range(3)]
     engines = [{"name": n, "url": e.url, "role": r}
                for n, e, r in zip(("p0", "d0", "d1"), emus, ("prefill", "decode", "decode"))]
-    gw = start_gateway(tmp, {"engines": engines, "policy": "least-loaded", "admin_token": "t"})
+    gw = start_gateway(tmp, {"engines": engines, "policy": "least-loaded", "admin_token": "admin-token-for-tests"})
     with servers(*emus, gw):
         live = asyncio.run(replay(gw.url, requests))
-        log = get(gw.url + "/admin/decisions", headers={"Authorization": "Bearer t"})[1]["decisions"]
+        log = get(gw.url + "/admin/decisions", headers={"Authorization": "Bearer admin-token-for-tests"})[1]["decisions"]
     names = ["prefill-0", "decode-0", "decode-1"]  # the simulator's names of instances 0, 1, 2
     placed: dict[int, list[str]] = {}
     for entry in log:

@@ -18,7 +18,7 @@ PY = os.environ.get("BATON_VLLM_PYTHON")
 MODEL = os.environ.get("BATON_VLLM_MODEL")
 NEEDS_VLLM = pytest.mark.skipif(not (PY and MODEL), reason="BATON_VLLM_PYTHON and BATON_VLLM_MODEL not set")
 START_TIMEOUT_S = 600
-AUTH = {"Authorization": "Bearer real"}
+AUTH = {"Authorization": "Bearer real-vllm-admin-token"}
 PROMPTS = ["The capital of France is", "Write one sentence about the sea:"]
 # never send `seed`: with chunked prompts it crashes the CPU server
 GREEDY = {"max_tokens": 24, "temperature": 0.0}
@@ -88,7 +88,7 @@ def stack(tmp_path_factory):
         print(f"\nboth vLLM instances ready after {time.monotonic() - t0:.0f} s")
         engines = [{"name": "prefill", "url": prefill.url, "role": "prefill", "model": "smollm2"},
                    {"name": "decode", "url": decode.url, "role": "decode", "model": "smollm2"}]
-        gw = start_gateway(tmp, {"engines": engines, "policy": "least-loaded", "admin_token": "real",
+        gw = start_gateway(tmp, {"engines": engines, "policy": "least-loaded", "admin_token": "real-vllm-admin-token",
                                  "scrape_interval_s": 0.5, "upstream_timeout_s": 300,
                                  # vLLM on 2 CPU cores is orders slower than the A100 preset
                                  # the read deadlines are computed from: give it room

@@ -17,7 +17,7 @@ pytestmark = NEEDS_VLLM  # and the epp extra: tests.gateway.test_epp skips witho
 def test_pd_through_envoy_the_picker_and_the_sidecar_equals_a_single_instance(stack):
     prefill, decode, tmp = stack["prefill"], stack["decode"], stack["tmp"]
     side_port = free_port()
-    config = {"policy": "pd", "port": free_port(), "epp_port": free_port(), "admin_token": "real",
+    config = {"policy": "pd", "port": free_port(), "epp_port": free_port(), "admin_token": "real-vllm-admin-token",
               "scrape_interval_s": 0.5, "upstream_timeout_s": 300,
               "engines": [{"name": "prefill", "url": prefill.url, "role": "prefill", "model": "smollm2"},
                           {"name": "decode", "url": decode.url, "role": "decode", "model": "smollm2",

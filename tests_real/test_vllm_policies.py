@@ -16,7 +16,7 @@ from tests_real.conftest import AUTH, GREEDY, NEEDS_VLLM, PROMPTS, VLLM
 
 pytestmark = NEEDS_VLLM
 ROOM = {"scrape_interval_s": 0.5, "upstream_timeout_s": 300, "first_token_timeout_base_s": 120,
-        "token_timeout_min_s": 60, "admin_token": "real"}
+        "token_timeout_min_s": 60, "admin_token": "real-vllm-admin-token"}
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from tests_real.test_vllm_prefix import block_size, settled
 
 pytestmark = NEEDS_VLLM
 ROOM = {"scrape_interval_s": 0.5, "upstream_timeout_s": 300, "first_token_timeout_base_s": 120,
-        "token_timeout_min_s": 60, "admin_token": "real"}
+        "token_timeout_min_s": 60, "admin_token": "real-vllm-admin-token"}
 HITS = "vllm:prefix_cache_hits_total"
 
 

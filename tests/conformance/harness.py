@@ -37,7 +37,7 @@ from baton.engine_model.work import EngineConfig
 from baton.perf.model import PerfModel
 from baton.perf.scaled import ScaledPerf
 
-ADMIN_TOKEN = "conformance"
+ADMIN_TOKEN = "conformance-admin-token"
 AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 HTTP_TIMEOUT_S = 10.0  # any admin or metrics read
 SHUTDOWN_TIMEOUT_S = 2.0

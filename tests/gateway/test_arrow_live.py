@@ -9,7 +9,7 @@ import threading
 
 from tests.live import decision_log, get, metric, post, servers, start_emulator, start_gateway, wait_until
 
-AUTH = {"Authorization": "Bearer t"}
+AUTH = {"Authorization": "Bearer admin-token-for-tests"}
 ARROW = {"name": "arrow", "stages": [{"stage": "arrow", "monitor_interval_s": 0.2, "monitor_window_s": 1.0}]}
 
 
@@ -32,7 +32,7 @@ def test_arrow_lends_a_decode_instance_for_a_burst_and_takes_it_back(tmp_path):
                {"name": "d1", "url": d1.url, "role": "decode"}]
     # at time scale 2, 3,000-token prompts take about 0.48 s each: a queue of two breaks the
     # 1 s TTFT SLO; a few decodes run at about 15 ms per token, 24 at about 25 ms (> 20 ms)
-    gw = start_gateway(tmp_path, {"engines": engines, "policy": ARROW, "admin_token": "t",
+    gw = start_gateway(tmp_path, {"engines": engines, "policy": ARROW, "admin_token": "admin-token-for-tests",
                                   "scrape_interval_s": 0.1, "ttft_slo_s": 1.0, "tpot_slo_s": 0.02})
     with servers(p, d0, d1, gw):
         results: list = []

@@ -7,14 +7,14 @@ from __future__ import annotations
 from baton.emulator.tokens import token_text
 from tests.live import Stream, get, metric, servers, start_emulator, start_gateway, wait_until
 
-AUTH = {"Authorization": "Bearer t"}
+AUTH = {"Authorization": "Bearer admin-token-for-tests"}
 CHAIN = {"name": "cascade", "stages": [{"stage": "cascade", "layout": "chain", "first_cut": 64, "refine": "off"}]}
 
 
 def test_a_stream_crosses_stages_token_exactly(tmp_path):
     emus = [start_emulator(tmp_path, "--time-scale", "3") for _ in range(4)]
     engines = [{"name": f"m{i}", "url": e.url, "role": "mixed"} for i, e in enumerate(emus)]
-    gw = start_gateway(tmp_path, {"engines": engines, "policy": CHAIN, "admin_token": "t", "scrape_interval_s": 0.2})
+    gw = start_gateway(tmp_path, {"engines": engines, "policy": CHAIN, "admin_token": "admin-token-for-tests", "scrape_interval_s": 0.2})
     with servers(*emus, gw):
         # stages: [0, 64) on m0, [64, 128) on m1, [128, 256) on m2, the rest on m3
         s = Stream(gw.url + "/v1/completions", {"prompt": "a b c d", "max_tokens": 150, "ignore_eos": True,

@@ -22,7 +22,7 @@ from baton.emulator.tokens import token_text
 from tests.live import (Stream, _conn, get, metric, post, request, servers, start_emulator, start_fake,
                         start_gateway, wait_until)
 
-TOKEN = "t0ken"
+TOKEN = "admin-token-for-tests"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 FAST = {"admin_token": TOKEN, "scrape_interval_s": 0.2, "token_timeout_min_s": 1.0,
         "first_token_timeout_base_s": 1.0, "body_timeout_s": 1.0, "header_timeout_s": 1.0}

@@ -85,8 +85,9 @@ def test_labels_are_bounded():
     assert labels("t0") == "t0"  # one seen before keeps its own label
 
 
-def test_the_example_config_classes_as_its_comments_say():
+def test_the_example_config_classes_as_its_comments_say(monkeypatch):
     from pathlib import Path
+    monkeypatch.setenv("BATON_METRICS_TOKEN", "metrics-token-for-tests")  # as its first line says
 
     from baton.gateway.config import load_config
     cfg = load_config(Path(__file__).resolve().parents[2] / "examples" / "gateway-classes.yaml")

@@ -11,7 +11,7 @@ import time
 
 from tests.live import Stream, get, metric, post, servers, start_fake, start_gateway, wait_until
 
-TOKEN = "t0ken"
+TOKEN = "admin-token-for-tests"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 IDS = [1, 2, 3, 4]
 

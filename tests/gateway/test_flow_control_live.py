@@ -17,7 +17,7 @@ import pytest
 
 from tests.live import get, metric, post, servers, start_fake, start_gateway, wait_until
 
-TOKEN = "t"
+TOKEN = "admin-token-for-tests"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 IDS = [1, 2, 3, 4]  # four prompt tokens: one request fills max_queued_prefill_tokens
 TIMEOUT = aiohttp.ClientTimeout(total=30)

@@ -183,7 +183,7 @@ def test_a_burst_queued_on_one_prefill_engine_is_not_taken_for_a_hang(tmp_path):
     deadline now includes the prefill work the gateway has queued on that instance."""
     p, d = start_emulator(tmp_path), start_emulator(tmp_path)
     engines = [{"name": "p", "url": p.url, "role": "prefill"}, {"name": "d", "url": d.url, "role": "decode"}]
-    gw = start_gateway(tmp_path, {**FAST, "engines": engines, "policy": "least-loaded", "admin_token": "t0ken"})
+    gw = start_gateway(tmp_path, {**FAST, "engines": engines, "policy": "least-loaded", "admin_token": "admin-token-for-tests"})
     body = {"prompt": list(range(1000, 3000)), "max_tokens": 2}
     with servers(p, d, gw), ThreadPoolExecutor(40) as pool:
         answers = list(pool.map(lambda _: post(gw.url + "/v1/completions", body, timeout=60), range(40)))

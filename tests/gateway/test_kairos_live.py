@@ -11,7 +11,7 @@ import time
 
 from tests.live import Stream, decision_log, get, metric, post, servers, start_emulator, start_gateway, wait_until
 
-AUTH = {"Authorization": "Bearer t"}
+AUTH = {"Authorization": "Bearer admin-token-for-tests"}
 TBT_SLO_S = 0.15
 KAIROS = {"name": "kairos", "stages": [{"stage": "kairos", "fixed_chunk": True, "max_chunk_tokens": 512,
                                         "proactive": False}]}
@@ -56,7 +56,7 @@ def test_a_burst_is_deflected_to_decode_instances_within_the_tbt_slo(tmp_path):
                              "--max-num-batched-tokens", "512") for _ in range(2))
     engines = [{"name": "p0", "url": p.url, "role": "prefill"}, {"name": "d0", "url": d0.url, "role": "decode"},
                {"name": "d1", "url": d1.url, "role": "decode"}]
-    gw = start_gateway(tmp_path, {"engines": engines, "policy": KAIROS, "admin_token": "t", "scrape_interval_s": 0.1,
+    gw = start_gateway(tmp_path, {"engines": engines, "policy": KAIROS, "admin_token": "admin-token-for-tests", "scrape_interval_s": 0.1,
                                   "ttft_slo_s": 5.0, "tpot_slo_s": TBT_SLO_S})
     with servers(p, d0, d1, gw):
         streams: list = []
@@ -90,7 +90,7 @@ def test_a_held_prefill_is_replanned_when_the_decode_instance_frees_up(tmp_path)
                                             "replan_interval_s": 0.05}]}
     gw = start_gateway(tmp_path, {"engines": [{"name": "p0", "url": p.url, "role": "prefill"},
                                               {"name": "d0", "url": d.url, "role": "decode"}],
-                                  "policy": policy, "admin_token": "t", "scrape_interval_s": 0.05,
+                                  "policy": policy, "admin_token": "admin-token-for-tests", "scrape_interval_s": 0.05,
                                   "ttft_slo_s": 1.2, "tpot_slo_s": 0.1})
     with servers(p, d, gw):
         results = burst(gw, 16, spacing_s=0.01)

@@ -89,9 +89,9 @@ def test_requests_sharing_a_prefix_follow_the_instance_that_caches_it(tmp_path):
                  for p in ports]
     engines = [{"url": e.url, "role": "mixed", "name": f"m{i}", "kv_events": f"tcp://127.0.0.1:{p}"}
                for i, (e, p) in enumerate(zip(emulators, ports))]
-    gw = start_gateway(tmp_path, {"engines": engines, "policy": "prefix-precise", "admin_token": "t",
+    gw = start_gateway(tmp_path, {"engines": engines, "policy": "prefix-precise", "admin_token": "admin-token-for-tests",
                                   "scrape_interval_s": 0.2})
-    auth = {"Authorization": "Bearer t"}
+    auth = {"Authorization": "Bearer admin-token-for-tests"}
     with servers(*emulators, gw):
         assert wait_until(lambda: all(s["connected"] for s in get(gw.url + "/admin/kv", headers=auth)[1]["engines"]
                                       .values()), timeout_s=10)  # both subscriptions up

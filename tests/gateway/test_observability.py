@@ -7,7 +7,7 @@ import pytest
 
 from tests.live import Stream, metric, post, request, servers, start_emulator, start_gateway, wait_until
 
-AUTH = {"Authorization": "Bearer t"}
+AUTH = {"Authorization": "Bearer admin-token-for-tests"}
 
 
 @pytest.fixture(scope="module")
@@ -16,7 +16,7 @@ def stack(tmp_path_factory):
     e0, e1 = start_emulator(tmp), start_emulator(tmp)
     gw = start_gateway(tmp, {"engines": [{"name": "e0", "url": e0.url, "role": "mixed"},
                                          {"name": "e1", "url": e1.url, "role": "mixed"}],
-                             "policy": "colocated", "admin_token": "t", "scrape_interval_s": 0.1,
+                             "policy": "colocated", "admin_token": "admin-token-for-tests", "scrape_interval_s": 0.1,
                              "scrape_timeout_s": 1.0, "unhealthy_after_failures": 2,
                              "log_level": "DEBUG", "access_log": True})
     with servers(e0, e1, gw):

@@ -39,7 +39,7 @@ def runs(tmp_path_factory):
     p, d0, d1 = (start_emulator(tmp) for _ in range(3))
     engines = [{"name": n, "url": e.url, "role": r}
                for n, e, r in (("p0", p, "prefill"), ("d0", d0, "decode"), ("d1", d1, "decode"))]
-    gw = start_gateway(tmp, {"engines": engines, "policy": "least-loaded", "admin_token": "t"})
+    gw = start_gateway(tmp, {"engines": engines, "policy": "least-loaded", "admin_token": "admin-token-for-tests"})
     with servers(p, d0, d1, gw):
         live = asyncio.run(replay(gw.url, requests))
         decisions = decision_log(gw.url)

@@ -20,7 +20,7 @@ from tests.live import Stream, chunk_texts, get, metric, post, servers, start_em
 pytest.importorskip("zmq")
 pytest.importorskip("msgpack")
 
-TOKEN = "t0ken"
+TOKEN = "admin-token-for-tests"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 IDS = [1, 2, 3, 4]  # a 4-token prompt given as ids: the emulator's answer follows from its length
 RELAY_BITS = 40     # relay.ID_BITS: a request id's relay start number sits above these bits

@@ -158,10 +158,32 @@ def parse_config(raw: Any, source: str = "config") -> GatewayConfig:
     cfg.hidden_states_client_key = _client_key(cfg.hidden_states_client_key_env)
     cfg.admin_token = cfg.admin_token or os.environ.get("BATON_ADMIN_TOKEN") or None
     cfg.metrics_token = cfg.metrics_token or os.environ.get("BATON_METRICS_TOKEN") or None
+    check_secret("admin_token", cfg.admin_token)
+    check_secret("metrics_token", cfg.metrics_token)
     if cfg.api_keys and not (cfg.metrics_token or cfg.admin_token):
         raise ConfigError("metrics_token: api_keys are set: /metrics then needs metrics_token or admin_token (one "
                           "tenant could read the others' activity from it)")
     return cfg
+
+
+# Placeholders Baton's own files have shipped (examples, compose, docs): a fleet started from a
+# copied example must not run with a token the whole internet can read.
+SHIPPED_EXAMPLE_TOKENS = frozenset({
+    "change-me", "change-me-too", "change-this-token", "replace-with-a-long-random-token",
+})
+MIN_SECRET_CHARS = 16
+
+
+def check_secret(key: str, token: str | None) -> None:
+    """Refuse an admin or metrics token that anyone could guess: one that Baton's examples
+    ship, or one shorter than ``MIN_SECRET_CHARS`` characters."""
+    if token is None:
+        return
+    hint = "generate one with: python -c 'import secrets; print(secrets.token_urlsafe(24))'"
+    if token.strip() in SHIPPED_EXAMPLE_TOKENS:
+        raise ConfigError(f"{key}: that is the example token shipped with Baton; choose your own ({hint})")
+    if len(token) < MIN_SECRET_CHARS:
+        raise ConfigError(f"{key}: expected at least {MIN_SECRET_CHARS} characters, got {len(token)} ({hint})")
 
 
 def check_workers(cfg: GatewayConfig) -> None:
