@@ -214,7 +214,7 @@ def wait_until(pred, timeout_s: float = 10.0, interval_s: float = 0.05) -> bool:
     return pred()
 
 
-def decision_log(url: str, token: str = "t") -> list[tuple[str, int, int]]:
+def decision_log(url: str, token: str = "admin-token-for-tests") -> list[tuple[str, int, int]]:
     """``/admin/decisions`` as (kind, request id, instance id) tuples, after checking that
     every entry names its instance and carries its times."""
     entries = get(url + "/admin/decisions", headers={"Authorization": f"Bearer {token}"})[1]["decisions"]

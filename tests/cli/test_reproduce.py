@@ -129,3 +129,24 @@ def test_repeats_without_a_sustained_rate_are_reported_not_silently_dropped(tmp_
 def _claims(stdout: str) -> dict:
     """``--json``'s claims list keyed by name."""
     return {c["name"]: c for c in json.loads(stdout)["claims"]}
+
+
+def test_a_missing_trace_names_its_public_source_before_anything_runs(tmp_path):
+    """First hour, item 6: `reproduce kairos` without the traces said only "no such trace
+    file". Now every missing trace is named with where to download it, before any run."""
+    p = baton("reproduce", "kairos", "--traces", str(tmp_path), "--quiet", "--out", str(tmp_path / "out"))
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert "AzureLLMInferenceTrace_code.csv" in p.stderr and "github.com/Azure/AzurePublicDataset" in p.stderr
+    assert f"save it as {tmp_path / 'azure_code_2023.csv'}" in p.stderr
+    assert not (tmp_path / "out" / "report.html").exists()
+    p = baton("reproduce", "kairos", "--traces", str(tmp_path / "nope"), "--quiet")
+    assert p.returncode == 2 and "--traces" in p.stderr and "no such folder" in p.stderr
+
+
+def test_traces_are_found_in_a_folder_under_the_upstream_name(tmp_path):
+    from baton.experiments.reproduce import ROOT, check_traces, claims_of, with_traces
+    (tmp_path / "AzureLLMInferenceTrace_code.csv").write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n")
+    claims = with_traces(claims_of("kairos", ROOT), str(tmp_path))
+    assert {c.experiment.workload.trace for c in claims} == {str(tmp_path / "AzureLLMInferenceTrace_code.csv")}
+    check_traces(claims)  # found: no error

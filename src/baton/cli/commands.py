@@ -272,12 +272,13 @@ def cmd_sidecar(args: argparse.Namespace) -> None:
 
 def cmd_reproduce(args: argparse.Namespace) -> None:
     """Every figure of a paper: claim, Baton's mean relative change and its 95% interval."""
-    from baton.experiments.reproduce import ROOT, claims_of, run_claim
+    from baton.experiments.reproduce import ROOT, check_traces, claims_of, run_claim, with_traces
     from baton.report import Report, write_report
     from baton.report.plots import claims_figure
     if args.repeats is not None and args.repeats < 2:
         raise ConfigError(f"--repeats: at least 2 are needed for an interval, got {args.repeats}")
-    claims = claims_of(args.paper, Path(args.dir) if args.dir else ROOT, args.full)
+    claims = with_traces(claims_of(args.paper, Path(args.dir) if args.dir else ROOT, args.full), args.traces)
+    check_traces(claims, args.trace)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     clear_owned(Path(args.out))
     write_run_json(Path(args.out), claims[0].experiment, [c.name for c in claims],

@@ -110,6 +110,8 @@ def parser(command: str | None = None) -> argparse.ArgumentParser:
                      "interval says would decide, at most this many in all (default: each figure's own, 10; "
                      "the first look's count: no second look)")
     rep.add_argument("--trace", help="the same claims on another trace of the same shape (disjoint windows)")
+    rep.add_argument("--traces", metavar="DIR", help="the folder holding the public traces the claims read "
+                     "(under Baton's file names or the upstream ones; default: the YAMLs' own paths)")
     rep.add_argument("--dir", help="folder of reproduction YAMLs (default: the repository's reproductions/)")
     rep.add_argument("--out", default="baton-out", help="output directory (default: baton-out)")
     rep.add_argument("--json", action="store_true", help="print one JSON object: per figure claim, baton, ci95, metric")

@@ -19,12 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from baton.core.errors import ConfigError
+from baton.core.errors import ConfigError, WorkloadError
 from baton.experiments.config import Experiment, WorkloadConfig, experiment_from_dict, resolve_trace
 from baton.experiments.repeats import repeat_workloads
 from baton.experiments.run import run_experiment
 from baton.experiments.matching import Calibration, Match, calibrate, parse_match, with_knob
 from baton.experiments.verdicts import INCONCLUSIVE, Verdict, judge, log_ratios
+from baton.workload.sources import in_folder, missing_trace
 from baton.yamlfile import read_yaml
 
 ROOT = Path(__file__).resolve().parents[3] / "reproductions"
@@ -157,6 +158,30 @@ class Outcome:
                               "baseline_figure": fin(c.figure), "paper_figure": m.target if m else None,
                               "tried": [[v, fin(f)] for v, f in c.tried]}
         return out
+
+
+def with_traces(claims: list[Claim], folder: str | None) -> list[Claim]:
+    """The claims with their trace files looked up in ``folder`` (``--traces DIR``): by the
+    file's name there, or a public trace's upstream name."""
+    if folder is None:
+        return claims
+    if not Path(folder).expanduser().is_dir():
+        raise ConfigError(f"--traces: {folder}: no such folder")
+    out = []
+    for c in claims:
+        w = c.experiment.workload
+        moved = replace(w, trace=in_folder(w.trace, folder)) if w.trace else w
+        out.append(replace(c, experiment=replace(c.experiment, workload=moved)))
+    return out
+
+
+def check_traces(claims: list[Claim], trace: str | None = None) -> None:
+    """Every trace the claims read is there, before any of them runs: one error naming each
+    missing file and where to download it."""
+    paths = [trace] if trace else [c.experiment.workload.trace for c in claims if c.experiment.workload.trace]
+    missing = sorted({p for p in paths if not Path(p).is_file()})
+    if missing:
+        raise WorkloadError("; ".join(missing_trace(Path(p)) for p in missing))
 
 
 def run_claim(claim: Claim, repeats: int | None = None, trace: str | None = None,

@@ -26,6 +26,7 @@ from typing import Any
 from baton.core.errors import WorkloadError
 from baton.core.request import Request
 from baton.workload.class_columns import CLASS_COLUMNS, class_fields
+from baton.workload.sources import missing_trace
 from baton.workload.sharegpt import is_sharegpt, sharegpt_rows
 from baton.workload.tokens import ID_BLOCK_TOKENS, TokenCounter, token_counter, token_prefix_ids
 
@@ -356,7 +357,7 @@ def load_trace(path: str | Path, fmt: str | None = None, arrivals: str | None = 
     if path.is_dir():
         raise WorkloadError(f"{path}: is a directory, not a trace file")
     if not path.is_file():
-        raise WorkloadError(f"{path}: no such trace file")
+        raise WorkloadError(missing_trace(path))
     if path.stat().st_size == 0:
         raise WorkloadError(f"{path}: the file is empty")
     if columns is not None:
