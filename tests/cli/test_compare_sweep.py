@@ -169,6 +169,31 @@ def test_every_run_names_its_workload_and_warns_on_a_rate_that_looks_like_a_unit
     assert "fast.csv: 200 requests" in (tmp_path / "c" / "report.html").read_text()
 
 
+def test_a_trace_in_seconds_read_as_milliseconds_is_named_by_every_command_that_reads_it(tmp_path):
+    """First hour, item 5: a trace at about 1 req/s read as milliseconds (962 req/s) passed
+    simulate silently, and workload stats warned about nothing."""
+    import numpy as np
+    gaps = np.random.default_rng(1).exponential(1.0, 120)
+    trace = tmp_path / "secs.csv"
+    trace.write_text("t,p,o\n" + "".join(f"{t:.3f},{200 + i},20\n" for i, t in enumerate(np.cumsum(gaps))))
+    as_ms = ("--columns", "time=t,prompt=p,output=o", "--time-unit", "ms")
+    runs = {
+        "simulate": baton("simulate", "--trace", str(trace), *as_ms, "--prefill", "1", "--decode", "1",
+                          "--quiet", "--json", "--out", str(tmp_path / "s")),
+        "stats": baton("workload", "stats", str(trace), *as_ms, "--json", "--out", str(tmp_path / "w")),
+    }
+    for name, p in runs.items():
+        assert p.returncode == 0, p.stderr
+        assert "warning: secs.csv:" in p.stderr and "seconds read as milliseconds" in p.stderr, (name, p.stderr)
+    assert "the most this cluster could serve" in runs["simulate"].stderr
+    right = baton("simulate", "--trace", str(trace), "--columns", "time=t,prompt=p,output=o", "--prefill", "1",
+                  "--decode", "1", "--quiet", "--json", "--out", str(tmp_path / "r"))
+    rescaled = baton("simulate", "--trace", str(trace), *as_ms, "--rate", "1", "--prefill", "1", "--decode", "1",
+                     "--quiet", "--json", "--out", str(tmp_path / "x"))
+    for p in (right, rescaled):  # read in its unit, or rescaled by --rate (only proportions kept): no warning
+        assert p.returncode == 0 and "warning: secs.csv" not in p.stderr, p.stderr
+
+
 def test_workload_stats_takes_the_same_trace_flags_and_errors_say_what_to_do(tmp_path):
     mine = tmp_path / "mine.csv"
     mine.write_text("ts_ms,p,o\n" + "".join(f"{i * 500},{100 + i},10\n" for i in range(20)))

@@ -29,14 +29,33 @@ def test_describe_names_count_span_rate_and_lengths():
                               "output 10/10/10")
 
 
-@pytest.mark.parametrize("gap_s,n,hint", [
-    (0.0001, 200, "seconds read as milliseconds"),   # 10,000 req/s
-    (2000.0, 200, "milliseconds read as seconds"),   # one every 33 minutes for 4.6 days
-    (0.5, 200, None),
-    (0.0001, 50, None),                              # too few requests to judge
+@pytest.mark.parametrize("gap_s,n,capacity,hint", [
+    (0.0001, 200, None, "seconds read as milliseconds"),   # 10,000 req/s
+    (0.00104, 200, None, "half of its gaps under 1.04 ms"),  # 1 req/s read as ms: 962 req/s (first hour, item 5)
+    (0.01, 200, 10.0, "more than 3x the most this cluster could serve"),  # 100 req/s on a 10 req/s cluster
+    (0.01, 200, 50.0, None),                                # 2x: heavy, not misread
+    (0.01, 200, None, None),                                # 100 req/s, no cluster to judge by
+    (2000.0, 200, None, "milliseconds read as seconds"),   # one every 33 minutes for 4.6 days
+    (250.0, 100, None, "milliseconds read as seconds"),    # 0.004 req/s over 7 hours
+    (61.0, 30, None, "whole-number timestamps"),            # integer ms read as s, a short slice
+    (61.5, 30, None, None),                                 # fractional: a sparse trace in seconds
+    (0.5, 200, None, None),
+    (0.0001, 15, None, None),                              # too few requests to judge
 ])
-def test_implausible_rates_name_the_likely_unit_mistake(gap_s, n, hint):
+def test_implausible_rates_name_the_likely_unit_mistake(gap_s, n, capacity, hint):
     from baton.workload.stats import implausible_rate
 
-    warning = implausible_rate([Request(i, i * gap_s, 100, 10) for i in range(n)])
+    warning = implausible_rate([Request(i, i * gap_s, 100, 10) for i in range(n)], capacity)
     assert (warning is None) if hint is None else (hint in warning)
+
+
+@pytest.mark.parametrize("name", ["azure_code_2023.csv", "azure_conv_2023.csv", "mooncake_conversation.jsonl"])
+def test_the_public_traces_read_in_their_own_units_raise_no_unit_warning(name):
+    from pathlib import Path
+
+    from baton.workload import load_trace
+    from baton.workload.stats import implausible_rate
+    path = Path(__file__).resolve().parents[3] / "shared" / "traces" / name
+    if not path.is_file():
+        pytest.skip(f"{path} not present")
+    assert implausible_rate(load_trace(path)) is None

@@ -14,7 +14,8 @@ import numpy as np
 from baton import __version__
 from baton.cli.args import experiment_from, parse_rates
 from baton.cli.output import console, points_bar, rows_table, summary_table
-from baton.cli.running import clean, clear_owned, cluster_text, compare_report, emit_json, run_all, validate_policies
+from baton.cli.running import (clean, clear_owned, cluster_text, compare_report, emit_json, own_timestamps, run_all,
+                               validate_policies)
 from baton.cli.source_check import check_source_engine
 from baton.core.errors import ConfigError
 from baton.experiments import Experiment, WorkloadConfig, load_experiment, policy_label
@@ -24,6 +25,7 @@ from baton.metrics import SLO
 from baton.sim import ClusterSpec
 from baton.workload import SyntheticSpec, workload_stats
 from baton.workload.loaders import parse_columns
+from baton.workload.stats import implausible_rate
 
 DEMO_POLICIES = ("round-robin", "least-loaded", "least-kv", "least-requests", "power-of-two", "colocated",
                  "ils", "sibyl", "ares", "arrow", "kairos", "combined")
@@ -142,6 +144,9 @@ def cmd_workload_stats(args: argparse.Namespace) -> None:
     requests = workload.whole_trace()
     for note in workload.notes:
         print(f"note: {note}", file=sys.stderr)
+    odd = implausible_rate(requests) if own_timestamps(workload) else None
+    if odd:
+        print(f"warning: {Path(args.file).name}: {odd}", file=sys.stderr)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     write_run_json(Path(args.out), Experiment(workload=workload), [])
     if args.cache_tokens <= 0:

@@ -17,6 +17,7 @@ from baton.cli.output import console, progress_bar, summary_table
 from baton.cli.source_check import check_source_engine
 from baton.core.errors import ConfigError
 from baton.experiments import Experiment, RunData, run_experiment
+from baton.experiments.config import WorkloadConfig
 from baton.experiments.comparison import write_comparison
 from baton.experiments.provenance import write_run_json
 from baton.experiments.repeats import combine, dropped_line, thin_tails_line, unsteady_line
@@ -110,9 +111,24 @@ def say_workload(exp: Experiment, requests: list, args) -> None:
         print(f"workload: {args.workload_text}", file=sys.stderr)
         for note in exp.workload.notes:
             print(f"note: {note}", file=sys.stderr)
-    odd = implausible_rate(requests)
+    odd = implausible_rate(requests, _capacity_rps(exp, requests)) if own_timestamps(exp.workload) else None
     if odd:
         print(f"warning: {source}: {odd}", file=sys.stderr)
+
+
+def own_timestamps(workload: WorkloadConfig) -> bool:
+    """Whether a run's arrivals are the trace's own timestamps (so their unit matters): not
+    drawn by --arrivals, not rescaled by --rate (a rescale keeps only their proportions)."""
+    return bool(workload.trace) and workload.rate_rps is None and workload.arrivals is None
+
+
+def _capacity_rps(exp: Experiment, requests: list) -> float | None:
+    from baton.sim.capacity import max_rate_rps
+    if not requests or exp.cluster.size == 0:
+        return None
+    prompt = sum(r.prompt_tokens for r in requests) / len(requests)
+    output = sum(r.output_tokens for r in requests) / len(requests)
+    return max_rate_rps(exp.cluster, build_preset(exp.cluster.preset), prompt, output)
 
 
 OWNED = ("*.requests.csv", "*.requests.parquet", "*.summary.json", "summary.json", "comparison.csv", "run.json",

@@ -29,26 +29,42 @@ def describe(requests: list[Request]) -> str:
             f"output {s['mean_output_tokens']:,.0f}/{s['p50_output_tokens']:,.0f}/{s['p99_output_tokens']:,.0f}")
 
 
-# beyond these a trace's rate is more likely a unit mistake than a workload: no cluster
-# Baton models serves 1,000 requests a second, and a trace of one request every 100 s
-# lasting over a day is rarely what was meant
-_MAX_PLAUSIBLE_RPS = 1000.0
-_MIN_PLAUSIBLE_RPS, _LONG_S = 0.01, 86_400.0
+# beyond these a trace's own timestamps more likely carry a unit mistake than a workload
+_MAX_PLAUSIBLE_RPS = 1000.0  # no cluster Baton models serves 1,000 requests a second
+_DENSE_RPS, _DENSE_GAP_S = 250.0, 0.002  # and a trace this dense, half its gaps under 2 ms, is rare
+_MIN_PLAUSIBLE_RPS = 0.01  # one request every 100 s or slower
+_WHOLE_GAP_S = 60.0  # whole-number timestamps a minute or more apart: milliseconds, read as seconds?
+_MIN_JUDGED = 20  # fewer requests than this say too little about their unit
+CAPACITY_MARGIN = 3.0  # a trace's rate beyond this many times the cluster's upper bound
 
 
-def implausible_rate(requests: list[Request]) -> str | None:
-    """Why a workload's arrival rate looks like a unit mistake (with the likely fix), or None."""
-    if len(requests) < 100:
+def implausible_rate(requests: list[Request], capacity_rps: float | None = None) -> str | None:
+    """Why a trace's own arrival times look like a unit mistake (with the likely fix), or
+    None. Judged from what the numbers look like: a rate no cluster serves (or, given
+    ``capacity_rps``, an upper bound on what this cluster serves, more than
+    ``CAPACITY_MARGIN`` times beyond it), half the gaps under 2 ms at hundreds of requests a
+    second, one request every 100 s or slower, or whole-number timestamps minutes apart."""
+    if len(requests) < _MIN_JUDGED:
         return None
-    s = workload_stats(requests)
-    rate, span = s["mean_rate_rps"], s["duration_s"]
-    if span == 0 or rate > _MAX_PLAUSIBLE_RPS:
-        return (f"{len(requests):,} requests over {span:,.3f} s is {rate:,.0f} req/s, more than any cluster "
-                "serves: are its timestamps in seconds read as milliseconds? (--time-unit s for --columns "
-                "traces; --rate R rescales)")
-    if rate < _MIN_PLAUSIBLE_RPS and span > _LONG_S:
-        return (f"{len(requests):,} requests over {span / 86_400:,.1f} days is {rate:.4f} req/s: are its "
-                "timestamps in milliseconds read as seconds? (--time-unit ms for --columns traces)")
+    arrivals = np.sort(np.array([r.arrival_s for r in requests]))
+    span = float(arrivals[-1] - arrivals[0])
+    rate = (len(arrivals) - 1) / span if span > 0 else float("inf")
+    gap = float(np.median(np.diff(arrivals)))
+    head = f"{len(requests):,} requests over {span:,.3f} s is {rate:,.0f} req/s"
+    fast = ("are its timestamps in seconds read as milliseconds? (--time-unit s for --columns traces; "
+            "--rate R rescales)")
+    if rate > _MAX_PLAUSIBLE_RPS:
+        return f"{head}, more than any cluster serves: {fast}"
+    if capacity_rps is not None and rate > CAPACITY_MARGIN * capacity_rps:
+        return (f"{head}, more than {CAPACITY_MARGIN:g}x the most this cluster could serve (about "
+                f"{capacity_rps:,.1f} req/s of these requests with every instance at full batch): {fast}")
+    if capacity_rps is None and rate > _DENSE_RPS and gap < _DENSE_GAP_S:
+        return f"{head}, half of its gaps under {gap * 1e3:.2f} ms: {fast}"
+    slow = "are its timestamps in milliseconds read as seconds? (--time-unit ms for --columns traces)"
+    if rate < _MIN_PLAUSIBLE_RPS:
+        return f"{len(requests):,} requests over {span / 86_400:,.1f} days is {rate:.4f} req/s: {slow}"
+    if gap >= _WHOLE_GAP_S and np.all(arrivals == np.round(arrivals)):
+        return f"whole-number timestamps with a median gap of {gap:,.0f} s: {slow}"
     return None
 
 
