@@ -68,7 +68,7 @@ def test_scraped_engine_metrics_are_read(stack):
         return all(i["scraped"] and i["scraped"]["running"] is not None and i["scraped"]["kv_usage"] is not None
                    and i["scraped"]["age_s"] < 5 for i in insts)
     assert wait_until(scraped, timeout_s=10)
-    assert metric(gw.url, 'baton_scrapes_total{instance="decode",result="ok"}') > 0
+    assert metric(gw.url, 'baton_scrapes_total{engine="decode",result="ok"}') > 0
     assert wait_until(lambda: all(v == 0 for v in get(gw.url + "/admin/instances", headers=AUTH)[1]["in_flight"].values()))
 
 

@@ -5,6 +5,7 @@ id p and text " p"), except where the request's ``user`` field asks it to misbeh
 - ``500-body``: HTTP 500 with an OpenAI error body (a request the engine refuses);
 - ``list`` / ``str`` / ``num``: HTTP 200 whose JSON (or stream chunk) is not an object;
 - ``err-str``: HTTP 400 whose ``error`` is a string;
+- ``vllm-old``: HTTP 400 with older vLLM's error body, at the top level with an integer code;
 - ``no-done``: every token and a finish reason, then the stream ends without [DONE];
 - ``hang-after-N``: N tokens, then silence (only for prompts of 8 tokens or fewer, so a
   continuation elsewhere runs normally);
@@ -111,6 +112,9 @@ class Fake:
             return web.json_response({"error": {"message": "cannot encode", "type": "server_error"}}, status=500)
         if mode == "err-str":
             return web.json_response({"error": "bad request"}, status=400)
+        if mode == "vllm-old":
+            return web.json_response({"object": "error", "message": "max_tokens is too large", "type":
+                                      "BadRequestError", "param": None, "code": 400}, status=400)
         if mode.startswith("type-"):  # a 400 whose error type the engine made up
             return web.json_response({"error": {"message": "refused", "type": mode[5:]}}, status=400)
         if mode == "long-line" and body.get("stream"):

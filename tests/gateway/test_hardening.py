@@ -44,7 +44,7 @@ def test_nan_or_inf_engine_metrics_neither_fail_requests_nor_leak_slots(tmp_path
             post(engine.url + "/fake/metrics-values", {"kv_cache_usage_perc": "0.25"})
         assert wait_until(lambda: idle(gw), timeout_s=5)
         after = post(gw.url + "/v1/completions", {"prompt": IDS, "max_tokens": 5})
-        rejected = metric(gw.url, 'baton_scrapes_total{instance="b",result="rejected"}')
+        rejected = metric(gw.url, 'baton_scrapes_total{engine="b",result="rejected"}')
         log = gw.log.read_text()
     assert [status for status, _ in answers] == [200] * 8
     assert all(body["choices"][0]["text"] == expected(4, 5) for _, body in answers)
@@ -187,7 +187,7 @@ def test_a_burst_queued_on_one_prefill_engine_is_not_taken_for_a_hang(tmp_path):
     body = {"prompt": list(range(1000, 3000)), "max_tokens": 2}
     with servers(p, d, gw), ThreadPoolExecutor(40) as pool:
         answers = list(pool.map(lambda _: post(gw.url + "/v1/completions", body, timeout=60), range(40)))
-        timeouts = metric(gw.url, 'baton_backend_errors_total{instance="p",kind="timeout"}')
+        timeouts = metric(gw.url, 'baton_backend_errors_total{engine="p",kind="timeout"}')
     assert [status for status, _ in answers] == [200] * 40
     assert timeouts == 0
 

@@ -197,7 +197,7 @@ def test_a_stream_line_that_never_ends_fails_its_leg_at_the_cap(tmp_path):
                             timeout=30)
         took = time.monotonic() - t0
         sent = get(a.url + "/fake/requests")[1][-1]["sent"]
-        malformed = metric(gw.url, 'baton_backend_errors_total{instance="a",kind="malformed"}')
+        malformed = metric(gw.url, 'baton_backend_errors_total{engine="a",kind="malformed"}')
         log = gw.log.read_text()
     assert status == 503 and body["error"]["message"]  # nowhere else to continue
     assert malformed == 1 and "a stream line longer than 16777216 bytes" in log and took < 10

@@ -121,7 +121,7 @@ def test_requests_sharing_a_prefix_follow_the_instance_that_caches_it(tmp_path):
         # the engine's own counters: each sibling found the 50 shared blocks cached there
         assert metric(emulators[first].url, "vllm:prefix_cache_hits_total") - hits_before >= 4 * 50 * 16
         _, text = get(gw.url + "/metrics")
-        assert f'baton_kv_indexed_blocks{{instance="{name}"}}' in str(text)
+        assert f'baton_kv_indexed_blocks{{engine="{name}"}}' in str(text)
 
 
 def _gateway(tmp_path, **extra):

@@ -39,15 +39,15 @@ def test_requests_are_logged_at_debug_and_in_the_access_log(stack):
 def test_per_engine_gauges(stack):
     gw = stack["gw"]
     for name in ("e0", "e1"):
-        assert metric(gw.url, f'baton_engine_healthy{{instance="{name}",role="mixed"}}') == 1
-        assert 0 <= metric(gw.url, f'baton_engine_scrape_age_seconds{{instance="{name}",role="mixed"}}') < 2
-        assert metric(gw.url, f'baton_engine_inflight_requests{{instance="{name}",role="mixed"}}') == 0
+        assert metric(gw.url, f'baton_engine_healthy{{engine="{name}",role="mixed"}}') == 1
+        assert 0 <= metric(gw.url, f'baton_engine_scrape_age_seconds{{engine="{name}",role="mixed"}}') < 2
+        assert metric(gw.url, f'baton_engine_inflight_requests{{engine="{name}",role="mixed"}}') == 0
     s = Stream(gw.url + "/v1/completions", {"prompt": "a b", "max_tokens": 400, "stream": True})
     next(s.events())  # a token arrived: the request is on an engine
-    busy = [n for n in ("e0", "e1") if metric(gw.url, f'baton_engine_inflight_requests{{instance="{n}",role="mixed"}}') == 1]
+    busy = [n for n in ("e0", "e1") if metric(gw.url, f'baton_engine_inflight_requests{{engine="{n}",role="mixed"}}') == 1]
     s.close()
     assert len(busy) == 1
-    assert metric(gw.url, f'baton_engine_ttft_seconds_count{{instance="{busy[0]}"}}') >= 1
+    assert metric(gw.url, f'baton_engine_ttft_seconds_count{{engine="{busy[0]}"}}') >= 1
 
 
 def test_health_changes_and_role_changes_are_logged(stack):
@@ -57,7 +57,7 @@ def test_health_changes_and_role_changes_are_logged(stack):
     e1.pause()
     try:
         assert wait_until(lambda: log_has(gw, down, n_down + 1), timeout_s=15)
-        assert metric(gw.url, 'baton_engine_healthy{instance="e1",role="mixed"}') == 0
+        assert metric(gw.url, 'baton_engine_healthy{engine="e1",role="mixed"}') == 0
     finally:
         e1.resume()
     assert wait_until(lambda: log_has(gw, up, n_up + 1), timeout_s=15)

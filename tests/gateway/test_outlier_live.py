@@ -47,7 +47,7 @@ def test_an_engine_answering_every_request_with_an_error_is_ejected(tmp_path):
     with servers(p, bad, good, gw):
         post(bad.url + "/fake/mode", {"mode": "500-body"})
         results = load(gw.url, 6.0)
-        ejections = metric(gw.url, 'baton_outlier_ejections_total{instance="bad",reason="consecutive_errors"}')
+        ejections = metric(gw.url, 'baton_outlier_ejections_total{engine="bad",reason="consecutive_errors"}')
         sent_bad, sent_good = len(get(bad.url + "/fake/requests")[1]), len(get(good.url + "/fake/requests")[1])
         assert wait_until(lambda: idle(gw))
         log = gw.log.read_text()

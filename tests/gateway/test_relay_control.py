@@ -159,7 +159,7 @@ def test_a_relays_request_is_placed_stepped_and_released_in_control():
         assert st.phase is Phase.DECODE and st.generated_tokens == 4 and rid in cluster.instances[d].decodes
         hub._handle(b"r", ["ops", [["be", d, ipc.upstream_fields(UpstreamError("x", connect=True)), True]]])
         assert control.metrics.registry.get_sample_value(
-            "baton_backend_errors_total", {"instance": cluster.engines[d].spec.name, "kind": "connect"}) == 1
+            "baton_backend_errors_total", {"engine": cluster.engines[d].spec.name, "kind": "connect"}) == 1
         hub._handle(b"r", ["ops", [["end", rid, "ok", 4, True]]])
         assert rid not in cluster.requests and rid not in control.flows and not cluster.totals()["decodes"]
     asyncio.run(go())

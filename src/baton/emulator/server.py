@@ -202,7 +202,9 @@ class Emulator:
             raise ApiError(400, "request needs more KV blocks than this instance has", param="max_tokens")
         kvp = parsed.body.get("kv_transfer_params") or {}
         prefill_only = bool(kvp.get("do_remote_decode")) or self._sglang_role(parsed.body) == "prefill"
-        rid = request.headers.get("X-Request-Id") or f"cmpl-{uuid.uuid4().hex}"
+        # vLLM names a request (its id inside the engine, in kv_transfer_params and in the
+        # response) by the endpoint's prefix and the caller's X-Request-Id
+        rid = f"{'chatcmpl' if parsed.kind == CHAT else 'cmpl'}-{request.headers.get('X-Request-Id') or uuid.uuid4().hex}"
         return Sequence(rid, len(ids), 1 if prefill_only else max_new, prefill_only=prefill_only,
                         prompt_ids=tuple(ids))
 

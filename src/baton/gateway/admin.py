@@ -103,7 +103,7 @@ def add_routes(app: web.Application, control: Control, engines: Engines, scraper
         if spec.kv_events:
             raise ConfigError("instance.kv_events: only engines in the config file can have a KV-event feed")
         if cluster.find(spec.name) is not None:
-            raise ApiError(409, f"an instance named {spec.name!r} exists", err_type="conflict_error")
+            raise ApiError(409, f"an instance named {spec.name!r} exists", code="instance_exists")
         if _is_self(spec.url, config):
             raise ApiError(400, f"{public_url(spec.url)} is the gateway's own address: a leg sent there would come "
                                 "back to it", param="url")

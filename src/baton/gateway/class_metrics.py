@@ -16,14 +16,14 @@ from prometheus_client.core import GaugeMetricFamily
 
 from baton.core.request import RequestState
 from baton.gateway.classes import Classes
-from baton.gateway.metrics import _LATENCY_BUCKETS_S, TokenTimes
+from baton.gateway.metrics import TokenTimes, latency_buckets
 
 
 class ClassMetrics:
     """The by-class families of one gateway process's registry."""
 
     def __init__(self, registry: CollectorRegistry, classes: Classes, ttft_slo_s: float | None,
-                 tpot_slo_s: float | None) -> None:
+                 tpot_slo_s: float | None, ttft_edges_s: tuple[float, ...] = ()) -> None:
         self.classes, self.ttft_slo_s, self.tpot_slo_s = classes, ttft_slo_s, tpot_slo_s
         r = registry
         self.requests = Counter("baton_class_requests", "Requests by priority band, tenant and outcome",
@@ -31,7 +31,7 @@ class ClassMetrics:
         self.slo_met = Counter("baton_class_slo_met", "Requests answered within their own TTFT and TPOT SLOs, "
                                "by band and tenant", ["band", "tenant"], registry=r)
         self.ttft = Histogram("baton_class_ttft_seconds", "Time to first token by priority band", ["band"],
-                              buckets=_LATENCY_BUCKETS_S, registry=r)
+                              buckets=latency_buckets(ttft_edges_s), registry=r)
         self.shed = Counter("baton_class_shed", "Requests shed by flow control (429), by band and tenant",
                             ["band", "tenant"], registry=r)
         self._children: dict[tuple, object] = {}  # labels() takes a lock and validates: once per series

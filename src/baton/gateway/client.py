@@ -49,6 +49,7 @@ class ClientOut:
         self._own_id = (response_id, self.created)
         self.finish_sent = False  # an engine's finish chunk went out verbatim
         self._usage: bytes | None = None  # a verbatim leg's usage chunk, written at the end
+        self.stop_reason: str | int | None = None  # the engine's, passed on in a non-streamed answer
 
     @property
     def started(self) -> bool:
@@ -142,7 +143,7 @@ class ClientOut:
             body = full_response(self.parsed.kind, self.rid, self.model, self.created, "".join(self.texts),
                                  reason, self.prompt_tokens, self.tokens,
                                  self.token_ids if self.with_ids else None,
-                                 self.prompt_token_ids if self.with_ids else None)
+                                 self.prompt_token_ids if self.with_ids else None, self.stop_reason)
             return web.json_response(body, headers=self.headers)
         resp = self.response or await self._start()
         tail, self._pending = self._pending, []

@@ -284,7 +284,7 @@ class Flow:
             self.out.prompt_tokens = plausible_prompt_tokens(piece.prompt_tokens, self.prompt_ids,
                                                              self.config.max_prompt_tokens) or 0
         if piece.finish_reason:
-            self.reason = piece.finish_reason
+            self.reason, self.out.stop_reason = piece.finish_reason, piece.stop_reason
         n = piece.tokens
         if n:
             if self.state.phase is not Phase.DECODE:

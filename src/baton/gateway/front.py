@@ -29,7 +29,7 @@ from baton.gateway.guards import json_bodies_only
 from baton.gateway.middleware import client_keys, client_of, counted, json_errors, mark_error
 from baton.gateway.ratelog import RateLimitedLog
 from baton.protocol.errors import ApiError
-from baton.protocol.requests import CHAT, COMPLETIONS, TRANSPORT_FIELDS, ParsedRequest
+from baton.protocol.requests import CHAT, COMPLETIONS, RESPONSE_ID_PREFIX, TRANSPORT_FIELDS, ParsedRequest
 
 # Decoding and validating a token-id body costs 40-80 ns per byte here (a 1.9 MB body
 # 75-150 ms). Up to 64 KiB (a few ms) it runs inline; larger bodies go to one parse
@@ -146,7 +146,7 @@ class Front:
             self.metrics.dropped_fields.labels(name if name in TRANSPORT_FIELDS else "other").inc()
         model = parsed.body.get("model")
         if not self.engines.names.accepts(model):
-            raise ApiError(404, f"The model `{model}` does not exist.", err_type="NotFoundError",
+            raise ApiError(404, f"The model `{model}` does not exist.", err_type="invalid_request_error",
                            param="model", code="model_not_found")
         return parsed
 
@@ -177,7 +177,7 @@ class Front:
             return await self._refuse(request, err, xid)
         oid = self.engines.ids.next()  # our own id: the client's X-Request-Id never reaches an engine
         model = parsed.body.get("model") or self.engines.names.default()
-        out = ClientOut(request, parsed, model, f"cmpl-{oid}" if kind == COMPLETIONS else f"chatcmpl-{oid}",
+        out = ClientOut(request, parsed, model, RESPONSE_ID_PREFIX[kind] + oid,
                         self.config.client_write_timeout_s)
         out.headers["X-Request-Id"] = xid
         flow = Flow(self.flow_parts, parsed, out, state, xid, ids, client_of(request))

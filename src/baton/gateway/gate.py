@@ -122,7 +122,8 @@ class Admission:
         from baton.gateway.classes import Classes
         from baton.metrics.summary import SLO
         self.classes = Classes(config.classes)
-        self.by_class = ClassMetrics(metrics.registry, self.classes, config.ttft_slo_s, config.tpot_slo_s)
+        self.by_class = ClassMetrics(metrics.registry, self.classes, config.ttft_slo_s, config.tpot_slo_s,
+                                     metrics.slo.ttft_s)
         edf_default_s = config.ttft_slo_s or SLO().ttft_s  # EDF's deadline for a request without a TTFT SLO
 
         def shed(st: RequestState) -> None:

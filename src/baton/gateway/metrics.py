@@ -13,6 +13,28 @@ _LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 
                       5.12, 10.24, 20.48, 40.96)
 
 
+@dataclass(frozen=True, slots=True)
+class SloEdges:
+    """The configured SLOs (seconds) that become bucket edges of the latency histograms, so
+    that the share of requests within an SLO is read exactly off ``le="<slo>"``."""
+
+    ttft_s: tuple[float, ...] = ()
+    tpot_s: tuple[float, ...] = ()
+
+    @classmethod
+    def of(cls, config) -> "SloEdges":
+        """The gateway's own SLOs and every objective's (``classes.objectives``)."""
+        objectives = config.classes.objectives.values()
+        ttft = [config.ttft_slo_s] + [o.ttft_slo_ms / 1e3 for o in objectives if o.ttft_slo_ms]
+        tpot = [config.tpot_slo_s] + [o.tpot_slo_ms / 1e3 for o in objectives if o.tpot_slo_ms]
+        return cls(tuple(t for t in ttft if t), tuple(t for t in tpot if t))
+
+
+def latency_buckets(edges_s: tuple[float, ...]) -> tuple[float, ...]:
+    """The shared latency buckets with ``edges_s`` (SLOs) added as edges of their own."""
+    return tuple(sorted(set(_LATENCY_BUCKETS_S) | {round(e, 9) for e in edges_s}))
+
+
 @dataclass(slots=True)
 class TokenTimes:
     """When a request's first and latest tokens were relayed (gateway clock, seconds)."""
@@ -25,16 +47,18 @@ class GatewayMetrics:
     """Requests, TTFT/TPOT/TBT histograms per decision path (``colocated``, ``pd``,
     ``pd-early``, ``deflected``), migrations, role flips, deflections, backend errors."""
 
-    def __init__(self) -> None:
+    def __init__(self, slo: SloEdges = SloEdges()) -> None:
         r = self.registry = CollectorRegistry()
+        self.slo = slo
+        ttft_buckets, tpot_buckets = latency_buckets(slo.ttft_s), latency_buckets(slo.tpot_s)
         self.requests = Counter("baton_requests", "Client requests by decision path and outcome",
                                 ["path", "outcome"], registry=r)
         self.ttft = Histogram("baton_ttft_seconds", "Time to first token", ["path"],
-                              buckets=_LATENCY_BUCKETS_S, registry=r)
+                              buckets=ttft_buckets, registry=r)
         self.tpot = Histogram("baton_tpot_seconds", "Mean time per output token after the first",
-                              ["path"], buckets=_LATENCY_BUCKETS_S, registry=r)
+                              ["path"], buckets=tpot_buckets, registry=r)
         self.tbt = Histogram("baton_tbt_seconds", "Gap between consecutive relayed tokens", ["path"],
-                             buckets=_LATENCY_BUCKETS_S, registry=r)
+                             buckets=tpot_buckets, registry=r)
         self.migrations = Counter("baton_migrations", "Continuation migrations by result", ["result"],
                                   registry=r)
         self.flips = Counter("baton_role_flips", "Instance role changes", ["role"], registry=r)
@@ -50,8 +74,8 @@ class GatewayMetrics:
                                     "Engine hidden-state sockets the gateway is subscribed to", registry=r)
         self.deflections = Counter("baton_deflections", "Prefills deflected onto decode-capable instances",
                                    registry=r)
-        self.backend_errors = Counter("baton_backend_errors", "Failed legs by instance and kind",
-                                      ["instance", "kind"], registry=r)
+        self.backend_errors = Counter("baton_backend_errors", "Failed legs by engine and kind",
+                                      ["engine", "kind"], registry=r)
         self.recoveries = Counter("baton_recoveries", "Requests continued elsewhere after an engine fault",
                                   registry=r)
         self.dropped_fields = Counter("baton_dropped_fields", "Client body fields not forwarded to engines "
@@ -60,7 +84,7 @@ class GatewayMetrics:
         self.rejected = Counter("baton_rejected", "Requests refused before reaching an engine", ["reason"],
                                 registry=r)
         self.inflight = Gauge("baton_inflight_requests", "Requests in flight", registry=r)
-        self.scrapes = Counter("baton_scrapes", "Engine metric scrapes by result", ["instance", "result"],
+        self.scrapes = Counter("baton_scrapes", "Engine metric scrapes by result", ["engine", "result"],
                                registry=r)
         self.ticks = Counter("baton_policy_ticks", "Policy ticks that ran, by stage index", ["stage"], registry=r)
         self.tick_errors = Counter("baton_policy_tick_errors", "Policy ticks that raised, by stage index",
@@ -68,7 +92,7 @@ class GatewayMetrics:
         self.stale = Counter("baton_stale_decisions", "Decisions about requests that ended before they "
                              "were carried out, dropped, by kind", ["kind"], registry=r)
         self.ejections = Counter("baton_outlier_ejections", "Engines taken out by outlier ejection, by "
-                                 "instance and detector", ["instance", "reason"], registry=r)
+                                 "engine and detector", ["engine", "reason"], registry=r)
         self.quarantined = Counter("baton_quarantined_requests", "Requests answered 422 because they failed "
                                    "on two engines that serve other requests well", registry=r)
         self.retries = Counter("baton_leg_retries", "Legs sent again to another instance after they failed, "
@@ -78,8 +102,8 @@ class GatewayMetrics:
                                  "('' for successes); a stream that fails after it started counts its error "
                                  "type with status 200", ["status", "error_type"], registry=r)
         self._children: dict = {}
-        self.engine_ttft = Histogram("baton_engine_ttft_seconds", "Time to first token by the instance "
-                                     "that produced it", ["instance"], buckets=_LATENCY_BUCKETS_S, registry=r)
+        self.engine_ttft = Histogram("baton_engine_ttft_seconds", "Time to first token by the engine "
+                                     "that produced it", ["engine"], buckets=ttft_buckets, registry=r)
 
     def child(self, metric, *labels: str):
         """``metric.labels(*labels)``, looked up once: ``labels()`` takes a lock and
@@ -129,14 +153,14 @@ class GatewayMetrics:
 
     def render(self, extra: list[list] | None = None) -> bytes:
         """The exposition text; ``extra``: other processes' ``counts``, added in."""
-        if not extra:
-            return generate_latest(self.registry)
-        return generate_latest(_Added(self.registry, extra))
+        return generate_latest(_Added(self.registry, extra or []))
 
 
 class _Added:
     """A registry's families with other processes' counts added to the same series (and
-    their series this process has not seen appended)."""
+    their series this process has not seen appended), without prometheus_client's
+    ``_created`` series (a creation time per series that no dashboard reads; switching them
+    off in the library is a process-wide switch)."""
 
     def __init__(self, registry, extra: list[list]) -> None:
         self.registry = registry
@@ -151,8 +175,14 @@ class _Added:
     def collect(self):
         from prometheus_client.samples import Sample
         for fam in self.registry.collect():
+            if not self.add:
+                fam.samples = [s for s in fam.samples if not s.name.endswith("_created")]
+                yield fam
+                continue
             seen, samples = set(), []
             for s in fam.samples:
+                if s.name.endswith("_created"):
+                    continue
                 key = (s.name, tuple(sorted(s.labels.items())))
                 if key in self.add:
                     s, _ = s._replace(value=s.value + self.add[key]), seen.add(key)
@@ -171,7 +201,7 @@ class _EngineGauges:
     def collect(self):
         c = self.cluster
         now = c.now()
-        fams = {key: GaugeMetricFamily(f"baton_engine_{key}", doc, labels=["instance", "role"]) for key, doc in (
+        fams = {key: GaugeMetricFamily(f"baton_engine_{key}", doc, labels=["engine", "role"]) for key, doc in (
             ("inflight_requests", "Requests the gateway has on the instance (queued, transferring, decoding)"),
             ("kv_usage", "KV usage as the gateway estimates it (0-1)"),
             ("scraped_kv_usage", "KV usage the engine last reported (0-1)"),
@@ -210,13 +240,13 @@ class _KvGauges:
         from prometheus_client.core import CounterMetricFamily
 
         blocks = GaugeMetricFamily("baton_kv_indexed_blocks", "Blocks the KV events say the engine holds",
-                                   labels=["instance"])
+                                   labels=["engine"])
         lag = GaugeMetricFamily("baton_kv_event_lag_seconds", "Arrival minus timestamp of the last batch",
-                                labels=["instance"])
-        batches = CounterMetricFamily("baton_kv_event_batches", "KV-event batches applied", labels=["instance"])
-        gaps = CounterMetricFamily("baton_kv_event_gaps", "KV-event batches lost (sequence gaps)", labels=["instance"])
+                                labels=["engine"])
+        batches = CounterMetricFamily("baton_kv_event_batches", "KV-event batches applied", labels=["engine"])
+        gaps = CounterMetricFamily("baton_kv_event_gaps", "KV-event batches lost (sequence gaps)", labels=["engine"])
         resyncs = CounterMetricFamily("baton_kv_index_resyncs", "Times an engine's index entries were cleared",
-                                      labels=["instance"])
+                                      labels=["engine"])
         for iid, st in self.index.state().items():
             name = [self.names.get(iid, str(iid))]
             blocks.add_metric(name, st["indexed_blocks"])

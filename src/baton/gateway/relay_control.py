@@ -31,7 +31,7 @@ from baton.gateway.class_metrics import ClassMetrics
 from baton.gateway.classes import Classes
 from baton.gateway.config import EngineSpec, GatewayConfig
 from baton.gateway.live import LiveCluster
-from baton.gateway.metrics import GatewayMetrics
+from baton.gateway.metrics import GatewayMetrics, SloEdges
 from baton.protocol.errors import ApiError
 
 log = logging.getLogger("baton.gateway")
@@ -308,9 +308,9 @@ class RemoteControl:
 
     def __init__(self, config: GatewayConfig, cluster: RelayCluster, link: Link) -> None:
         self.config, self.cluster, self.link = config, cluster, link
-        self.metrics = GatewayMetrics()  # the relay's own counts; control's /metrics adds them up
+        self.metrics = GatewayMetrics(SloEdges.of(config))  # its own counts; control's /metrics adds them up
         self.by_class = ClassMetrics(self.metrics.registry, Classes(config.classes), config.ttft_slo_s,
-                                     config.tpot_slo_s)
+                                     config.tpot_slo_s, self.metrics.slo.ttft_s)
         self.flows: dict[int, Any] = {}
 
     def admit(self, flow) -> None:

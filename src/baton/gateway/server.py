@@ -27,7 +27,7 @@ from baton.gateway.hidden_feed import FeedLimits, HiddenSource, HiddenStateFeed
 from baton.gateway.kv_feed import KvEventFeed, KvFeedLimits, KvSource
 from baton.gateway.kv_index import KvEventIndex
 from baton.gateway.live import LiveCluster
-from baton.gateway.metrics import GatewayMetrics
+from baton.gateway.metrics import GatewayMetrics, SloEdges
 from baton.gateway.scrape import Scraper
 from baton.perf import presets
 from baton.policies import scheduler_for
@@ -62,7 +62,7 @@ class Gateway(Front):
             scheduler.check_cluster(roles.count("prefill"), roles.count("decode"), roles.count("mixed"))
         if config.discovery is not None:
             PodDiscovery.check_available()
-        control = Control(config, cluster, scheduler, GatewayMetrics(), engines.tags)
+        control = Control(config, cluster, scheduler, GatewayMetrics(SloEdges.of(config)), engines.tags)
         super().__init__(config, cluster, engines, control, scheduler.needs_prefix_keys)
         self.scraper = Scraper(self.control, self.engines)
         self.hidden: HiddenStateFeed | None = None

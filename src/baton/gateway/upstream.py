@@ -15,8 +15,8 @@ import orjson
 from baton.gateway.urls import public_url
 from baton.gateway.scan import EVENT_END, Run, split
 from baton.protocol.chunks import chunk_text
-from baton.protocol.errors import ApiError
-from baton.protocol.requests import CHAT
+from baton.protocol.errors import ApiError, openai_type
+from baton.protocol.requests import CHAT, RESPONSE_ID_PREFIX
 
 # The most an engine may send as one stream line (one SSE event) or one JSON answer. The
 # largest legitimate ones carry a prompt's token ids (131,072 ids, about 1 MiB) or
@@ -49,8 +49,9 @@ class UpstreamError(Exception):
             if not self.body:
                 return ApiError(self.status, str(self))
             e = self.body["error"]
-            return ApiError(self.status, str(e.get("message")), e.get("type") or "invalid_request_error",
-                            e.get("param"), e.get("code"))
+            code, param = e.get("code"), e.get("param")
+            return ApiError(self.status, str(e.get("message")), openai_type(e.get("type"), self.status),
+                            param if isinstance(param, str) else None, None if code is None else str(code))
         return ApiError(502, f"{what}: {self}", err_type="server_error", code="backend_error")
 
 
@@ -70,6 +71,7 @@ class Piece:
     payload: dict[str, Any] | None = None
     run: Run | None = None  # a run of ordinary events read by the fast path (gateway.scan)
     opens: bool = False  # the first chunk of a verbatim leg: the response takes its id
+    stop_reason: str | int | None = None  # vLLM's: the stop string or token id that ended it
 
 
 def _malformed(what: str) -> UpstreamError:
@@ -99,8 +101,12 @@ def piece_of(kind: str, payload: Any, raw: bytes = b"") -> Piece:
         tokens = len(ids)
     else:
         raise _malformed("'token_ids' is not a list of integers")
-    return Piece(text, ids, c.get("finish_reason"), prompt_ids if prompt_ids is not None else
-                 c.get("prompt_token_ids"), usage.get("prompt_tokens"), tokens, raw, payload)
+    piece = Piece(text, ids, c.get("finish_reason"), prompt_ids if prompt_ids is not None else
+                  c.get("prompt_token_ids"), usage.get("prompt_tokens"), tokens, raw, payload)
+    if piece.finish_reason is not None:
+        stop = c.get("stop_reason")
+        piece.stop_reason = stop if isinstance(stop, (str, int)) and not isinstance(stop, bool) else None
+    return piece
 
 
 def _other_output(choice: dict[str, Any]) -> bool:
@@ -131,6 +137,8 @@ async def _error_of(resp: aiohttp.ClientResponse) -> UpstreamError:
     except (ValueError, aiohttp.ClientError, UpstreamError):
         body = None
     err = body.get("error") if isinstance(body, dict) else None
+    if err is None and isinstance(body, dict) and body.get("object") == "error":  # older vLLM: at the top level
+        err = body
     if isinstance(err, str):  # some servers send {"error": "text"}
         err = {"message": err, "type": "server_error" if resp.status >= 500 else "invalid_request_error"}
     if not isinstance(err, dict):
@@ -296,7 +304,9 @@ class StreamLeg:
             raise UpstreamError(f"engine error event: {err.get('message')}", status=500, body={"error": err})
         piece = piece_of(self.kind, payload, data)
         if self.verbatim is None:  # the first chunk of a leg that may speak the client's format
-            self.verbatim = payload.get("model") == self.client_model and isinstance(payload.get("id"), str)
+            rid = payload.get("id")  # the client's response id takes it: only in the endpoint's style
+            self.verbatim = (payload.get("model") == self.client_model and isinstance(rid, str)
+                             and rid.startswith(RESPONSE_ID_PREFIX[self.kind]))
             piece.opens = self.fast = self.verbatim
         if piece.finish_reason is not None:
             self.finished = True

@@ -54,14 +54,17 @@ def usage_chunk(kind: str, rid: str, model: str, created: int, prompt_tokens: in
 def full_response(kind: str, rid: str, model: str, created: int, text: str, finish_reason: str | None,
                   prompt_tokens: int, completion_tokens: int,
                   token_ids: list[int] | None = None,
-                  prompt_token_ids: list[int] | None = None) -> dict[str, Any]:
-    """A non-streamed response."""
+                  prompt_token_ids: list[int] | None = None,
+                  stop_reason: str | int | None = None) -> dict[str, Any]:
+    """A non-streamed response; ``stop_reason`` as vLLM gives it (the stop string or token
+    id that ended the answer, else null)."""
     if kind == CHAT:
         choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
-                                  "logprobs": None, "finish_reason": finish_reason}
+                                  "logprobs": None, "finish_reason": finish_reason, "stop_reason": stop_reason}
         obj = "chat.completion"
     else:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason,
+                  "stop_reason": stop_reason}
         obj = "text_completion"
     out: dict[str, Any] = {"id": rid, "object": obj, "created": created, "model": model,
                            "choices": [choice], "usage": usage(prompt_tokens, completion_tokens)}

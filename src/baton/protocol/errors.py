@@ -26,6 +26,20 @@ class ApiError(Exception):
         return error_body(self.message, self.err_type, self.param, self.code or str(self.status))
 
 
+OPENAI_ERROR_TYPES = frozenset({"invalid_request_error", "authentication_error", "permission_error",
+                                "not_found_error", "rate_limit_exceeded", "server_error"})
+
+
+def openai_type(err_type: object, status: int) -> str:
+    """An error type in OpenAI's words: the given one if it is one of theirs, else the one
+    its HTTP status means (an engine may say ``BadRequestError``, as older vLLM did)."""
+    if err_type in OPENAI_ERROR_TYPES:
+        return str(err_type)
+    by_status = {401: "authentication_error", 403: "permission_error", 404: "not_found_error",
+                 429: "rate_limit_exceeded"}
+    return by_status.get(status, "server_error" if status >= 500 else "invalid_request_error")
+
+
 def error_body(message: str, err_type: str = "invalid_request_error", param: str | None = None,
                code: str | None = None) -> dict[str, Any]:
     """``{"error": {...}}`` as the OpenAI API returns it."""

@@ -10,6 +10,8 @@ from baton.protocol.errors import ApiError
 
 COMPLETIONS = "completions"
 CHAT = "chat"
+# a response id starts with its endpoint's prefix, as OpenAI and vLLM write them
+RESPONSE_ID_PREFIX = {COMPLETIONS: "cmpl-", CHAT: "chatcmpl-"}
 
 
 @dataclass(slots=True)
