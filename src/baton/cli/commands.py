@@ -13,6 +13,7 @@ import numpy as np
 
 from baton import __version__
 from baton.cli.args import experiment_from, parse_rates
+from baton.cli.claims_text import ClaimLine, claim_lines
 from baton.cli.output import console, points_bar, rows_table, summary_table
 from baton.cli.running import (clean, clear_owned, cluster_text, compare_report, emit_json, own_timestamps, run_all,
                                validate_policies)
@@ -323,7 +324,10 @@ def cmd_reproduce(args: argparse.Namespace) -> None:
     if args.json:
         emit_json(payload)
     else:
-        console().print(rows_table(f"{args.paper}: the paper's claims against Baton", head, rows))
+        out = console()
+        out.print(f"{args.paper}: the paper's claims against Baton", style="bold")
+        for text, described in claim_lines([_claim_line(o) for o in outcomes], out.width):
+            out.print(text, style="dim" if described else None, highlight=False, markup=False, crop=False)
         print(f"report: {path}")
 
 
@@ -334,6 +338,21 @@ def _claim_label(outcome) -> str:
         return outcome.claim.name + (" (default)" if m is not None else "")
     return (f"{outcome.claim.name} (matched: {c.knob} = {c.value:g}; {m.policy or outcome.claim.baseline} "
             f"{m.metric} {c.figure:.4g} vs the paper's {m.target:g})")
+
+
+def _claim_line(outcome) -> ClaimLine:
+    """A claim for the terminal: its numbers on one line, what it is about under them."""
+    c, m = outcome.calibration, outcome.claim.match
+    name = outcome.claim.name + (" (matched)" if c else " (default)" if m is not None else "")
+    about = [outcome.claim.figure, f"{outcome.claim.metric}: {outcome.claim.policy} vs {outcome.claim.baseline}"]
+    if c is not None:
+        about.append(f"matched: {c.knob} = {c.value:g}; {m.policy or outcome.claim.baseline} {m.metric} "
+                     f"{c.figure:.4g} vs the paper's {m.target:g}")
+    verdict = _verdict_text(outcome)
+    if verdict != outcome.judged.verdict:
+        about.append(verdict)
+    return ClaimLine(name, f"{outcome.claim.claim * 100:+.1f}%", _pct_ci(outcome), outcome.judged.verdict,
+                     "; ".join(about))
 
 
 def _verdict_text(outcome) -> str:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
+import textwrap
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 
@@ -12,7 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from baton.report.table import headers, table_rows
+from baton.report.table import headers, row_parts
 
 
 COMPACT_BELOW = 100  # terminal columns under which the table takes its compact form
@@ -20,26 +22,53 @@ COMPACT_BELOW = 100  # terminal columns under which the table takes its compact 
 
 def summary_table(results: Mapping[str, Mapping[str, float]], title: str,
                   paired: Mapping | None = None, wide: bool = False, width: int | None = None) -> Table:
-    """Policies as rows; rows after the first show their change against the first, in %
-    (``~``: its paired 95% interval over repeats includes 0). In a terminal narrower than
-    ``COMPACT_BELOW`` columns the table drops its vertical rules, the brackets around
-    changes and counts that are zero for every policy, so that each policy stays one line
-    in 80 columns."""
+    """Policies as rows; rows after the first show their change against the first (``+5%``,
+    from a doubling ``2.5x``; ``~``: its paired 95% interval over repeats includes 0). In a
+    terminal narrower than ``COMPACT_BELOW`` columns the table drops its vertical rules and
+    counts that are zero for every policy. Where values and changes side by side would not
+    fit ``width``, each policy takes two lines, its changes under its values, so no cell
+    wraps and no policy's name is cut."""
     compact = not wide and width is not None and width < COMPACT_BELOW
+    parts = row_parts(results, paired, wide, compact)
+    names = headers(wide, results, compact)
+    beside = [[name, *(t if c is None else (f"{t} {c}" if compact else f"{t} ({c})") for t, c in cells)]
+              for name, cells in parts]
+    under = width is not None and _width(names, beside, compact) > width
     table = Table(title=title, box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD,
                   padding=(0, 1), collapse_padding=compact)
-    for i, name in enumerate(headers(wide, results, compact)):
-        table.add_column(name, justify="left" if i == 0 else "right", no_wrap=i == 0 and compact)
-    for policy, cells in table_rows(results, paired, wide, compact):
-        table.add_row(policy, *cells)
+    longest = max(map(len, results), default=6)
+    cells = beside if not under else [[n, *(t for t, _ in c)] for n, c in parts] + \
+        [["", *(c or "" for _, c in cs)] for _, cs in parts]
+    for i, name in enumerate(names):  # a policy's name is never cut; headers wrap at their words
+        fit = max([len(r[i]) for r in cells] + [max(map(len, name.split()), default=1)])
+        table.add_column("\n".join(textwrap.wrap(name, fit)), justify="left" if i == 0 else "right", no_wrap=True,
+                         min_width=longest if i == 0 else None)
+    for (policy, cells), row in zip(parts, beside):
+        if not under:
+            table.add_row(*row)
+            continue
+        table.add_row(policy, *(t for t, _ in cells))
+        if any(c is not None for _, c in cells):
+            table.add_row("", *(c or "" for _, c in cells), style="dim")
     return table
 
 
+def _width(head: list[str], rows: list[list[str]], compact: bool) -> int:
+    """Columns a table of these cells needs on one line each (headers may wrap)."""
+    widths = [max([max(map(len, h.split()), default=0)] + [len(r[i]) for r in rows]) for i, h in enumerate(head)]
+    return sum(widths) + len(widths) * 2 + (0 if compact else len(widths) + 1)
+
+
+_NUMERIC = re.compile(r"^[-+~]?[\d.,]+(?:e[-+]?\d+)?\s*(?:%|x|ms|s|req/s)?(?:\s.*)?$|^-$|^>= ?[\d.]+")
+
+
 def rows_table(title: str, head: list[str], rows: list[list[str]]) -> Table:
-    """A plain table: first column left-aligned, the rest right-aligned."""
+    """A plain table: numbers right-aligned, text (any column with a cell that does not
+    start as a number) left-aligned."""
     table = Table(title=title)
     for i, name in enumerate(head):
-        table.add_column(name, justify="left" if i == 0 else "right")
+        numeric = i > 0 and all(_NUMERIC.match(str(r[i]).strip()) for r in rows if i < len(r))
+        table.add_column(name, justify="right" if numeric else "left")
     for row in rows:
         table.add_row(*row)
     return table

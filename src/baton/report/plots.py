@@ -273,9 +273,14 @@ def claims_figure(outcomes) -> Figure:
     ax.plot(x, paper, "D", color="C3", label="paper")
     ax.axhline(1.0, color="black", lw=0.8)
     ax.set_yscale("log")
-    ticks = [t for t in (0.1, 0.25, 0.5, 1, 2, 4, 10, 20) if min(lo[has].min(initial=1), paper.min(), baton.min()) / 1.5
-             <= t <= max(hi[has].max(initial=1), paper.max(), baton.max()) * 1.5]
+    low = min(lo[has].min(initial=1), paper.min(), baton.min()) / 1.25
+    high = max(hi[has].max(initial=1), paper.max(), baton.max()) * 1.25
+    ticks = [t for t in (0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 1, 1.1, 1.25, 1.5, 2, 4, 10, 20, 100)
+             if low <= t <= high]
+    # every label in one style, the change in percent: the log axis's own minor labels
+    # (6x10^-1 and the like) would appear beside them on a range under a decade
     ax.set_yticks(ticks, [f"{(t - 1) * 100:+.0f}%" for t in ticks])
+    ax.yaxis.set_minor_formatter(NullFormatter())
     names = [o.claim.name + (" (matched)" if getattr(o, "calibration", None) else "") for o in outcomes]
     ax.set_xticks(x, names, rotation=20, ha="right", fontsize=8)
     ax.set(ylabel="relative change of the metric (log scale of the ratio)", title="Claimed against reproduced")

@@ -28,7 +28,10 @@ def _missing(value) -> bool:
 
 
 def cell(value, scale: float, fmt: str) -> str:
-    return "-" if _missing(value) else fmt.format(value * scale)
+    """A value in its column's format; from 10,000 on without decimals (they only cost width)."""
+    if _missing(value):
+        return "-"
+    return f"{value * scale:.0f}" if abs(value * scale) >= 10_000 else fmt.format(value * scale)
 
 
 def change_pct(value, ref) -> float | None:
@@ -36,6 +39,17 @@ def change_pct(value, ref) -> float | None:
     if _missing(value) or _missing(ref) or ref == 0:
         return None
     return (value - ref) / abs(ref) * 100
+
+
+def change_text(pct: float) -> str:
+    """A change for a table cell: a percentage, or from a doubling on a ratio (``2.5x``,
+    ``168x``), so that a row against an overloaded or tiny first row keeps its width."""
+    ratio = 1.0 + pct / 100
+    if ratio >= 10:
+        return f"{ratio:,.0f}x"
+    if ratio >= 2:
+        return f"{ratio:.1f}x"
+    return f"{pct:+.0f}%"
 
 
 def _columns(wide: bool, results: Mapping[str, Mapping[str, float]] | None = None, compact: bool = False):
@@ -47,28 +61,33 @@ def _columns(wide: bool, results: Mapping[str, Mapping[str, float]] | None = Non
     return cols
 
 
-def table_rows(results: Mapping[str, Mapping[str, float]],
-               paired: Mapping[str, Mapping[str, Mapping]] | None = None,
-               wide: bool = True, compact: bool = False) -> list[tuple[str, list[str]]]:
-    """One row per policy; rows after the first carry their change against the first,
-    marked ``~`` when the paired 95% interval of the difference (over repeats) includes 0.
-    ``wide=False`` keeps the columns that fit a 100-column terminal; ``compact`` writes
-    the change without brackets and drops all-zero counts, to fit 80 columns."""
+def row_parts(results: Mapping[str, Mapping[str, float]],
+              paired: Mapping[str, Mapping[str, Mapping]] | None = None,
+              wide: bool = True, compact: bool = False) -> list[tuple[str, list[tuple[str, str | None]]]]:
+    """One row per policy: each cell's value and, for rows after the first, its change
+    against the first (``change_text``), marked ``~`` when the paired 95% interval of the
+    difference (over repeats) includes 0; counts carry no change."""
     base = next(iter(results.values()), {})
     rows = []
     for i, (policy, summary) in enumerate(results.items()):
-        cells = []
+        cells: list[tuple[str, str | None]] = []
         for key, _, scale, fmt in _columns(wide, results, compact):
-            text = cell(summary.get(key), scale, fmt)
             pct = change_pct(summary.get(key), base.get(key)) if i and key not in ABSOLUTE else None
             entry = (paired or {}).get(policy, {}).get(key)
-            mark = "~" if includes_zero(entry) else ""
-            if pct is None:
-                cells.append(text)
-            else:
-                cells.append(f"{text} {mark}{pct:+.0f}%" if compact else f"{text} ({mark}{pct:+.0f}%)")
+            change = None if pct is None else ("~" if includes_zero(entry) else "") + change_text(pct)
+            cells.append((cell(summary.get(key), scale, fmt), change))
         rows.append((policy, cells))
     return rows
+
+
+def table_rows(results: Mapping[str, Mapping[str, float]],
+               paired: Mapping[str, Mapping[str, Mapping]] | None = None,
+               wide: bool = True, compact: bool = False) -> list[tuple[str, list[str]]]:
+    """``row_parts`` with each change beside its value: ``12.0 (+5%)``, or ``12.0 +5%``
+    when ``compact``. ``wide=False`` keeps the columns that fit a 100-column terminal;
+    ``compact`` also drops all-zero counts, to fit 80 columns."""
+    return [(policy, [text if change is None else (f"{text} {change}" if compact else f"{text} ({change})")
+                      for text, change in cells]) for policy, cells in row_parts(results, paired, wide, compact)]
 
 
 def headers(wide: bool = True, results: Mapping[str, Mapping[str, float]] | None = None,
