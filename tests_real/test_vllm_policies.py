@@ -65,7 +65,7 @@ def test_sibyl_answers_streaming_and_non_streaming_completions_and_chat(stack, t
         assert got["choices"][0]["message"]["content"] == direct["choices"][0]["message"]["content"]
         assert wait_until(lambda: idle(gw), timeout_s=10)
         ok = metric(gw.url, 'baton_requests_total{outcome="ok",path="pd-early"}')  # labels sorted
-        placed = {inst for kind, _, inst in decision_log(gw.url, "real") if kind == "decode"}
+        placed = {inst for kind, _, inst in decision_log(gw.url, "real-vllm-admin-token") if kind == "decode"}
     assert ok == 2 * len(PROMPTS) + 1  # SIBYL binds every decode early
     assert placed <= {1, 2} and placed
     assert "Traceback" not in gw.log.read_text()

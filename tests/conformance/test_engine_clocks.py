@@ -72,7 +72,7 @@ async def _serve_trace(trace: list[tuple[float, int, int]], engine: EngineConfig
     submit = emulator.engine.submit
 
     def timed_submit(seq):
-        arrivals[int(seq.rid[1:])] = loop.time() - t0
+        arrivals[int(seq.rid.split("-", 1)[1][1:])] = loop.time() - t0  # cmpl-rN: the X-Request-Id rN
         submit(seq)
     emulator.engine.submit = timed_submit
     runner = aiohttp.web.AppRunner(emulator.app(), access_log=None)

@@ -96,3 +96,15 @@ def test_metrics_label_engines_engine_have_no_created_series_and_slos_are_bucket
         assert re.search(rf'^baton_engine_ttft_seconds_bucket\{{engine="d",le="{edge}"\}}', text, re.M), edge
     assert re.search(r'^baton_tpot_seconds_bucket\{le="0.033",path="pd"\}', text, re.M)
     assert re.search(r'^baton_tbt_seconds_bucket\{le="0.033",path="pd"\}', text, re.M)
+
+
+def test_an_engine_id_in_another_style_gets_the_endpoints_prefix_in_relayed_bytes_too(gateways):
+    """The fake engine names its answers by the bare X-Request-Id (as SGLang may); relayed
+    verbatim, its chunks (logprobs and all) carry the id with the endpoint's prefix."""
+    s = Stream(gateways["fake"].url + "/v1/completions", {"prompt": [1, 2, 3, 4], "max_tokens": 3, "logprobs": 1,
+                                                          "stream": True})
+    events = list(s.events())
+    s.close()
+    ids = {e["id"] for e in events}
+    assert len(ids) == 1 and next(iter(ids)).startswith("cmpl-"), ids
+    assert all(e["choices"][0]["logprobs"] is not None for e in events if e["choices"] and e["choices"][0]["text"])

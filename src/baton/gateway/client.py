@@ -7,12 +7,13 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
+import orjson
 from aiohttp import web
 
 from baton.gateway.middleware import mark_error
 from baton.protocol.chunks import DONE, full_response, sse, stream_chunk, usage_chunk, without_token_ids
 from baton.protocol.errors import ApiError
-from baton.protocol.requests import ParsedRequest
+from baton.protocol.requests import RESPONSE_ID_PREFIX, ParsedRequest
 
 if TYPE_CHECKING:
     from baton.gateway.scan import Run
@@ -50,6 +51,7 @@ class ClientOut:
         self.finish_sent = False  # an engine's finish chunk went out verbatim
         self._usage: bytes | None = None  # a verbatim leg's usage chunk, written at the end
         self.stop_reason: str | int | None = None  # the engine's, passed on in a non-streamed answer
+        self._id_swap: tuple[bytes, bytes] | None = None  # a verbatim leg's id -> the one in our style
 
     @property
     def started(self) -> bool:
@@ -75,9 +77,18 @@ class ClientOut:
                                                   None, token_ids if self.with_ids else None, first, prompt_ids)))
 
     def adopt(self, payload: dict[str, Any]) -> None:
-        """Take the response id and creation time of a verbatim leg's first chunk."""
+        """Take the response id and creation time of a verbatim leg's first chunk. An id not
+        in the endpoint's style (``cmpl-``/``chatcmpl-``, as vLLM's are) gets its prefix, in
+        the relayed bytes too: every chunk of a response carries one id of one style."""
         created = payload.get("created")
-        self.rid, self.created = payload["id"], created if isinstance(created, int) else self.created
+        rid, prefix = payload["id"], RESPONSE_ID_PREFIX[self.parsed.kind]
+        self.rid, self.created = rid, created if isinstance(created, int) else self.created
+        self._id_swap = None
+        if not rid.startswith(prefix):
+            self.rid = prefix + rid
+            # a quoted string equal to the id can only be a JSON value (a quote inside a
+            # string is escaped): the id itself, or a field that repeats it
+            self._id_swap = (orjson.dumps(rid), orjson.dumps(self.rid))
 
     def add_verbatim(self, piece: Piece, count: int) -> None:
         """Queue an engine chunk (``count`` tokens) as the engine wrote it; token id lists
@@ -88,7 +99,7 @@ class ClientOut:
         if piece.finish_reason is not None:
             self.finish_sent = True
         self.tokens += count
-        raw = piece.raw
+        raw = piece.raw if self._id_swap is None else piece.raw.replace(*self._id_swap)
         if not self.with_ids:
             lists = (piece.token_ids is not None) + (piece.prompt_token_ids is not None)
             if lists:
@@ -102,7 +113,7 @@ class ClientOut:
         """Queue a run of a verbatim leg's ordinary events (``count`` tokens), as they came
         (id lists already nulled when the client did not ask for them)."""
         self.tokens += count
-        self._pending.append(run.client)
+        self._pending.append(run.client if self._id_swap is None else run.client.replace(*self._id_swap))
 
     def leg_changed(self) -> None:
         """The response continues on another leg: a verbatim usage chunk no longer counts
@@ -115,6 +126,7 @@ class ClientOut:
         if self.response is None:
             self._pending.clear()
             self.rid, self.created = self._own_id
+            self._id_swap = None
             self.finish_sent, self._usage = False, None
 
     async def flush(self) -> None:

@@ -132,8 +132,10 @@ class GatewayConfig:
     hidden_states_max_dim: int = _positive(MAX_DIM, "floats per hidden state")
     kv_events_rate_per_s: float = _positive(2000.0, "KV-event batches accepted per engine socket", "1/s")
     kv_events_max_bytes: int = _positive(16 * 1024 * 1024, "largest KV-event batch", "bytes")
-    tokenizer: str | None = setting(None, doc="a tokenizer.json to key text prompts for prefix-aware policies "
-                                              "(token-id prompts need none)")
+    tokenizer: str | None = setting(None, doc="the model's tokenizer.json (or its folder) to key text and chat "
+                                              "prompts for prefix-aware policies (token-id prompts need none)")
+    chat_template: str | None = setting(None, doc="the engine's chat template file, when it is not the one beside "
+                                                  "the tokenizer (as vLLM's --chat-template)")
     hidden_states_client_key: str | None = field(default=None, repr=False)  # from hidden_states_client_key_env
 
 

@@ -82,6 +82,7 @@ class Front:
                                            c.max_body_reads_per_client, c.slow_body_after_s, c.min_body_bytes_per_s),
                                 lambda reason: self.metrics.rejected.labels(reason).inc())
         self.tokenizer = self._tokenizer()
+        self.chat_template = self._chat_template()
         self.classes = Classes(config.classes)
         self._parsers = ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="baton-parse")  # large bodies
 
@@ -114,11 +115,40 @@ class Front:
         except BatonError as err:
             raise ConfigError(f"tokenizer: {err}") from None
 
+    def _chat_template(self):
+        """The model's chat template beside the tokenizer (or ``chat_template``), when a
+        prefix-aware policy keys prompts: chat requests are then keyed as the engine renders
+        them (``gateway.chat_template``)."""
+        if self.tokenizer is None or not self.needs_prefix_keys:
+            return None
+        from baton.gateway.chat_template import ChatTemplate
+        return ChatTemplate.beside(self.config.tokenizer, self.config.chat_template)
+
+    def keying_warning(self, policy: str) -> str | None:
+        """What a prefix-aware policy cannot see at start-up: a line naming the requests it
+        routes without their prefixes, or None."""
+        if not self.needs_prefix_keys:
+            return None
+        if self.tokenizer is None:
+            return (f"policy {policy} routes by prompt prefixes, but no tokenizer is configured: only requests "
+                    "that send token ids are keyed; text and chat prompts are routed by load alone (set "
+                    "tokenizer: to the model's folder)")
+        if self.chat_template is None:
+            return (f"policy {policy}: the tokenizer at {self.config.tokenizer} has no chat template beside it "
+                    "(chat_template.jinja or tokenizer_config.json): chat requests are routed by load alone "
+                    "(set chat_template: to the engine's template file)")
+        return None
+
     def prompt_keys(self, kind: str, body: dict[str, Any], ids: list[int] | None) -> tuple[int, ...]:
         """The prompt's block keys for prefix-aware policies: from its token ids, or from a
-        text prompt with the configured tokenizer; none for chat (no chat template here)."""
-        if ids is None and kind == COMPLETIONS and self.tokenizer is not None:
-            ids = self.tokenizer.ids(body["prompt"], special=True)
+        text prompt with the configured tokenizer, or from a chat rendered with the model's
+        template as the engine renders it (none where it cannot be known)."""
+        if ids is None and self.tokenizer is not None:
+            if kind == COMPLETIONS:
+                ids = self.tokenizer.ids(body["prompt"], special=True)
+            elif self.chat_template is not None:
+                text = self.chat_template.render(body)
+                ids = None if text is None else self.tokenizer.ids(text, special=bool(body.get("add_special_tokens")))
         return tuple(token_block_keys(ids, self.config.block_size)) if ids else ()
 
     async def completions(self, request: web.Request) -> web.StreamResponse:

@@ -64,6 +64,8 @@ class Gateway(Front):
             PodDiscovery.check_available()
         control = Control(config, cluster, scheduler, GatewayMetrics(SloEdges.of(config)), engines.tags)
         super().__init__(config, cluster, engines, control, scheduler.needs_prefix_keys)
+        if (warning := self.keying_warning(scheduler.name)) is not None:
+            log.warning(warning)
         self.scraper = Scraper(self.control, self.engines)
         self.hidden: HiddenStateFeed | None = None
         self.kv_index, self.kv_feed = self._kv_index(), None

@@ -16,7 +16,7 @@ from baton.gateway.urls import public_url
 from baton.gateway.scan import EVENT_END, Run, split
 from baton.protocol.chunks import chunk_text
 from baton.protocol.errors import ApiError, openai_type
-from baton.protocol.requests import CHAT, RESPONSE_ID_PREFIX
+from baton.protocol.requests import CHAT
 
 # The most an engine may send as one stream line (one SSE event) or one JSON answer. The
 # largest legitimate ones carry a prompt's token ids (131,072 ids, about 1 MiB) or
@@ -304,9 +304,7 @@ class StreamLeg:
             raise UpstreamError(f"engine error event: {err.get('message')}", status=500, body={"error": err})
         piece = piece_of(self.kind, payload, data)
         if self.verbatim is None:  # the first chunk of a leg that may speak the client's format
-            rid = payload.get("id")  # the client's response id takes it: only in the endpoint's style
-            self.verbatim = (payload.get("model") == self.client_model and isinstance(rid, str)
-                             and rid.startswith(RESPONSE_ID_PREFIX[self.kind]))
+            self.verbatim = payload.get("model") == self.client_model and isinstance(payload.get("id"), str)
             piece.opens = self.fast = self.verbatim
         if piece.finish_reason is not None:
             self.finished = True
