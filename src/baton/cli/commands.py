@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -75,9 +76,13 @@ def cmd_compare(args: argparse.Namespace) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
+    started = time.monotonic()
     exp = experiment_from(args, base=demo_experiment())
     runs, repeats = run_all(exp, [(p, p) for p in DEMO_POLICIES], args)
     compare_report(exp, runs, args, f"Baton demo: bursty heavy-tailed workload on {cluster_text(exp)}", repeats)
+    if args.record:
+        from baton.report.results import record as record_result
+        record_result("demo", {r.name: clean(r.summary) for r in runs}, time.monotonic() - started)
 
 
 def _sweep_payload(sweep) -> dict:
@@ -283,6 +288,7 @@ def cmd_reproduce(args: argparse.Namespace) -> None:
     from baton.report.plots import claims_figure
     if args.repeats is not None and args.repeats < 2:
         raise ConfigError(f"--repeats: at least 2 are needed for an interval, got {args.repeats}")
+    started = time.monotonic()
     claims = with_traces(claims_of(args.paper, Path(args.dir) if args.dir else ROOT, args.full), args.traces)
     check_traces(claims, args.trace)
     Path(args.out).mkdir(parents=True, exist_ok=True)
@@ -318,9 +324,15 @@ def cmd_reproduce(args: argparse.Namespace) -> None:
                                                                   ("Why", ["figure", "verdict", "mechanism"],
                                                                    mechanisms)]))
     payload = {"claims": [{"name": o.claim.name + (" (matched)" if o.calibration else ""),
-                           "paper": o.claim.name.split("/")[0] if "/" in o.claim.name else args.paper, **o.json()}
-                          for o in outcomes]}
+                           "paper": o.claim.name.split("/")[0] if "/" in o.claim.name else args.paper, **o.json(),
+                           "verdict_text": _verdict_text(o)} for o in outcomes]}
     (Path(args.out) / "reproduce.json").write_text(json.dumps(payload, indent=2))
+    if args.record:
+        from baton.report.results import record as record_result
+        verdicts = [c["verdict"] for c in payload["claims"]]
+        record_result(f"reproduce-{args.paper}", {**payload, "verdict_counts": {v: verdicts.count(v) for v in
+                      ("reproduced", "direction only", "not reproduced", "inconclusive")}},
+                      time.monotonic() - started)
     if args.json:
         emit_json(payload)
     else:

@@ -1,0 +1,43 @@
+"""Markdown tables built from result files (``<!--rt NAME:TABLE-->`` markers): one
+renderer per kind of result, registered by name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from baton.report.results import fmt
+
+
+def _md(head: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def claims_table(data: dict[str, Any]) -> str:
+    """``baton reproduce --record``: one row per claim (paper's change, Baton's with its
+    interval, the verdict with its repeats)."""
+    rows = []
+    for c in data["figures"]["claims"]:
+        baton = "-" if c["baton"] is None else fmt(c["baton"], "pct")
+        if c["baton"] is not None and None not in c["ci95"]:
+            baton += " " + fmt(c["ci95"], "ci")
+        rows.append([c["name"], c["figure"].replace("|", "/"), fmt(c["claim"], "pct"), baton, c["verdict_text"]])
+    return _md(["claim", "figure", "paper", "Baton [95% CI]", "verdict"], rows)
+
+
+DEMO_COLUMNS = (("mean / P99 TPOT ms", lambda s: f"{s['mean_tpot_s'] * 1e3:.1f} / {s['p99_tpot_s'] * 1e3:.1f}"),
+                ("P95 TTFT ms", lambda s: f"{s['p95_ttft_s'] * 1e3:,.0f}"),
+                ("tok/s", lambda s: f"{s['throughput_tok_s']:,.0f}"),
+                ("goodput rps", lambda s: f"{s['goodput_rps']:.2f}"),
+                ("SLO %", lambda s: f"{s['slo_attainment'] * 100:.1f}"),
+                ("OAR tok", lambda s: f"{s['oar_tokens']:.2f}" if s.get("oar_tokens") is not None else "-"))
+
+
+def demo_table(data: dict[str, Any]) -> str:
+    """``baton demo --record``: one row per policy."""
+    rows = [[name, *(cell(s) for _, cell in DEMO_COLUMNS)] for name, s in data["figures"].items()]
+    return _md(["policy", *(title for title, _ in DEMO_COLUMNS)], rows)
+
+
+TABLES: dict[str, Callable[[dict[str, Any]], str]] = {"claims": claims_table, "demo": demo_table}

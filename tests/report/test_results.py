@@ -1,0 +1,53 @@
+"""Result files and the markers that quote them (first hour, item 1)."""
+
+import json
+
+import pytest
+
+from baton.core.errors import ConfigError
+from baton.report.result_markers import hand_written, render
+from baton.report.results import fmt, load, lookup, record
+
+
+@pytest.fixture
+def results(tmp_path, monkeypatch):
+    monkeypatch.setenv("BATON_RESULTS_DIR", str(tmp_path))
+    record("bench", {"speedup": 1.7834, "claims": [{"name": "a", "baton": -0.5723, "ci95": [-0.818, 0.004]}],
+                     "rate": {"azure/code": 12.5}}, seconds=218.4, command="python benchmarks/x.py --record")
+    return tmp_path
+
+
+def test_a_record_holds_the_figures_with_command_commit_machine_and_time(results):
+    data = json.loads((results / "bench.json").read_text())
+    assert data["command"] == "python benchmarks/x.py --record" and data["seconds"] == 218.4
+    assert data["commit"] and data["machine"]["cpus"] >= 1 and data["date"].endswith("Z")
+    assert lookup(data, "claims.0.baton") == -0.5723 and lookup(data, "rate.azure/code") == 12.5
+    with pytest.raises(ConfigError, match="no figure at 'claims.3.baton'"):
+        lookup(data, "claims.3.baton")
+    with pytest.raises(ConfigError, match="no such result file"):
+        load("missing")
+
+
+@pytest.mark.parametrize("value, spec, text", [(-0.5723, "pct", "-57.2%"), ((-0.818, 0.004), "ci", "[-81.8, +0.4]"),
+                                               (218.4, "min", "3 min 38 s"), (1.7834, ".2f", "1.78"),
+                                               (12345.6, ",.0f", "12,346"), (0.21, ".0%", "21%")])
+def test_formats(value, spec, text):
+    assert fmt(value, spec) == text
+
+
+def test_markers_are_filled_from_the_files_and_stale_text_is_replaced(results):
+    page = ("Kairos: <!--r bench:claims.0.baton:pct-->-33%<!--/r--> "
+            "<!--r bench:claims.0.ci95:ci-->[-114%, +47%]<!--/r--> in <!--r bench:seconds:min-->1 s<!--/r-->.")
+    out = render(page)
+    assert out == ("Kairos: <!--r bench:claims.0.baton:pct-->-57.2%<!--/r--> "
+                   "<!--r bench:claims.0.ci95:ci-->[-81.8, +0.4]<!--/r--> in <!--r bench:seconds:min-->3 min 38 s<!--/r-->.")
+    assert render(out) == out
+    with pytest.raises(ConfigError, match="no figure"):
+        render("<!--r bench:nope-->x<!--/r-->")
+
+
+def test_a_figure_written_by_hand_in_a_measured_region_is_found():
+    page = ("Outside: 12.5% is free text.\n<!--measured-->\nKairos <!--r bench:x:pct-->-57.2%<!--/r--> on "
+            "Fig. 6 with 3 repeats of `--rate 2.5`, but also -33% and 1.78x and 19,366 and 0.91 by hand;"
+            " see [the page](../a-1.5.md).\n<!--/measured-->")
+    assert hand_written(page) == ["-33%", "1.78x", "19,366", "0.91"]
