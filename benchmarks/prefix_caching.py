@@ -114,7 +114,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mooncake-requests", type=int, default=3000)
     ap.add_argument("--sessions", type=int, default=600)
+    ap.add_argument("--record", action="store_true", help="write the figures into results/ for the docs to quote")
     args = ap.parse_args()
+    started = time.perf_counter()
     out: dict = {}
     sessions(args.sessions, out)
     mooncake(args.mooncake_requests, out)
@@ -122,6 +124,10 @@ def main() -> None:
         out["mooncake_wall_ratio"] = out["mooncake_least_loaded_on_wall_s"] / out["mooncake_least_loaded_off_wall_s"]
         print(f"simulator wall with caching on / off (mooncake, least-loaded): {out['mooncake_wall_ratio']:.2f}")
     print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}))
+    if args.record:
+        from baton.report.results import record
+        record("prefix-caching", out, time.perf_counter() - started,
+               "python benchmarks/prefix_caching.py " + " ".join(sys.argv[1:]))
 
 
 if __name__ == "__main__":

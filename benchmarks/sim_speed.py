@@ -211,12 +211,18 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="skip the 1,024-instance and scaling runs (minutes)")
     ap.add_argument("--vidur", action="store_true", help="also whole processes against Vidur (installs it; long)")
     ap.add_argument("--vidur-only", action="store_true", help="only the whole processes against Vidur")
+    ap.add_argument("--record", action="store_true", help="write the figures into results/ for the docs to quote")
     args = ap.parse_args()
+    started = time.perf_counter()
     sys.path.insert(0, str(ROOT / "src"))
     out: dict[str, float] = {}
     if args.vidur_only:
         against_vidur(out)
         print(json.dumps(out))
+        if args.record:
+            from baton.report.results import record
+            record("sim-speed-vidur", out, time.perf_counter() - started,
+                   "python benchmarks/sim_speed.py " + " ".join(sys.argv[1:]))
         return
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"this": ROOT / "src"}
@@ -230,6 +236,10 @@ def main() -> None:
     if args.vidur:
         against_vidur(out)
     print(json.dumps(out))
+    if args.record:
+        from baton.report.results import record
+        record("sim-speed", {**out, "against": args.against}, time.perf_counter() - started,
+               "python benchmarks/sim_speed.py " + " ".join(sys.argv[1:]))
 
 
 def against_vidur(out: dict) -> None:
