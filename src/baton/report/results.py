@@ -56,13 +56,13 @@ def machine() -> dict[str, Any]:
 
 def record(name: str, figures: dict[str, Any], seconds: float | None = None,
            command: str | None = None) -> Path:
-    """Write ``results/<name>.json`` (figures with their provenance); returns the path."""
+    """Write ``results/<name>.json`` (figures with their provenance); returns the path.
+    ``command`` defaults to the ``baton`` command line that is running."""
     if not name or "/" in name or ":" in name:
         raise ConfigError(f"result name {name!r}: expected a plain file name")
     out = results_dir()
     out.mkdir(parents=True, exist_ok=True)
-    data = {"name": name, "command": command or " ".join(["baton" if sys.argv[0].endswith("baton") else
-                                                           Path(sys.argv[0]).name, *sys.argv[1:]]),
+    data = {"name": name, "command": command or " ".join(["baton", *sys.argv[1:]]),
             "commit": _git("rev-parse", "--short", "HEAD") or "unknown",
             "dirty": bool(_git("status", "--porcelain", "--untracked-files=no", "--", "src", "benchmarks")),
             "machine": machine(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
