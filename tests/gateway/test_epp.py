@@ -130,6 +130,42 @@ def test_streams_are_booked_until_their_response_ends(tmp_path):
     assert idle
 
 
+def test_an_unreachable_pick_is_retried_on_the_fallbacks_and_the_booking_follows(tmp_path):
+    """Issue 48: the picker names fallbacks after its pick (least loaded first); Envoy's
+    override_host connects to the pick, retries down the list when it cannot be reached,
+    and reports the endpoint that served, which moves the booking. The picker still thinks
+    "a" healthy (scrapes every 60 s), so it picks "a" first, which is down."""
+    a, b, epp, envoy, _ = stack(tmp_path, scrape_interval_s=60)
+    with servers(a, b, epp, envoy):
+        assert post(envoy.url + "/v1/completions", {"prompt": IDS, "max_tokens": 2})[0] == 200  # both ready
+        a.kill()
+        status, body = post(envoy.url + "/v1/completions", {"prompt": IDS, "max_tokens": 3})
+        log = placed(epp)
+        ttft_b = metric(epp.url, 'baton_engine_ttft_seconds_count{engine="b"}')
+        idle = wait_until(lambda: all(v == 0 for v in in_flight(epp).values()), timeout_s=5)
+        served_b = finished(b)
+    assert status == 200 and body["choices"][0]["text"], body
+    assert log == [0, 0]  # picked "a" both times; the second went to "b" on Envoy's retry
+    assert served_b == 1 and ttft_b == 1  # served by "b", and counted there once the data plane said so
+    assert idle
+
+
+def test_the_bootstrap_lists_every_endpoint_for_fallbacks_and_discovery_keeps_the_pick_alone():
+    config = parse_config({"policy": "least-loaded", "engines": [
+        {"name": "a", "url": "http://127.0.0.1:8101", "role": "prefill"},
+        {"name": "d", "url": "http://127.0.0.1:8102", "role": "decode", "sidecar": "http://127.0.0.1:8202"}]})
+    boot = bootstrap(config, 8080, False, 9901)
+    picked = [c for c in boot["static_resources"]["clusters"] if c["name"] == "baton_picked"][0]
+    ports = [e["endpoint"]["address"]["socket_address"]["port_value"]
+             for e in picked["load_assignment"]["endpoints"][0]["lb_endpoints"]]
+    assert ports == [8101, 8102, 8202]
+    policy = picked["load_balancing_policy"]["policies"][0]["typed_extension_config"]
+    assert policy["name"] == "envoy.load_balancing_policies.override_host"
+    route = boot["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"][
+        "route_config"]["virtual_hosts"][0]["routes"][0]["route"]
+    assert route["retry_policy"]["num_retries"] == 2 and "connect-failure" in route["retry_policy"]["retry_on"]
+
+
 @pytest.mark.parametrize("fail_open,status", [(True, 200), (False, 503)])
 def test_with_the_picker_killed_fail_open_serves_and_fail_close_refuses(tmp_path, fail_open, status):
     """Fail-open routes round-robin over the engines, never where a client's own header

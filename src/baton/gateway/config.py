@@ -107,6 +107,9 @@ class GatewayConfig:
     verbatim_relay: bool = setting(True, doc="relay a stream's chunks as the engine wrote them when its leg speaks "
                                              "the client's format (false: rebuild every chunk)")
     epp_port: int = setting(9002, flag=True, gt=0, le=65535, doc="baton epp: the ext_proc (gRPC) port Envoy calls")
+    epp_fallbacks: int = setting(2, ge=0, le=16, doc="baton epp: endpoints named after the pick, least loaded first, "
+                                                     "for the data plane to retry on when the pick cannot be reached "
+                                                     "(colocated picks; not with discovery)")
     epp_response_bodies: bool = setting(True, doc="baton epp: Envoy streams response bodies to the picker (token "
                                                   "counts; without them a request is released at its headers)")
     workers: int | str = setting(1, flag=True, check=_workers, doc="relay worker processes (1: one process does everything; "

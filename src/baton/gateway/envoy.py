@@ -11,8 +11,13 @@ One listener whose HTTP filters are, in order:
 3. the router.
 
 Routes: a request the picker placed (its ``envoy.lb`` metadata, which no client can set)
-goes to an ``ORIGINAL_DST`` cluster that connects to the address in the picker's header.
-Without it (the picker down and
+goes to a cluster of every engine and sidecar the config names whose load-balancing policy
+is Envoy's ``override_host``: it connects to the first endpoint of the picker's list and,
+when that cannot be reached (connection refused or reset before a byte went out), retries
+down the list (``epp_fallbacks``), then reports the endpoint that served as
+``envoy.lb``/``x-gateway-destination-endpoint-served``, forwarded to the picker with the
+response headers. With ``discovery`` (endpoints unknown when the bootstrap is written) an
+``ORIGINAL_DST`` cluster connects to the pick alone. Without a pick (the picker down and
 ``failure_mode_allow``): fail-open routes round-robin over the configured engines;
 fail-close answers 503 (``status_on_error`` when the picker cannot be reached at all).
 """
@@ -26,7 +31,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from baton.gateway.config import GatewayConfig
-from baton.gateway.epp import DEST, LB_NAMESPACE
+from baton.gateway.epp import DEST, LB_NAMESPACE, SERVED
 
 STRIPPED = (DEST, "x-prefiller-host-port", "x-gateway-prefill-endpoints")
 
@@ -61,20 +66,49 @@ def _ext_proc(config: GatewayConfig, fail_open: bool) -> dict[str, Any]:
                             "response_header_mode": "SEND",
                             "response_body_mode": "STREAMED" if config.epp_response_bodies else "NONE",
                             "request_trailer_mode": "SKIP", "response_trailer_mode": "SKIP"},
-        "metadata_options": {"receiving_namespaces": {"untyped": [LB_NAMESPACE]}}}}
+        "metadata_options": {"receiving_namespaces": {"untyped": [LB_NAMESPACE]},
+                             "forwarding_namespaces": {"untyped": [LB_NAMESPACE]}}}}
 
 
-def _routes(fail_open: bool) -> list[dict[str, Any]]:
+def _routes(fail_open: bool, retries: int = 0) -> list[dict[str, Any]]:
     # routed by the picker's dynamic metadata, which a client cannot set (its header is
     # stripped before the picker runs, but a route matched on it would be cached by then)
     picked = {"match": {"prefix": "/", "dynamic_metadata": [{"filter": LB_NAMESPACE, "path": [{"key": DEST}],
                                                               "value": {"present_match": True}}]},
               "route": {"cluster": "baton_picked", "timeout": "0s"}}
+    if retries:  # only before the request reached an engine: an answer is never sent twice
+        picked["route"]["retry_policy"] = {"retry_on": "connect-failure,refused-stream,reset-before-request",
+                                           "num_retries": retries}
     rest = {"match": {"prefix": "/"}, "route": {"cluster": "baton_fallback", "timeout": "0s"}} if fail_open else \
         {"match": {"prefix": "/"}, "direct_response": {"status": 503, "body": {
             "inline_string": '{"error": {"message": "no endpoint picked", "type": "server_error", '
                              '"param": null, "code": "503"}}'}}}
     return [picked, rest]
+
+
+def _typed(name: str, type_url: str, **config: Any) -> dict[str, Any]:
+    return {"typed_extension_config": {"name": name, "typed_config": {"@type": f"type.googleapis.com/{type_url}",
+                                                                      **config}}}
+
+
+def _picked_cluster(config: GatewayConfig, engines: list[tuple[str, int]]) -> dict[str, Any]:
+    """Where picked requests go: the picker's endpoint list over every engine and sidecar
+    (``override_host``), or, with discovery, the one picked address (``ORIGINAL_DST``)."""
+    if config.discovery is not None:
+        return {"name": "baton_picked", "type": "ORIGINAL_DST", "lb_policy": "CLUSTER_PROVIDED",
+                "connect_timeout": "3s", "original_dst_lb_config": {"use_http_header": True, "http_header_name": DEST}}
+    sidecars = [(urlsplit(e.sidecar).hostname or "127.0.0.1", urlsplit(e.sidecar).port or 80)
+                for e in config.engines if e.sidecar]
+    override = _typed("envoy.load_balancing_policies.override_host",
+                      "envoy.extensions.load_balancing_policies.override_host.v3.OverrideHost",
+                      override_host_sources=[{"metadata": {"key": LB_NAMESPACE, "path": [{"key": DEST}]}}],
+                      selected_host_key={"key": LB_NAMESPACE, "path": [{"key": SERVED}]},
+                      fallback_policy={"policies": [_typed(
+                          "envoy.load_balancing_policies.round_robin",
+                          "envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin")]})
+    return {"name": "baton_picked", "type": "STATIC", "connect_timeout": "3s",
+            "load_balancing_policy": {"policies": [override]},
+            "load_assignment": {"cluster_name": "baton_picked", **_endpoints(list(dict.fromkeys(engines + sidecars)))}}
 
 
 def bootstrap(config: GatewayConfig, listen_port: int, fail_open: bool, admin_port: int = 0,
@@ -86,8 +120,8 @@ def bootstrap(config: GatewayConfig, listen_port: int, fail_open: bool, admin_po
     manager = {"@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3."
                         "HttpConnectionManager",
                "stat_prefix": "baton", "stream_idle_timeout": "0s",
-               "route_config": {"virtual_hosts": [{"name": "all", "domains": ["*"],
-                                                   "routes": _routes(fail_open) if picker else _routes(True)[1:]}]},
+               "route_config": {"virtual_hosts": [{"name": "all", "domains": ["*"], "routes": _routes(
+                   fail_open, 0 if config.discovery else config.epp_fallbacks) if picker else _routes(True)[1:]}]},
                "http_filters": [
                    {"name": "envoy.filters.http.header_mutation", "typed_config": {
                        "@type": "type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation",
@@ -103,8 +137,7 @@ def bootstrap(config: GatewayConfig, listen_port: int, fail_open: bool, admin_po
     clusters = [
         {"name": "baton_epp", "type": "STATIC", "connect_timeout": "3s", "typed_extension_protocol_options": http2,
          "load_assignment": {"cluster_name": "baton_epp", **_endpoints([(config.host, config.epp_port)])}},
-        {"name": "baton_picked", "type": "ORIGINAL_DST", "lb_policy": "CLUSTER_PROVIDED", "connect_timeout": "3s",
-         "original_dst_lb_config": {"use_http_header": True, "http_header_name": DEST}},
+        _picked_cluster(config, engines),
         {"name": "baton_fallback", "type": "STATIC", "lb_policy": "ROUND_ROBIN", "connect_timeout": "3s",
          "load_assignment": {"cluster_name": "baton_fallback", **_endpoints(engines)}}]
     return {"admin": {"address": _address("127.0.0.1", admin_port)},

@@ -196,7 +196,7 @@ class Exchange:
             cluster.colocate(state, p)  # a colocated leg, booked as baton serve books one
             if plan.prefill_chunk_limit_tokens is not None:
                 self._deflected()
-            addr = cluster.address(p)
+            addr = ",".join([cluster.address(p), *self._fallbacks(p, subset)])
         if self.reader is not None:
             self.reader.instance_id = state.decode_instance
         return addr
@@ -221,6 +221,19 @@ class Exchange:
     def _deflected(self) -> None:
         self.pick.path = "deflected"
         self.gw.control.metrics.deflections.inc()
+
+    def _fallbacks(self, picked: int, subset: set[str] | None) -> list[str]:
+        """Up to ``epp_fallbacks`` other healthy instances that take whole requests, least
+        token-loaded first: where the data plane retries when the pick cannot be reached
+        (the served endpoint it reports then moves the booking)."""
+        gw = self.gw
+        n = 0 if gw.config.discovery is not None else gw.config.epp_fallbacks
+        if not n:
+            return []
+        view, cluster = gw.cluster.view, gw.cluster
+        ids = [i for i in view.decode_ids if i != picked and cluster.instances[i].role.prefills
+               and (subset is None or cluster.address(i) in subset)]
+        return [cluster.address(i) for i in sorted(ids, key=view.token_load)[:n]]
 
     def _within(self, subset: set[str]) -> int:
         """The policy's pick was outside the data plane's subset: the least-loaded healthy
