@@ -22,6 +22,7 @@ def test_a_record_holds_the_figures_with_command_commit_machine_and_time(results
     assert data["command"] == "python benchmarks/x.py --record" and data["seconds"] == 218.4
     assert data["commit"] and data["machine"]["cpus"] >= 1 and data["date"].endswith("Z")
     assert lookup(data, "claims.0.baton") == -0.5723 and lookup(data, "rate.azure/code") == 12.5
+    assert lookup(data, "claims.a.ci95.1") == 0.004  # a list entry by its name
     with pytest.raises(ConfigError, match="no figure at 'claims.3.baton'"):
         lookup(data, "claims.3.baton")
     with pytest.raises(ConfigError, match="no such result file"):
@@ -30,7 +31,8 @@ def test_a_record_holds_the_figures_with_command_commit_machine_and_time(results
 
 @pytest.mark.parametrize("value, spec, text", [(-0.5723, "pct", "-57.2%"), ((-0.818, 0.004), "ci", "[-81.8, +0.4]"),
                                                (218.4, "min", "3 min 38 s"), (1.7834, ".2f", "1.78"),
-                                               (12345.6, ",.0f", "12,346"), (0.21, ".0%", "21%")])
+                                               (12345.6, ",.0f", "12,346"), (0.21, ".0%", "21%"),
+                                               (1.7834, "ms", "1,783"), (0.0342, "ms.1", "34.2")])
 def test_formats(value, spec, text):
     assert fmt(value, spec) == text
 

@@ -13,7 +13,8 @@ Markers (in Markdown, invisible when rendered):
   ``figures`` by keys (``claims.3.baton``; a key may hold ``/`` and ``-``, not ``:``),
   ``FORMAT`` is a Python format spec (``+.1%``, ``,.0f``), or ``pct`` (``-57.3%``:
   a fraction as a signed percentage with one decimal), ``ci`` (``[-81.8, +0.4]``:
-  a pair of fractions), ``min``/``min:s`` (seconds as ``3 min 38 s``).
+  a pair of fractions), ``min`` (seconds as ``3 min 38 s``), ``ms`` and ``ms.1`` (seconds
+  as whole milliseconds, or with one decimal).
 - ``<!--rt NAME:TABLE-->...<!--/rt-->``: a whole Markdown table, built by the renderer
   registered for ``TABLE`` (``report.result_tables``).
 """
@@ -90,11 +91,14 @@ def load(name: str, folder: Path | None = None) -> dict[str, Any]:
 
 
 def lookup(data: dict[str, Any], path: str) -> Any:
-    """The value at ``path`` (keys, or list indexes) in a result's figures (the top level
-    for ``seconds``, ``commit``, ...)."""
+    """The value at ``path`` (keys; in a list, an index or the ``name`` of an entry) in a
+    result's figures (the top level for ``seconds``, ``commit``, ...)."""
     node: Any = data if path.split(".")[0] in ("seconds", "commit", "date", "machine") else data["figures"]
     for key in path.split("."):
-        if isinstance(node, list) and key.isdigit() and int(key) < len(node):
+        named = [n for n in node if isinstance(n, dict) and n.get("name") == key] if isinstance(node, list) else []
+        if named:  # a list of named entries (claims, rows) by name
+            node = named[0]
+        elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
             node = node[int(key)]
         elif isinstance(node, dict) and key in node:
             node = node[key]
@@ -109,6 +113,8 @@ def fmt(value: Any, spec: str = "") -> str:
         return f"{value * 100:+.1f}%"
     if spec == "ci":
         return f"[{value[0] * 100:+.1f}, {value[1] * 100:+.1f}]"
+    if spec.startswith("ms"):  # seconds written as milliseconds: ms (whole), ms.1 (one decimal)
+        return format(value * 1e3, spec[2:] + "f" if spec[2:] else ",.0f")
     if spec in ("min", "min:s"):
         minutes, seconds = divmod(int(round(value)), 60)
         return f"{minutes} min {seconds} s" if minutes else f"{seconds} s"
