@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import socket
 import time
@@ -147,6 +148,36 @@ def test_slow_bodies_cannot_lock_other_clients_out(tmp_path):
     # the six turned slow together: four fit the address's cap and are still waited for
     # (5 s body timeout), two are refused as they turn slow
     assert sorted(kept) == [b""] * 4 + [b"HTTP/1.1 429 Too Many Requests"] * 2 and rejected == 6
+
+
+def test_bodies_trickling_from_many_addresses_give_way_to_a_faster_one(tmp_path):
+    """Round 3, MEDIUM 9: slow bodies from 8 or more addresses filled the gateway's cap of
+    slow bodies and every other slow body was refused. At the cap a body turning slow now
+    takes the place of the slowest one when it arrives faster (that one gets 408)."""
+    a = start_fake(tmp_path)
+    gw = start_gateway(tmp_path, {**FAST, "body_timeout_s": 5.0, "engines": [{"name": "a", "url": a.url,
+                                  "role": "mixed"}], "policy": "colocated", "max_body_reads": 8,
+                                  "max_body_reads_per_client": 4, "slow_body_after_s": 0.2,
+                                  "min_body_bytes_per_s": 0.01})  # tricklers are not dropped for their rate
+    body = json.dumps({"prompt": IDS, "max_tokens": 2, "user": " " * 2000}).encode()
+    with servers(a, gw):
+        attackers = []
+        for k in range(8):  # one trickling body from each of eight addresses: the cap is full
+            s = socket.create_connection(("127.0.0.1", gw.port), timeout=5, source_address=(f"127.0.0.{2 + k}", 0))
+            s.sendall(HEAD_ONLY)
+            attackers.append(s)
+        time.sleep(0.6)
+        legit = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
+        legit.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      + f"Content-Length: {len(body)}\r\n\r\n".encode())
+        for i in range(0, len(body), len(body) // 10 + 1):  # about 0.6 s of a steady body
+            legit.sendall(body[i:i + len(body) // 10 + 1])
+            time.sleep(0.06)
+        status = legit.recv(64).split(b"\r\n", 1)[0]
+        legit.close()
+        others = _answers(attackers, 0.5)
+    assert status == b"HTTP/1.1 200 OK"
+    assert sorted(others) == [b""] * 7 + [b"HTTP/1.1 408 Request Timeout"]  # the slowest gave way
 
 
 def test_a_body_arriving_too_slowly_is_dropped_early(tmp_path):

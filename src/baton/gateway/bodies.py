@@ -4,8 +4,11 @@ A body that arrived with its head (almost every API request) is taken at once an
 nowhere: a burst from one address (a load balancer, a benchmark, a proxy every client
 shares) is never refused for it. A body still arriving after ``slow_body_after_s`` is
 *slow*: it counts towards ``max_body_reads`` (all addresses) and
-``max_body_reads_per_client`` (its address), and while an address or the gateway is at
-its cap, new bodies from there are refused (429). A slow body must keep arriving at
+``max_body_reads_per_client`` (its address). While an address is at its cap, new bodies
+from there are refused (429). While the gateway is at its cap, a body turning slow takes
+the place of the slowest slow body (the lowest average rate so far), which is dropped with
+408, when it arrives faster than that one; else it is refused (429): bodies trickling from
+many addresses cannot lock a faster one out. A slow body must keep arriving at
 ``min_body_bytes_per_s`` on average or it is dropped (408), and it has ``body_timeout_s``
 in all: a trickling connection holds a slot for about ``slow_body_after_s`` plus a check,
 not for the whole body timeout.
@@ -46,14 +49,33 @@ class BodyReads:
         self.limits, self.on_refused, self.clock = limits, on_refused, clock
         self.slow = 0
         self.slow_by: dict[str, int] = {}
+        self._slow_reads: dict[asyncio.Future, tuple[web.Request, float]] = {}  # reading -> (request, start)
+        self._evicted: set[asyncio.Future] = set()
+
+    def _refuse(self) -> ApiError:
+        self.on_refused("body_reads")
+        return ApiError(429, "too many slow request bodies being received; retry later",
+                        err_type="rate_limit_exceeded", code="429")
 
     def check_room(self, client: str) -> None:
-        """429 when the gateway or this address is at its cap of slow bodies."""
-        lim = self.limits
-        if self.slow >= lim.max_slow or self.slow_by.get(client, 0) >= lim.max_slow_per_client:
-            self.on_refused("body_reads")
-            raise ApiError(429, "too many slow request bodies being received; retry later",
-                           err_type="rate_limit_exceeded", code="429")
+        """429 when this address is at its cap of slow bodies (the gateway's own cap is
+        judged by rate when a body turns slow: ``_make_room``)."""
+        if self.slow_by.get(client, 0) >= self.limits.max_slow_per_client:
+            raise self._refuse()
+
+    def _make_room(self, request: web.Request, start_s: float) -> None:
+        """At the gateway's cap: drop the slowest slow body if this one arrives faster, or
+        refuse this one (429)."""
+        if self.slow < self.limits.max_slow:
+            return
+        now = self.clock()
+        rate = lambda req, t0: req.content.total_bytes / max(now - t0, 1e-9)  # noqa: E731
+        slowest = min(self._slow_reads, key=lambda f: rate(*self._slow_reads[f]), default=None)
+        if slowest is None or rate(*self._slow_reads[slowest]) >= rate(request, start_s):
+            raise self._refuse()
+        self.on_refused("slow_body")
+        self._evicted.add(slowest)
+        slowest.cancel()
 
     async def read(self, request: web.Request, client: str) -> bytes:
         """The body's bytes: 413 beyond ``max_body_bytes`` (at once when the declared length
@@ -77,10 +99,15 @@ class BodyReads:
         if done:
             return await self._whole(reading)
         self.check_room(client)  # bodies that started together turn slow together: the caps hold then too
+        self._make_room(request, start_s)
         self._count(client, +1)
+        self._slow_reads[reading] = (request, start_s)
         try:
             while True:
                 done, _ = await asyncio.wait({reading}, timeout=CHECK_EVERY_S)
+                if reading in self._evicted:
+                    raise ApiError(408, "request body arriving slower than the others while the gateway was at "
+                                        "max_body_reads: dropped for a faster one", code="request_timeout")
                 if done:
                     return await self._whole(reading)
                 elapsed_s = self.clock() - start_s
@@ -93,6 +120,8 @@ class BodyReads:
                                         "bytes/s (min_body_bytes_per_s)", code="request_timeout")
         finally:
             self._count(client, -1)
+            self._slow_reads.pop(reading, None)
+            self._evicted.discard(reading)
 
     async def _whole(self, reading) -> bytes:
         try:
