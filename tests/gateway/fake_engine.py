@@ -6,6 +6,7 @@ id p and text " p"), except where the request's ``user`` field asks it to misbeh
 - ``list`` / ``str`` / ``num``: HTTP 200 whose JSON (or stream chunk) is not an object;
 - ``err-str``: HTTP 400 whose ``error`` is a string;
 - ``vllm-old``: HTTP 400 with older vLLM's error body, at the top level with an integer code;
+- ``flaky-K``: HTTP 500 (an OpenAI error body) for the first K requests in this mode, then normal answers;
 - ``no-done``: every token and a finish reason, then the stream ends without [DONE];
 - ``hang-after-N``: N tokens, then silence (only for prompts of 8 tokens or fewer, so a
   continuation elsewhere runs normally);
@@ -59,6 +60,7 @@ class Fake:
         self.metrics_hang = False
         self.values = {n: "0" for n in ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc")}
         self.mode = ""          # every request's mode unless it names one
+        self.flaky: dict[str, int] = {}  # requests seen per flaky-K mode
         self.model = MODEL
         self.renamed = False
 
@@ -112,6 +114,10 @@ class Fake:
             return web.json_response({"error": {"message": "cannot encode", "type": "server_error"}}, status=500)
         if mode == "err-str":
             return web.json_response({"error": "bad request"}, status=400)
+        if mode.startswith("flaky-"):
+            self.flaky[mode] = self.flaky.get(mode, 0) + 1
+            if self.flaky[mode] <= int(mode[6:]):
+                return web.json_response({"error": {"message": "transient", "type": "server_error"}}, status=500)
         if mode == "vllm-old":
             return web.json_response({"object": "error", "message": "max_tokens is too large", "type":
                                       "BadRequestError", "param": None, "code": 400}, status=400)

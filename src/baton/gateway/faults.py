@@ -8,9 +8,10 @@ Then:
 - the request succeeds elsewhere: the engines that failed it are to blame (outlier
   ejection counts it: ``Control.blame``);
 - it fails with an HTTP error on a second engine, and every engine that failed it serves
-  other requests well: the request is at fault. It is *quarantined* (a 422 to its
-  client, not tried again) and no engine is blamed, so a stream of such requests cannot
-  take engines out of service;
+  other requests well: the request is probably at fault, but two transient errors look
+  the same, so it is sent once more to one of those engines. Failing a third time there,
+  it is *quarantined* (a 422 to its client, not tried again) and no engine is blamed, so a
+  stream of such requests cannot take engines out of service;
 - it fails on a second engine that fails other requests too: an outage, not the
   request; those engines are blamed and the request goes on as far as recovery allows.
 
@@ -40,6 +41,7 @@ class LegFaults:
         self.deaths = 0                   # engine faults while the request was in flight
         self.hung_on: set[int] = set()    # instances whose leg failed only by a read deadline
         self.suspects: dict[int, UpstreamError] = {}  # HTTP error answers not yet attributed
+        self.second_chance = True  # one more leg before a quarantine (errors may be transient)
 
     async def failed(self, iid: int, err: UpstreamError, what: str, leg_age_s: float = 0.0) -> None:
         """Book a failed leg on ``iid`` that was sent ``leg_age_s`` seconds ago. Returns
@@ -58,8 +60,9 @@ class LegFaults:
         self.control.backend_error(iid, err, blame=False)
         if err.status < 500:
             raise err.client_error(what)
+        again = iid in self.suspects  # the second chance failed on an engine that failed it before
         self.suspects[iid] = err
-        if len(self.suspects) >= 2:
+        if len(self.suspects) >= 2 or again:
             await self._second_opinion(err, what)
         return None
 
@@ -74,6 +77,10 @@ class LegFaults:
     async def _second_opinion(self, err: UpstreamError, what: str) -> None:
         engines = sorted(self.suspects)
         if await self.control.at_fault(engines):
+            if self.second_chance:  # once more on one of them (``elsewhere`` may choose them again)
+                self.second_chance = False
+                self.failed_on -= set(engines)
+                return
             self.suspects.clear()
             self.metrics.quarantined.inc()
             names = ", ".join(self.cluster.engines[i].spec.name for i in engines)
