@@ -287,6 +287,27 @@ def test_sigstop_under_load_loses_nothing(tmp_path):
         assert wait_until(lambda: idle(gw))
 
 
+def test_an_idle_stopped_engine_is_out_within_a_few_scrape_intervals(tmp_path):
+    """Round 3, LOW: an idle SIGSTOPped engine accepts connections and answers nothing; it
+    was marked unhealthy only after three scrape timeouts (15-17 s). Each scrape interval
+    an unanswered scrape stays open now counts as a failed scrape."""
+    m0, m1 = start_emulator(tmp_path), start_emulator(tmp_path)
+    engines = [{"name": "m0", "url": m0.url, "role": "mixed"}, {"name": "m1", "url": m1.url, "role": "mixed"}]
+    gw = start_gateway(tmp_path, {**FAST, "engines": engines, "policy": "colocated"})  # scrapes every 0.2 s, 5 s timeout
+    healthy = 'baton_engine_healthy{engine="m0",role="mixed"}'
+    with servers(m0, m1, gw):
+        assert wait_until(lambda: metric(gw.url, healthy) == 1)
+        m0.pause()
+        t0 = time.monotonic()
+        out = wait_until(lambda: metric(gw.url, healthy) == 0, timeout_s=4.0)
+        took_s = time.monotonic() - t0
+        answers = [post(gw.url + "/v1/completions", {"prompt": IDS, "max_tokens": 2})[0] for _ in range(4)]
+        m0.resume()
+        back = wait_until(lambda: metric(gw.url, healthy) == 1, timeout_s=10.0)
+    assert out and took_s < 4.0, took_s
+    assert answers == [200] * 4 and back  # served by m1 meanwhile; m0 back once it answers
+
+
 @pytest.fixture(scope="module")
 def plain(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fuzz")

@@ -63,6 +63,9 @@ def implausible(sample: ScrapeSample) -> str | None:
     return None
 
 
+SILENT_AFTER_S = 1.0  # an unanswered scrape counts failures from this long on
+
+
 class Scraper:
     """The gateway's scrape loops: one task per engine, so a hung engine delays only its
     own probe. A failed scrape counts towards the engine's failures like a failed leg; a
@@ -86,11 +89,29 @@ class Scraper:
         interval, due = self.control.config.scrape_interval_s, self.cluster.clock()
         while not self.cluster.engines[iid].removed:
             try:
-                await self.scrape(iid)
+                await self._scrape_counting_silence(iid, interval)
             except Exception as exc:  # noqa: BLE001 - a scrape bug must not stop health probing
                 log.warning("scrape of instance %s failed: %r", iid, exc)
             due = max(due + interval, self.cluster.clock() - interval)  # a long hang skips, not bursts
             await asyncio.sleep(max(0.0, due - self.cluster.clock()))
+
+    async def _scrape_counting_silence(self, iid: int, interval_s: float) -> None:
+        """One scrape; each scrape interval it stays unanswered past ``SILENT_AFTER_S``
+        counts as a failed scrape, so an engine that accepts connections and answers nothing
+        (stopped, wedged) is out after about a second and ``unhealthy_after_failures``
+        intervals, not that many scrape timeouts (a busy machine's slow answer within a
+        second counts nothing)."""
+        probe = asyncio.ensure_future(self.scrape(iid))
+        waited = 0
+        try:
+            while not (await asyncio.wait({probe}, timeout=interval_s))[0]:
+                waited += 1
+                if waited * interval_s >= SILENT_AFTER_S:
+                    self.control.note_failure(iid, f"/metrics: no answer for {waited * interval_s:.1f} s")
+        finally:
+            if not probe.done():
+                probe.cancel()
+        await probe
 
     async def scrape(self, iid: int) -> bool:
         """Read one engine's metrics now; False when it did not answer properly. Held
