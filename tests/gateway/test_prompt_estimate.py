@@ -25,6 +25,11 @@ def chat(*contents) -> dict:
     (CHAT, chat([{"type": "text", "text": "abcd"}, {"type": "text", "text": "efgh"}]), 2 + 4),
     (CHAT, chat([{"type": "refusal", "refusal": "abcdefgh"}]), 2 + 4),
     (CHAT, chat([{"type": "image_url", "image_url": {"url": "http://x/y.png"}}]), MEDIA_PART_CHARS // 4 + 4),
+    (CHAT, chat([{"type": "input_audio", "input_audio": {"data": "A" * 2_000_000, "format": "wav"}}]),
+     1_500_000 // 640 + 4),  # 1.5 MB of audio, about 47 s at 16 kHz (a flat 64 characters booked 16 tokens)
+    (CHAT, chat([{"type": "audio_url", "audio_url": {"url": "data:audio/wav;base64," + "A" * 400_000}}]),
+     300_000 // 640 + 4),
+    (CHAT, chat([{"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}]), 64 + 4),  # a floor
     (CHAT, chat(None, "abcd"), 1 + 8),
     (CHAT, chat([{"type": "text", "text": TEXT}]), len(TEXT) // 4 + 4),
 ])

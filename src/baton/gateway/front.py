@@ -52,20 +52,45 @@ def estimate_prompt_tokens(kind: str, body: dict[str, Any]) -> tuple[int, list[i
     return max(1, chars // 4 + 4 * len(body["messages"])), None
 
 
-MEDIA_PART_CHARS = 64  # an image, audio, video or file part: its token cost is the model's, not known here
+# A media part's token cost is the model's processor's, not known here; these are sized on
+# common open models (in tokens; the estimate counts four characters a token):
+MEDIA_PART_TOKENS = 1024  # an image by URL or embedding, or any other part: Qwen2-VL at 1024x1024 is about
+#                           1,340, LLaVA-1.5 576, one Llama 3.2 vision tile about 1,600
+AUDIO_BYTES_PER_TOKEN = 640  # inline audio: 16 kHz 16-bit mono is 32,000 bytes a second, and audio encoders
+#                              (Whisper's) give 50 frames a second
+VIDEO_BYTES_PER_TOKEN = 2048  # inline video: no better rule without decoding it
+MEDIA_PART_CHARS = 4 * MEDIA_PART_TOKENS
+
+
+def _media_chars(part: dict[str, Any]) -> int:
+    """Characters to count for a media part: by its decoded size when it is inline (a data
+    URL or base64 audio), else ``MEDIA_PART_TOKENS``."""
+    kind = part.get("type")
+    value = part.get(kind)
+    inline = value.get("data") if isinstance(value, dict) and kind == "input_audio" else \
+        value.get("url") if isinstance(value, dict) else value
+    if isinstance(inline, str) and (kind == "input_audio" or inline.startswith("data:")):
+        decoded_bytes = (len(inline) - inline.find(",") - 1) * 3 // 4 if inline.startswith("data:") \
+            else len(inline) * 3 // 4
+        per_token = {"input_audio": AUDIO_BYTES_PER_TOKEN, "audio_url": AUDIO_BYTES_PER_TOKEN,
+                     "video_url": VIDEO_BYTES_PER_TOKEN}.get(kind)
+        if per_token is not None:
+            return 4 * max(MEDIA_PART_TOKENS // 16, decoded_bytes // per_token)
+    return MEDIA_PART_CHARS
 
 
 def content_chars(content: Any) -> int:
     """Characters of a chat message's content: a string, or every text (and refusal) part
     of the parts form the OpenAI SDKs send (validated before: ``protocol.requests``); a
-    media part counts ``MEDIA_PART_CHARS``. (Counting 64 for any parts list booked a
-    200k-word prompt as about 20 tokens: deadlines of seconds, and no max_prompt_tokens.)"""
+    media part counts by ``_media_chars``. (Counting 64 for any parts list booked a
+    200k-word prompt as about 20 tokens: deadlines of seconds, and no max_prompt_tokens; a
+    flat 64 for a media part booked a 2 MB audio clip as 16 tokens.)"""
     if isinstance(content, str):
         return len(content)
     if not isinstance(content, list):
         return 0
     return sum(len(part.get("text") or part.get("refusal") or "") if part.get("type") in ("text", "refusal")
-               else MEDIA_PART_CHARS for part in content)
+               else _media_chars(part) for part in content)
 
 
 class Front:
