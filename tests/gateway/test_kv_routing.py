@@ -177,3 +177,13 @@ def test_a_batch_over_the_size_limit_is_dropped_before_it_is_decoded():
         assert drops == ["too_large", "too_large"] and idx.blocks(0) == 0 and feed.applied == 0
     finally:
         feed.close()
+
+
+def test_the_default_batch_cap_fits_an_engine_step_and_not_a_flood():
+    """Round 3, LOW: the cap was 16 MiB (a 2 MB batch stalled the gateway). An engine step
+    of 32,768 batched tokens stores 2,048 blocks of 16: about 150 KB, far under 2 MiB."""
+    from baton.gateway.config import parse_config
+    from baton.gateway.kv_feed import KvFeedLimits
+    step = encode_batch(KvEventBatch(time.time(), [_stored(range(1, 2049), None, [150_000 - t for t in range(32768)])]))
+    cap = parse_config({"engines": [{"url": "http://127.0.0.1:1", "role": "mixed"}]}).kv_events_max_bytes
+    assert len(step) < cap // 8 and cap == KvFeedLimits().max_message_bytes == 2 * 1024 * 1024

@@ -134,7 +134,10 @@ class GatewayConfig:
     hidden_states_rate_per_s: float = _positive(5000.0, "hidden states accepted per engine socket", "1/s")
     hidden_states_max_dim: int = _positive(MAX_DIM, "floats per hidden state")
     kv_events_rate_per_s: float = _positive(2000.0, "KV-event batches accepted per engine socket", "1/s")
-    kv_events_max_bytes: int = _positive(16 * 1024 * 1024, "largest KV-event batch", "bytes")
+    # one engine step's batch: a BlockStored block of 16 tokens is about 75 bytes of msgpack, so
+    # 2 MiB holds about 27,000 blocks, 430,000 tokens stored in one step (a step of 32,768
+    # batched tokens is about 150 KB)
+    kv_events_max_bytes: int = _positive(2 * 1024 * 1024, "largest KV-event batch", "bytes")
     tokenizer: str | None = setting(None, doc="the model's tokenizer.json (or its folder) to key text and chat "
                                               "prompts for prefix-aware policies (token-id prompts need none)")
     chat_template: str | None = setting(None, doc="the engine's chat template file, when it is not the one beside "

@@ -50,7 +50,7 @@ class KvFeedLimits:
     ``max_message_bytes``."""
 
     rate_per_s: float = 2000.0
-    max_message_bytes: int = 16 * 1024 * 1024
+    max_message_bytes: int = 2 * 1024 * 1024
 
 
 class KvEventFeed(ZmqFeed):
