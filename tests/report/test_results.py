@@ -13,7 +13,7 @@ from baton.report.results import fmt, load, lookup, record
 def results(tmp_path, monkeypatch):
     monkeypatch.setenv("BATON_RESULTS_DIR", str(tmp_path))
     record("bench", {"speedup": 1.7834, "claims": [{"name": "a", "baton": -0.5723, "ci95": [-0.818, 0.004]}],
-                     "rate": {"azure/code": 12.5}}, seconds=218.4, command="python benchmarks/x.py --record")
+                     "rate": {"azure/code": 12.5}, "counts": {"direction only": 2}}, seconds=218.4, command="python benchmarks/x.py --record")
     return tmp_path
 
 
@@ -23,6 +23,8 @@ def test_a_record_holds_the_figures_with_command_commit_machine_and_time(results
     assert data["commit"] and data["machine"]["cpus"] >= 1 and data["date"].endswith("Z")
     assert lookup(data, "claims.0.baton") == -0.5723 and lookup(data, "rate.azure/code") == 12.5
     assert lookup(data, "claims.a.ci95.1") == 0.004  # a list entry by its name
+    assert fmt(lookup(data, "claims"), "len") == "1"
+    assert lookup(data, "counts.direction_only") == 2  # a marker's path has no spaces
     with pytest.raises(ConfigError, match="no figure at 'claims.3.baton'"):
         lookup(data, "claims.3.baton")
     with pytest.raises(ConfigError, match="no such result file"):

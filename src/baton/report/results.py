@@ -11,7 +11,8 @@ Markers (in Markdown, invisible when rendered):
 
 - ``<!--r NAME:PATH[:FORMAT]-->TEXT<!--/r-->``: one value; ``PATH`` walks the file's
   ``figures`` by keys (``claims.3.baton``; a key may hold ``/`` and ``-``, not ``:``),
-  ``FORMAT`` is a Python format spec (``+.1%``, ``,.0f``), or ``pct`` (``-57.3%``:
+  ``FORMAT`` is a Python format spec (``+.1%``, ``,.0f``), or ``len`` (a list's length),
+  ``pct`` (``-57.3%``:
   a fraction as a signed percentage with one decimal), ``ci`` (``[-81.8, +0.4]``:
   a pair of fractions), ``min`` (seconds as ``3 min 38 s``), ``ms`` and ``ms.1`` (seconds
   as whole milliseconds, or with one decimal).
@@ -100,8 +101,8 @@ def lookup(data: dict[str, Any], path: str) -> Any:
             node = named[0]
         elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
             node = node[int(key)]
-        elif isinstance(node, dict) and key in node:
-            node = node[key]
+        elif isinstance(node, dict) and (key in node or key.replace("_", " ") in node):
+            node = node[key] if key in node else node[key.replace("_", " ")]  # a marker holds no spaces
         else:
             raise ConfigError(f"result {data.get('name')}: no figure at {path!r} (stopped at {key!r})")
     return node
@@ -109,6 +110,8 @@ def lookup(data: dict[str, Any], path: str) -> Any:
 
 def fmt(value: Any, spec: str = "") -> str:
     """A value as the docs write it (see the module docstring for the specs)."""
+    if spec == "len":
+        return str(len(value))
     if spec == "pct":
         return f"{value * 100:+.1f}%"
     if spec == "ci":
