@@ -116,6 +116,7 @@ class Kairos(Stage):
         self.chunk_attention = p.chunk_attention
         self._cache_at: float | None = None
         self._cache: dict[int, tuple[int, float]] = {}
+        self._last_chunk: dict[int, int] = {}  # decode instance -> its last searched X* (a warm start)
         # decode instances another stage owns at the moment (a composed scheduler's conflict
         # rules: one being flipped takes no deflection); none when Kairos runs alone
         self.exclude: frozenset[int] = frozenset()
@@ -147,7 +148,20 @@ class Kairos(Stage):
         def iteration(x: int) -> float:
             return perf.iteration_time_s(prefill_shape(x, max(0, prompt_tokens - x), decodes, ctx))
         lo, hi = self.min_chunk, self.max_chunk
-        t_lo, t_hi = iteration(lo), iteration(hi)
+        warm = self._last_chunk.get(n)
+        if warm is not None and lo < warm < hi and not self.fixed_chunk:
+            # the largest fitting chunk moves little between moments: try last time's first
+            # (iteration time grows with the chunk, so the answer is the same either way)
+            t_warm = iteration(warm)
+            if t_warm <= self.tbt_slo_s:
+                t_next = iteration(warm + 1)
+                if t_next > self.tbt_slo_s:
+                    return warm, t_warm
+                lo, t_lo, t_hi = warm + 1, t_next, iteration(hi)
+            else:
+                hi, t_hi, t_lo = warm, t_warm, iteration(lo)
+        else:
+            t_lo, t_hi = iteration(lo), iteration(hi)
         if t_lo > self.tbt_slo_s or (self.fixed_chunk and t_hi > self.tbt_slo_s):
             return 0, math.inf
         if t_hi <= self.tbt_slo_s:
@@ -164,6 +178,7 @@ class Kairos(Stage):
                     break
             else:
                 hi, t_hi = mid, t_mid
+        self._last_chunk[n] = lo
         return lo, t_lo
 
     def best_decode(self, view: ClusterView, prompt_tokens: int,
