@@ -116,7 +116,9 @@ class Kairos(Stage):
         self.chunk_attention = p.chunk_attention
         self._cache_at: float | None = None
         self._cache: dict[int, tuple[int, float]] = {}
-        self._last_chunk: dict[int, int] = {}  # decode instance -> its last searched X* (a warm start)
+        # the last X* found: the next search starts there (an arrival searches every decode
+        # instance for one prompt, and their loads, hence their X*, are alike)
+        self._last_chunk: int | None = None
         # decode instances another stage owns at the moment (a composed scheduler's conflict
         # rules: one being flipped takes no deflection); none when Kairos runs alone
         self.exclude: frozenset[int] = frozenset()
@@ -147,27 +149,53 @@ class Kairos(Stage):
 
         def iteration(x: int) -> float:
             return perf.iteration_time_s(prefill_shape(x, max(0, prompt_tokens - x), decodes, ctx))
+        found = None if self.fixed_chunk else self._near(iteration, self._last_chunk)
+        if found is None:
+            found = self._bracketed(iteration)
+        if found[0]:
+            self._last_chunk = found[0]
+        return found
+
+    def _near(self, iteration, x: int | None) -> tuple[int, float] | None:
+        """X* searched from ``x`` (the last answer, for another instance or an earlier
+        moment: close to this one): steps of 1, 4, 16, ... away from it until the answer is bracketed, then
+        the bracketed search. None without a last answer. Iteration time grows with the
+        chunk, so the largest fitting chunk is the same whichever search finds it."""
+        lo, hi, slo = self.min_chunk, self.max_chunk, self.tbt_slo_s
+        if x is None or not lo <= x <= hi:
+            return None
+        t_x, step = iteration(x), 1
+        if t_x <= slo:  # X* is x or above: find a chunk that does not fit
+            while x < hi:
+                y = min(hi, x + step)
+                t_y = iteration(y)
+                if t_y > slo:
+                    return self._narrowed(iteration, x, t_x, y, t_y)
+                x, t_x, step = y, t_y, step * 4
+            return x, t_x
+        while x > lo:  # X* is below x: find a chunk that fits
+            y = max(lo, x - step)
+            t_y = iteration(y)
+            if t_y <= slo:
+                return self._narrowed(iteration, y, t_y, x, t_x)
+            x, t_x, step = y, t_y, step * 4
+        return 0, math.inf
+
+    def _bracketed(self, iteration) -> tuple[int, float]:
+        """X* between the smallest and the largest chunk: (0, inf) when even the smallest
+        breaks the TBT budget."""
         lo, hi = self.min_chunk, self.max_chunk
-        warm = self._last_chunk.get(n)
-        if warm is not None and lo < warm < hi and not self.fixed_chunk:
-            # the largest fitting chunk moves little between moments: try last time's first
-            # (iteration time grows with the chunk, so the answer is the same either way)
-            t_warm = iteration(warm)
-            if t_warm <= self.tbt_slo_s:
-                t_next = iteration(warm + 1)
-                if t_next > self.tbt_slo_s:
-                    return warm, t_warm
-                lo, t_lo, t_hi = warm + 1, t_next, iteration(hi)
-            else:
-                hi, t_hi, t_lo = warm, t_warm, iteration(lo)
-        else:
-            t_lo, t_hi = iteration(lo), iteration(hi)
+        t_lo, t_hi = iteration(lo), iteration(hi)
         if t_lo > self.tbt_slo_s or (self.fixed_chunk and t_hi > self.tbt_slo_s):
             return 0, math.inf
         if t_hi <= self.tbt_slo_s:
             return hi, t_hi
-        # iteration time is nearly affine in the chunk: interpolate, then keep the bracket
-        # (lo fits, hi does not) with the probe; a few evaluations instead of ~11
+        return self._narrowed(iteration, lo, t_lo, hi, t_hi)
+
+    def _narrowed(self, iteration, lo: int, t_lo: float, hi: int, t_hi: float) -> tuple[int, float]:
+        """X* in a bracket (``lo`` fits, ``hi`` does not). Iteration time is nearly affine
+        in the chunk: interpolate, then keep the bracket with the probe; a few evaluations
+        instead of ~11."""
         while hi - lo > 1:
             guess = lo + (self.tbt_slo_s - t_lo) / (t_hi - t_lo) * (hi - lo)
             mid = min(hi - 1, max(lo + 1, int(guess)))
@@ -178,7 +206,6 @@ class Kairos(Stage):
                     break
             else:
                 hi, t_hi = mid, t_mid
-        self._last_chunk[n] = lo
         return lo, t_lo
 
     def best_decode(self, view: ClusterView, prompt_tokens: int,
