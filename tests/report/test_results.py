@@ -53,5 +53,5 @@ def test_markers_are_filled_from_the_files_and_stale_text_is_replaced(results):
 def test_a_figure_written_by_hand_in_a_measured_region_is_found():
     page = ("Outside: 12.5% is free text.\n<!--measured-->\nKairos <!--r bench:x:pct-->-57.2%<!--/r--> on "
             "Fig. 6 with 3 repeats of `--rate 2.5`, but also -33% and 1.78x and 19,366 and 0.91 by hand;"
-            " see [the page](../a-1.5.md).\n<!--/measured-->")
+            " see [the page](../a-1.5.md) for Llama-3.1-8B.\n<!--/measured-->")
     assert hand_written(page) == ["-33%", "1.78x", "19,366", "0.91"]

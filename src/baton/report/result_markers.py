@@ -15,7 +15,8 @@ TABLE = re.compile(r"<!--rt ([^:>\s]+):([^:>\s]+)-->\n(.*?)<!--/rt-->", re.S)
 MEASURED = re.compile(r"<!--measured-->(.*?)<!--/measured-->", re.S)
 # what a measured figure looks like: a decimal, a percentage, a ratio, thousands separators
 # (integers such as "3 repeats" or "Fig. 6" are descriptions, not figures)
-FIGURE = re.compile(r"(?<![\w.])[-+−]?(?:\d[\d,]*(?:\.\d+)?x(?![\w])|\d[\d,]*(?:\.\d+)?%|\d[\d,]*\.\d+|\d{1,3}(?:,\d{3})+)")
+FIGURE = re.compile(r"(?<![\w.])[-+−]?(?:\d[\d,]*(?:\.\d+)?x(?![\w])|\d[\d,]*(?:\.\d+)?%|\d[\d,]*\.\d+(?!-\w)"
+                    r"|\d{1,3}(?:,\d{3})+)")  # (a version, as in Llama-3.1-8B, is no figure)
 _CODE = re.compile(r"`[^`\n]*`|\]\([^)]*\)")
 
 
