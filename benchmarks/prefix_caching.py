@@ -107,7 +107,11 @@ def sessions(n: int, out: dict) -> None:
     out.update(sessions_reuse_offered=reuse_offered(reqs), sessions_p50_ttft_ratio=ratio,
                sessions_hit_rate=on["prefix_cache_hit_rate"], sessions_wall_ratio=wall_on / wall_off,
                sessions_us_per_event_on=on["wall_us_per_event"], sessions_us_per_event_off=off["wall_us_per_event"],
-               sessions_no_ids_wall_ratio=wall_anon[True] / wall_anon[False])
+               sessions_no_ids_wall_ratio=wall_anon[True] / wall_anon[False], sessions_requests=len(reqs),
+               sessions_hit_rate_min=min(per_on.values()), sessions_hit_rate_max=max(per_on.values()))
+    for tag, summary in (("on", on), ("off", off)):
+        out[f"sessions_{tag}_p50_ttft_s"], out[f"sessions_{tag}_p95_ttft_s"] = summary["p50_ttft_s"], summary["p95_ttft_s"]
+        out[f"sessions_{tag}_prefill_tokens"] = summary["prefill_tokens_computed"]
 
 
 def main() -> None:
