@@ -166,6 +166,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=3000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--live-requests", type=int, default=400, help="requests per live run (0: no live half)")
+    ap.add_argument("--record", action="store_true", help="write the figures into results/ for the docs to quote")
     args = ap.parse_args()
     t0 = time.perf_counter()
     s = sustainable(args.requests, args.seed)
@@ -189,13 +190,17 @@ def main() -> None:
                 file=sys.stderr)
         agree = all(halves["live"][k] == halves["simulated"][k] for k in ("priority_verdict", "fairness_verdict"))
     print(f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
-    print(json.dumps({"sustainable_rate_rps": round(s, 2), "high_attainment_fc": round(high[True], 4),
-                      "high_attainment_nofc": round(high[False], 4), "fair_alone": round(alone, 4),
-                      "fair_with_fc": round(fair[True], 4), "fair_without_fc": round(fair[False], 4),
-                      "fair_gap_points": round(100 * (alone - fair[True]), 2),
-                      "unfair_gap_points": round(100 * (alone - fair[False]), 2), "live_verdicts_agree": agree,
-                      "live": {h: {k: v if isinstance(v, bool) else round(v, 4) for k, v in f.items()}
-                               for h, f in halves.items()}}))
+    out = {"sustainable_rate_rps": round(s, 2), "high_attainment_fc": round(high[True], 4),
+           "high_attainment_nofc": round(high[False], 4), "fair_alone": round(alone, 4),
+           "fair_with_fc": round(fair[True], 4), "fair_without_fc": round(fair[False], 4),
+           "fair_gap_points": round(100 * (alone - fair[True]), 2),
+           "unfair_gap_points": round(100 * (alone - fair[False]), 2), "live_verdicts_agree": agree,
+           "live": {h: {k: v if isinstance(v, bool) else round(v, 4) for k, v in f.items()} for h, f in halves.items()}}
+    print(json.dumps(out))
+    if args.record:
+        from baton.report.results import record
+        record("flow-control", out, time.perf_counter() - t0,
+               "python benchmarks/flow_control.py " + " ".join(sys.argv[1:]))
 
 
 if __name__ == "__main__":
