@@ -264,3 +264,16 @@ def test_compare_checks_every_policy_against_the_cluster_before_running_any(tmp_
     assert "cascade: policy 'cascade'" in p.stderr and "colocated instances only" in p.stderr
     assert "Traceback" not in p.stderr
     assert not list(out.glob("*.requests.csv"))  # nothing was simulated first
+
+
+def test_compare_records_its_summaries_for_the_docs(tmp_path):
+    """First hour, item 1: a comparison recorded with --record renders as the docs' table."""
+    import os
+    p = baton("compare", "--policies", "round-robin,least-loaded", "--requests", "120", "--repeats", "2", "--quiet",
+              "--out", str(tmp_path / "o"), "--record", "tiny", env={**os.environ, "BATON_RESULTS_DIR": str(tmp_path)})
+    assert p.returncode == 0, p.stderr
+    data = json.loads((tmp_path / "tiny.json").read_text())
+    assert data["command"].startswith("baton compare") and data["figures"]["repeats"] == 2
+    from baton.report.result_markers import render
+    table = render("<!--rt tiny:summary-->\n<!--/rt-->", tmp_path)
+    assert "| least-loaded |" in table and "| policy | rej | P95 TTFT ms |" in table

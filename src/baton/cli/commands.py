@@ -71,8 +71,14 @@ def cmd_compare(args: argparse.Namespace) -> None:
     exp = experiment_from(args)
     policies = _named_policies(args)
     workloads = repeat_workloads(exp, args.repeats)
+    started = time.monotonic()
     runs, repeats = run_all(exp, policies, args, workloads)
-    compare_report(exp, runs, args, f"{' vs '.join(n for n, _ in policies)} on {cluster_text(exp)}", repeats)
+    summaries = compare_report(exp, runs, args, f"{' vs '.join(n for n, _ in policies)} on {cluster_text(exp)}",
+                               repeats)
+    if args.record:
+        from baton.report.results import record as record_result
+        record_result(args.record, {"cluster": cluster_text(exp), "repeats": args.repeats, "policies": summaries},
+                      time.monotonic() - started)
 
 
 def cmd_demo(args: argparse.Namespace) -> None:

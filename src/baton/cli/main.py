@@ -73,6 +73,8 @@ def parser(command: str | None = None) -> argparse.ArgumentParser:
                       help="K repeats: K seeds of a synthetic workload, or K consecutive disjoint "
                            "windows of --requests requests of a trace; reports means and paired 95%% "
                            "intervals against the first policy (default 1)")
+    cmp_.add_argument("--record", metavar="NAME", help="write the summaries into the repository's results/NAME.json "
+                                                      "(with the command, commit and machine) for the docs to quote")
     sweep = sub.add_parser("sweep", help="SLO attainment and latency against request rate")
     add_common(sweep, rate_list=True)
     _policy_flags(sweep)

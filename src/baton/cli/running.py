@@ -146,7 +146,9 @@ def clear_owned(out: Path) -> None:
 
 
 def compare_report(exp: Experiment, runs: list[RunData], args, title: str,
-                    repeats: dict[str, list[dict]] | None = None) -> None:
+                    repeats: dict[str, list[dict]] | None = None) -> dict[str, dict]:
+    """Write the comparison (summaries, CSV, HTML report) and print its table; returns the
+    summaries (means over repeats, with each row's ``paired`` intervals)."""
     from baton.report import Report, compare_figures, write_report
     k = len(next(iter(repeats.values()))) if repeats else 1
     if k > 1:
@@ -176,6 +178,7 @@ def compare_report(exp: Experiment, runs: list[RunData], args, title: str,
         out = console()
         out.print(summary_table(table_summaries, title, paired, wide=getattr(args, "wide", False), width=out.width))
         print(f"report: {path}")
+    return summaries
 
 
 def finite(x: float) -> float | None:

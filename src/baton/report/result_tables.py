@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from baton.report.results import fmt
+from baton.report.table import headers, table_rows
 
 
 def _md(head: list[str], rows: list[list[str]]) -> str:
@@ -40,4 +41,15 @@ def demo_table(data: dict[str, Any]) -> str:
     return _md(["policy", *(title for title, _ in DEMO_COLUMNS)], rows)
 
 
-TABLES: dict[str, Callable[[dict[str, Any]], str]] = {"claims": claims_table, "demo": demo_table}
+def summary_table(data: dict[str, Any]) -> str:
+    """``baton compare --record NAME``: the terminal's summary table (its narrow columns),
+    rows after the first with their change against the first (``~``: the paired 95%
+    interval over repeats includes 0)."""
+    policies = data["figures"]["policies"]
+    means = {name: {k: v for k, v in s.items() if k != "paired"} for name, s in policies.items()}
+    paired = {name: s.get("paired", {}) for name, s in policies.items()}
+    return _md(headers(False, means), [[name, *cells] for name, cells in table_rows(means, paired, wide=False)])
+
+
+TABLES: dict[str, Callable[[dict[str, Any]], str]] = {"claims": claims_table, "demo": demo_table,
+                                                      "summary": summary_table}
