@@ -55,3 +55,14 @@ def test_a_figure_written_by_hand_in_a_measured_region_is_found():
             "Fig. 6 with 3 repeats of `--rate 2.5`, but also -33% and 1.78x and 19,366 and 0.91 by hand;"
             " see [the page](../a-1.5.md) for Llama-3.1-8B.\n<!--/measured-->")
     assert hand_written(page) == ["-33%", "1.78x", "19,366", "0.91"]
+
+
+def test_each_table_renderer_writes_a_markdown_table(results):
+    record("overhead", {"rows": {"baton": {"8": {"rps": 2655.3, "tok_s": 21242.0, "cpu_ms_per_req": 0.374,
+                                                 "cpu_s_per_mtok": 46.73}},
+                                 "vllm-router": {"8": {"rps": 3726.0, "tok_s": 29806.0, "cpu_ms_per_req": 0.101,
+                                                       "cpu_s_per_mtok": 12.65}}}})
+    table = render("<!--rt overhead:overhead-->\n<!--/rt-->")
+    assert "| baton | 8 | 2,655 | 21,242 | 0.374 | 46.73 | 0.71x |" in table
+    with pytest.raises(ConfigError, match="no table renderer 'nope'"):
+        render("<!--rt overhead:nope-->\n<!--/rt-->")

@@ -51,5 +51,18 @@ def summary_table(data: dict[str, Any]) -> str:
     return _md(headers(False, means), [[name, *cells] for name, cells in table_rows(means, paired, wide=False)])
 
 
+def overhead_table(data: dict[str, Any]) -> str:
+    """``benchmarks/gateway_overhead.py --record``: one row per system and stream shape."""
+    rows, out = data["figures"]["rows"], []
+    router = rows.get("vllm-router")
+    for name, shapes in rows.items():
+        for tokens, r in shapes.items():
+            ratio = f"{r['rps'] / router[tokens]['rps']:.2f}x" if router else "-"
+            out.append([name, tokens, f"{r['rps']:,.0f}", f"{r['tok_s']:,.0f}", f"{r['cpu_ms_per_req']:.3f}",
+                        f"{r['cpu_s_per_mtok']:.2f}", ratio])
+    return _md(["system", "tokens", "req/s", "tokens/s", "CPU-ms per request", "CPU-s per million tokens",
+                "x vllm-router"], out)
+
+
 TABLES: dict[str, Callable[[dict[str, Any]], str]] = {"claims": claims_table, "demo": demo_table,
-                                                      "summary": summary_table}
+                                                      "summary": summary_table, "overhead": overhead_table}
