@@ -30,7 +30,7 @@ def test_a_role_chunk_alone_does_not_start_the_stream_and_is_dropped_with_its_le
     out = _out()
     out.adopt(ROLE)
     out.add_verbatim(_piece(ROLE), 0)
-    assert out.rid == "leg-1" and out.created == 7
+    assert out.rid == "chatcmpl-leg-1" and out.created == 7  # the leg's id, in the endpoint's style
     asyncio.run(out.flush())  # no token yet: nothing is written (the request is None here)
     assert not out.started
     out.discard_unsent()  # the leg failed before its first token

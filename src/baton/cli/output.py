@@ -39,9 +39,12 @@ def summary_table(results: Mapping[str, Mapping[str, float]], title: str,
     longest = max(map(len, results), default=6)
     cells = beside if not under else [[n, *(t for t, _ in c)] for n, c in parts] + \
         [["", *(c or "" for _, c in cs)] for _, cs in parts]
-    for i, name in enumerate(names):  # a policy's name is never cut; headers wrap at their words
+    # headers wrap at their words only where whole ones would not fit
+    wrap = width is not None and _width(names, cells, compact, whole_headers=True) > width
+    for i, name in enumerate(names):  # a policy's name is never cut
         fit = max([len(r[i]) for r in cells] + [max(map(len, name.split()), default=1)])
-        table.add_column("\n".join(textwrap.wrap(name, fit)), justify="left" if i == 0 else "right", no_wrap=True,
+        title = "\n".join(textwrap.wrap(name, fit)) if wrap else name
+        table.add_column(title, justify="left" if i == 0 else "right", no_wrap=True,
                          min_width=longest if i == 0 else None)
     for (policy, cells), row in zip(parts, beside):
         if not under:
@@ -53,9 +56,11 @@ def summary_table(results: Mapping[str, Mapping[str, float]], title: str,
     return table
 
 
-def _width(head: list[str], rows: list[list[str]], compact: bool) -> int:
-    """Columns a table of these cells needs on one line each (headers may wrap)."""
-    widths = [max([max(map(len, h.split()), default=0)] + [len(r[i]) for r in rows]) for i, h in enumerate(head)]
+def _width(head: list[str], rows: list[list[str]], compact: bool, whole_headers: bool = False) -> int:
+    """Columns a table of these cells needs on one line each (headers wrapped at their
+    words, or ``whole_headers``)."""
+    widths = [max([len(h) if whole_headers else max(map(len, h.split()), default=0)] + [len(r[i]) for r in rows])
+              for i, h in enumerate(head)]
     return sum(widths) + len(widths) * 2 + (0 if compact else len(widths) + 1)
 
 
