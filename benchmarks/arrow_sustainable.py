@@ -97,7 +97,9 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=0,
                     help="use requests [W*N, (W+1)*N) of each trace (N = --requests); 1 = held out")
     ap.add_argument("--start", default="4,4", help="prefill,decode instances the split systems start with")
+    ap.add_argument("--record", action="store_true", help="write the figures into results/ for the docs to quote")
     args = ap.parse_args()
+    started = time.perf_counter()
     try:
         start = tuple(int(x) for x in args.start.split(","))
         assert len(start) == 2 and min(start) >= 1 and sum(start) == 8
@@ -119,6 +121,10 @@ def main() -> None:
             figures[key]["arrow_over_static"] = arrow / static
             print(f"  arrow / arrow-static: {arrow / static:.2f}x")
     print(json.dumps(figures))
+    if args.record:
+        from baton.report.results import record
+        record("arrow-sustainable", figures, time.perf_counter() - started,
+               "python benchmarks/arrow_sustainable.py " + " ".join(sys.argv[1:]))
 
 
 if __name__ == "__main__":
