@@ -66,3 +66,10 @@ def test_each_table_renderer_writes_a_markdown_table(results):
     assert "| baton | 8 | 2,655 | 21,242 | 0.374 | 46.73 | 0.71x |" in table
     with pytest.raises(ConfigError, match="no table renderer 'nope'"):
         render("<!--rt overhead:nope-->\n<!--/rt-->")
+
+
+def test_the_sustainable_rate_table_adds_the_first_systems_ratios(results):
+    rate = lambda r: {"max_sustainable_rate_rps": r, "max_rate_status": "knee"}  # noqa: E731
+    record("arrow", {"code": {"arrow": rate(44.6), "arrow-static": {**rate(20.0), "max_rate_status": "capped"}}})
+    table = render("<!--rt arrow:sustainable-->\n<!--/rt-->")
+    assert "| arrow-static | >= 20.0 |" in table and "| arrow / arrow-static | 2.23x |" in table

@@ -64,5 +64,28 @@ def overhead_table(data: dict[str, Any]) -> str:
                 "x vllm-router"], out)
 
 
+def sustainable_table(data: dict[str, Any]) -> str:
+    """``benchmarks/arrow_sustainable.py --record``: each system's highest rate at 90% SLO
+    attainment on each trace (``>=`` where the sweep's top rate still passed), and Arrow's
+    rate over each other system's."""
+    traces = [t for t in ("code", "conv") if t in data["figures"]]
+    systems = list(data["figures"][traces[0]]) if traces else []
+    systems = [s for s in systems if isinstance(data["figures"][traces[0]][s], dict)]
+
+    def rate(trace: str, system: str) -> str:
+        r = data["figures"][trace][system]
+        value = r["max_sustainable_rate_rps"]
+        return "-" if value is None else (">= " if r["max_rate_status"] == "capped" else "") + f"{value:.1f}"
+    rows = [[s, *(rate(t, s) for t in traces)] for s in systems]
+    for other in systems[1:]:
+        ratios = []
+        for t in traces:
+            a, b = (data["figures"][t][k]["max_sustainable_rate_rps"] for k in (systems[0], other))
+            ratios.append(f"{a / b:.2f}x" if a and b else "-")
+        rows.append([f"{systems[0]} / {other}", *ratios])
+    return _md(["system (req/s at 90% attainment)", *(f"Azure {t}" for t in traces)], rows)
+
+
 TABLES: dict[str, Callable[[dict[str, Any]], str]] = {"claims": claims_table, "demo": demo_table,
-                                                      "summary": summary_table, "overhead": overhead_table}
+                                                      "summary": summary_table, "overhead": overhead_table,
+                                                      "sustainable": sustainable_table}
