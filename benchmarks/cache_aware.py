@@ -371,7 +371,9 @@ def main() -> None:
     ap.add_argument("--tokenizer", type=Path, default=None,
                     help="also time tokenizing a 2,000-token text prompt with this tokenizer.json (or folder)")
     ap.add_argument("--out", type=Path, default=Path("cache-aware-results"))
+    ap.add_argument("--record", action="store_true", help="write the figures into results/ for the docs to quote")
     args = ap.parse_args()
+    started = time.perf_counter()
     args.out.mkdir(parents=True, exist_ok=True)
     out: dict = {}
     plots: dict = {}
@@ -402,6 +404,10 @@ def main() -> None:
         print(f"plot: {png}")
     (args.out / "results.json").write_text(json.dumps(out, indent=1, default=str))
     print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}, default=str))
+    if args.record:
+        from baton.report.results import record
+        record("cache-aware", json.loads(json.dumps(out, default=str)), time.perf_counter() - started,
+               "python benchmarks/cache_aware.py " + " ".join(sys.argv[1:]))
 
 
 if __name__ == "__main__":
