@@ -73,3 +73,8 @@ def test_the_sustainable_rate_table_adds_the_first_systems_ratios(results):
     record("arrow", {"code": {"arrow": rate(44.6), "arrow-static": {**rate(20.0), "max_rate_status": "capped"}}})
     table = render("<!--rt arrow:sustainable-->\n<!--/rt-->")
     assert "| arrow-static | >= 20.0 |" in table and "| arrow / arrow-static | 2.23x |" in table
+
+
+def test_a_figure_a_run_could_not_measure_is_recorded_as_null(results):
+    record("gaps", {"rate": float("nan"), "rows": [1.0, float("inf")]})
+    assert load("gaps")["figures"] == {"rate": None, "rows": [1.0, None]}

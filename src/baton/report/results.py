@@ -23,6 +23,7 @@ Markers (in Markdown, invisible when rendered):
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import subprocess
@@ -68,10 +69,22 @@ def record(name: str, figures: dict[str, Any], seconds: float | None = None,
             "commit": _git("rev-parse", "--short", "HEAD") or "unknown",
             "dirty": bool(_git("status", "--porcelain", "--untracked-files=no", "--", "src", "benchmarks")),
             "machine": machine(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "seconds": None if seconds is None else round(seconds, 1), "figures": figures}
+            "seconds": None if seconds is None else round(seconds, 1), "figures": _finite(figures)}
     path = out / f"{name}.json"
     path.write_text(json.dumps(data, indent=1, allow_nan=False, default=_plain) + "\n")
     return path
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with NaN and infinities as None (JSON has neither; a figure a run could not
+    measure is no figure)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _plain(value: Any) -> Any:
