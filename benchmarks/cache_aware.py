@@ -115,6 +115,7 @@ def report_rates(label: str, res: dict, out: dict, key: str) -> None:
         m, lo, hi = interval([v if v is not None else 0.0 for v in values])
         print(f"  {name:<16} {m:6.2f} [{lo:6.2f}, {hi:6.2f}]   per repeat {values}")
         out[f"{key}_{name.replace('-', '_')}_max_rate_rps"] = m
+        out[f"{key}_{name.replace('-', '_')}_max_rate_per_repeat"] = values  # None: no steady window at the knee
     best = max(CACHE_AWARE, key=lambda p: interval([v or 0.0 for v in rates[p]])[0])
     g, lo, hi = ratio_interval([v or 0.0 for v in rates[best]], [v or 0.0 for v in rates["least-loaded"]])
     print(f"  best cache-aware ({best}) over least-loaded: {g:.2f}x [{lo:.2f}, {hi:.2f}] (target >= 1.3x)")
