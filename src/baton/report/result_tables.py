@@ -86,6 +86,45 @@ def sustainable_table(data: dict[str, Any]) -> str:
     return _md(["system (req/s at 90% attainment)", *(f"Azure {t}" for t in traces)], rows)
 
 
-TABLES: dict[str, Callable[[dict[str, Any]], str]] = {"claims": claims_table, "demo": demo_table,
+CACHE_POLICIES = ("round-robin", "least-loaded", "prefix-precise", "prefix-approx", "kv-cost", "cache-aware")
+
+
+def _repeats(values: list) -> str:
+    measured = [v for v in values if v is not None]
+    shown = ", ".join("no steady window" if v is None else f"{v:.2f}" for v in values)
+    if not measured:
+        return f"- ({shown})"
+    return f"{sum(measured) / len(measured):.2f} ({shown})"
+
+
+def cache_rates_table(data: dict[str, Any]) -> str:
+    """``benchmarks/cache_aware.py --record``: each policy's max sustainable rate on the
+    sessions workload, colocated and PD, the mean over the repeats that measured one, then
+    every repeat (a knee whose rate could not hold a steady window of the fixed requests
+    measures nothing)."""
+    f = data["figures"]
+    rows = [[name, *(_repeats(f.get(f"sessions_{col}_{name.replace('-', '_')}_max_rate_per_repeat", []))
+                     for col in ("colocated", "pd"))] for name in CACHE_POLICIES]
+    return _md(["policy", "8 colocated (req/s: mean (repeats))", "2P6D"], rows)
+
+
+def cache_fixed_table(data: dict[str, Any]) -> str:
+    """``benchmarks/cache_aware.py --record``: at the fixed rate below every knee, each
+    policy's prefix-cache hit rate, P50 / P95 TTFT (s) and load CV, colocated then PD."""
+    f, rows = data["figures"], []
+    for name in CACHE_POLICIES:
+        cells = []
+        for col in ("colocated", "pd"):
+            k = f"sessions_{col}_{name.replace('-', '_')}_"
+            cells += [f"{f[k + 'prefix_cache_hit_rate']:.3f}", f"{f[k + 'p50_ttft_s']:.3f} / {f[k + 'p95_ttft_s']:.3f}"]
+            if col == "colocated":
+                cells.append(f"{f[k + 'load_cv']:.2f}")
+        rows.append([name, *cells])
+    return _md(["policy", "hit rate (8 colocated)", "P50 / P95 TTFT (s)", "load CV", "hit rate (2P6D)",
+                "P50 / P95 TTFT (s)"], rows)
+
+
+TABLES: dict[str, Callable[[dict[str, Any]], str]] = {"cache_rates": cache_rates_table, "cache_fixed": cache_fixed_table,
+                                                      "claims": claims_table, "demo": demo_table,
                                                       "summary": summary_table, "overhead": overhead_table,
                                                       "sustainable": sustainable_table}
