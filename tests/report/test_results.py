@@ -78,3 +78,9 @@ def test_the_sustainable_rate_table_adds_the_first_systems_ratios(results):
 def test_a_figure_a_run_could_not_measure_is_recorded_as_null(results):
     record("gaps", {"rate": float("nan"), "rows": [1.0, float("inf")]})
     assert load("gaps")["figures"] == {"rate": None, "rows": [1.0, None]}
+
+
+def test_a_repeat_without_a_steady_window_is_shown_not_averaged_as_zero(results):
+    record("cache", {"sessions_colocated_kv_cost_max_rate_per_repeat": [12.22, None, None]})
+    table = render("<!--rt cache:cache_rates-->\n<!--/rt-->")
+    assert "| kv-cost | 12.22 (12.22, no steady window, no steady window) |" in table
