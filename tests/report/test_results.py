@@ -84,3 +84,12 @@ def test_a_repeat_without_a_steady_window_is_shown_not_averaged_as_zero(results)
     record("cache", {"sessions_colocated_kv_cost_max_rate_per_repeat": [12.22, None, None]})
     table = render("<!--rt cache:cache_rates-->\n<!--/rt-->")
     assert "| kv-cost | 12.22 (12.22, no steady window, no steady window) |" in table
+
+
+def test_the_sweep_table_marks_points_without_a_steady_window(results):
+    point = {"slo_attainment": 0.95, "mean_ttft_s": 0.0128, "steady": 1.0}
+    record("sw", {"rates_rps": [200, 400], "policies": {"cascade": {
+        "max_sustainable_rate_rps": 354.2, "max_rate_status": "knee",
+        "points": [point, {**point, "slo_attainment": 0.5, "steady": 0.0}]}}})
+    table = render("<!--rt sw:sweep-->\n<!--/rt-->")
+    assert "| cascade | 354 | 95% / 12.8 | 50% / 12.8 * |" in table

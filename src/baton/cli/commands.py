@@ -113,6 +113,7 @@ def _sweep_rows(sweep) -> list[list[str]]:
 
 def cmd_sweep(args: argparse.Namespace) -> None:
     from baton.report import Report, sweep_figures, write_report
+    started = time.monotonic()
     exp = experiment_from(args)
     rates = parse_rates(args.rate)
     policies = _named_policies(args)
@@ -124,6 +125,10 @@ def cmd_sweep(args: argparse.Namespace) -> None:
                           workers=args.workers, ray_address=args.ray_address,
                           target_attainment=args.target, on_point=update)
     payload = _sweep_payload(sweep)
+    if args.record:
+        from baton.report.results import record as record_result
+        record_result(args.record, {"cluster": cluster_text(exp), "rates_rps": rates, "policies": payload},
+                      time.monotonic() - started)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     clear_owned(Path(args.out))
     write_run_json(Path(args.out), exp, [n for n, _ in policies], {"rates_rps": rates, **source})

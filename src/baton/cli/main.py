@@ -82,6 +82,8 @@ def parser(command: str | None = None) -> argparse.ArgumentParser:
     sweep.add_argument("--workers", type=int, help="local worker processes (default: one per core)")
     sweep.add_argument("--ray", action="store_true", help="run points on Ray (local, or --ray-address)")
     sweep.add_argument("--ray-address", help="address of a running Ray cluster (default: start a local one)")
+    sweep.add_argument("--record", metavar="NAME", help="write the sweep into the repository's results/NAME.json "
+                                                       "(with the command, commit and machine) for the docs to quote")
     demo = sub.add_parser("demo", help="built-in bursty heavy-tailed workload, every baseline, HTML report")
     add_common(demo)
     demo.add_argument("--reference", action="store_true", help="per-iteration reference mode")

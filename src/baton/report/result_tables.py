@@ -124,7 +124,24 @@ def cache_fixed_table(data: dict[str, Any]) -> str:
                 "P50 / P95 TTFT (s)"], rows)
 
 
-TABLES: dict[str, Callable[[dict[str, Any]], str]] = {"cache_rates": cache_rates_table, "cache_fixed": cache_fixed_table,
+def sweep_table(data: dict[str, Any]) -> str:
+    """``baton sweep --record NAME``: each policy's highest rate at the target attainment
+    (``>=``: the top rate still passed; ``-``: none measured), then at each rate its
+    attainment and mean TTFT (``*``: that point had no steady window)."""
+    rates = data["figures"]["rates_rps"]
+    rows = []
+    for name, p in data["figures"]["policies"].items():
+        best = p["max_sustainable_rate_rps"]
+        cells = ["-" if best is None else (">= " if p["max_rate_status"] == "capped" else "") + f"{best:,.0f}"]
+        for pt in p["points"]:
+            ttft = pt.get("mean_ttft_s")
+            cells.append(f"{pt['slo_attainment'] * 100:.0f}% / " + ("-" if ttft is None else f"{ttft * 1e3:,.1f}")
+                         + ("" if pt.get("steady", 1.0) else " *"))
+        rows.append([name, *cells])
+    return _md(["policy", "max rate (req/s)", *(f"{r:g} req/s: attainment / mean TTFT ms" for r in rates)], rows)
+
+
+TABLES: dict[str, Callable[[dict[str, Any]], str]] = {"cache_rates": cache_rates_table, "sweep": sweep_table, "cache_fixed": cache_fixed_table,
                                                       "claims": claims_table, "demo": demo_table,
                                                       "summary": summary_table, "overhead": overhead_table,
                                                       "sustainable": sustainable_table}
