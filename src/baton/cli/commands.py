@@ -76,9 +76,7 @@ def cmd_compare(args: argparse.Namespace) -> None:
     summaries = compare_report(exp, runs, args, f"{' vs '.join(n for n, _ in policies)} on {cluster_text(exp)}",
                                repeats)
     if args.record:
-        from baton.report.results import record as record_result
-        record_result(args.record, {"cluster": cluster_text(exp), "repeats": args.repeats, "policies": summaries},
-                      time.monotonic() - started)
+        _record(args.record, {"cluster": cluster_text(exp), "repeats": args.repeats, "policies": summaries}, started)
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
@@ -87,8 +85,14 @@ def cmd_demo(args: argparse.Namespace) -> None:
     runs, repeats = run_all(exp, [(p, p) for p in DEMO_POLICIES], args)
     compare_report(exp, runs, args, f"Baton demo: bursty heavy-tailed workload on {cluster_text(exp)}", repeats)
     if args.record:
-        from baton.report.results import record as record_result
-        record_result("demo", {r.name: clean(r.summary) for r in runs}, time.monotonic() - started)
+        _record("demo", {r.name: clean(r.summary) for r in runs}, started)
+
+
+def _record(name: str, figures: dict, started_s: float) -> None:
+    """``--record``: the figures into results/NAME.json (``report.results``), with the time
+    since ``started_s`` (monotonic)."""
+    from baton.report.results import record
+    record(name, figures, time.monotonic() - started_s)
 
 
 def _sweep_payload(sweep) -> dict:
@@ -126,9 +130,7 @@ def cmd_sweep(args: argparse.Namespace) -> None:
                           target_attainment=args.target, on_point=update)
     payload = _sweep_payload(sweep)
     if args.record:
-        from baton.report.results import record as record_result
-        record_result(args.record, {"cluster": cluster_text(exp), "rates_rps": rates, "policies": payload},
-                      time.monotonic() - started)
+        _record(args.record, {"cluster": cluster_text(exp), "rates_rps": rates, "policies": payload}, started)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     clear_owned(Path(args.out))
     write_run_json(Path(args.out), exp, [n for n, _ in policies], {"rates_rps": rates, **source})
@@ -339,11 +341,9 @@ def cmd_reproduce(args: argparse.Namespace) -> None:
                            "verdict_text": _verdict_text(o)} for o in outcomes]}
     (Path(args.out) / "reproduce.json").write_text(json.dumps(payload, indent=2))
     if args.record:
-        from baton.report.results import record as record_result
         verdicts = [c["verdict"] for c in payload["claims"]]
-        record_result(f"reproduce-{args.paper}", {**payload, "verdict_counts": {v: verdicts.count(v) for v in
-                      ("reproduced", "direction only", "not reproduced", "inconclusive")}},
-                      time.monotonic() - started)
+        _record(f"reproduce-{args.paper}", {**payload, "verdict_counts": {v: verdicts.count(v) for v in
+                ("reproduced", "direction only", "not reproduced", "inconclusive")}}, started)
     if args.json:
         emit_json(payload)
     else:

@@ -62,21 +62,23 @@ VIDEO_BYTES_PER_TOKEN = 2048  # inline video: no better rule without decoding it
 MEDIA_PART_CHARS = 4 * MEDIA_PART_TOKENS
 
 
+MEDIA_MIN_TOKENS = 64  # the least an inline clip counts (its container and prompt tokens)
+_BYTES_PER_TOKEN = {"input_audio": AUDIO_BYTES_PER_TOKEN, "audio_url": AUDIO_BYTES_PER_TOKEN,
+                    "video_url": VIDEO_BYTES_PER_TOKEN}
+
+
 def _media_chars(part: dict[str, Any]) -> int:
-    """Characters to count for a media part: by its decoded size when it is inline (a data
-    URL or base64 audio), else ``MEDIA_PART_TOKENS``."""
+    """Characters to count for a media part: inline audio or video (base64 audio, or a data
+    URL) by its decoded size, anything else ``MEDIA_PART_TOKENS``."""
     kind = part.get("type")
-    value = part.get(kind)
-    inline = value.get("data") if isinstance(value, dict) and kind == "input_audio" else \
-        value.get("url") if isinstance(value, dict) else value
-    if isinstance(inline, str) and (kind == "input_audio" or inline.startswith("data:")):
-        decoded_bytes = (len(inline) - inline.find(",") - 1) * 3 // 4 if inline.startswith("data:") \
-            else len(inline) * 3 // 4
-        per_token = {"input_audio": AUDIO_BYTES_PER_TOKEN, "audio_url": AUDIO_BYTES_PER_TOKEN,
-                     "video_url": VIDEO_BYTES_PER_TOKEN}.get(kind)
-        if per_token is not None:
-            return 4 * max(MEDIA_PART_TOKENS // 16, decoded_bytes // per_token)
-    return MEDIA_PART_CHARS
+    per_token, value = _BYTES_PER_TOKEN.get(kind), part.get(kind)
+    if per_token is None or not isinstance(value, dict):
+        return MEDIA_PART_CHARS
+    inline = value.get("data") if kind == "input_audio" else value.get("url")
+    if not isinstance(inline, str) or (kind != "input_audio" and not inline.startswith("data:")):
+        return MEDIA_PART_CHARS
+    encoded = len(inline) - inline.find(",") - 1 if inline.startswith("data:") else len(inline)
+    return 4 * max(MEDIA_MIN_TOKENS, encoded * 3 // 4 // per_token)
 
 
 def content_chars(content: Any) -> int:

@@ -131,7 +131,7 @@ def fmt(value: Any, spec: str = "") -> str:
         return f"[{value[0] * 100:+.1f}, {value[1] * 100:+.1f}]"
     if spec.startswith("ms"):  # seconds written as milliseconds: ms (whole), ms.1 (one decimal)
         return format(value * 1e3, spec[2:] + "f" if spec[2:] else ",.0f")
-    if spec in ("min", "min:s"):
+    if spec == "min":
         minutes, seconds = divmod(int(round(value)), 60)
         return f"{minutes} min {seconds} s" if minutes else f"{seconds} s"
     if isinstance(value, str):
