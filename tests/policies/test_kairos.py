@@ -152,3 +152,18 @@ def test_deflection_keeps_a_requests_own_ttft_slo(own_slo_s, want):
     # whose own SLO is 0.5 s is not deflected to miss it
     st = RequestState(Request(1, 0.0, 1000, 10, ttft_slo_s=own_slo_s))
     assert kairos().qualifies(1.0, 5.0, st) is want
+
+
+@pytest.mark.parametrize("decodes,ctx,prompt", [(0, 0, 0), (8, 8000, 0), (40, 60000, 3000), (200, 400000, 0),
+                                                (120, 150000, 12000)])
+def test_the_warm_started_search_finds_what_the_bracketed_one_finds(decodes, ctx, prompt):
+    """The chunk search from the last answer (a warm start) gives the same X* and iteration
+    time as the search over the whole range, from any starting point."""
+    from baton.perf.model import prefill_shape
+    k = kairos()
+
+    def iteration(x):
+        return PERF.iteration_time_s(prefill_shape(x, max(0, prompt - x), decodes, ctx))
+    want = k._bracketed(iteration)
+    for start in (k.min_chunk, k.min_chunk + 1, 100, 511, 1024, k.max_chunk - 1, k.max_chunk):
+        assert k._near(iteration, start) == want, start
