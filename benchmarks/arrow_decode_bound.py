@@ -58,7 +58,9 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=6000, help="first N requests of the trace")
     ap.add_argument("--rates", default="45,60,80", help="request rates to run (req/s, comma-separated)")
     ap.add_argument("--start", default="6,2", help="prefill,decode instances at the start")
+    ap.add_argument("--record", action="store_true", help="write the figures into results/ for the docs to quote")
     args = ap.parse_args()
+    started = time.perf_counter()
     try:
         rates = [float(x) for x in args.rates.split(",")]
         start = tuple(int(x) for x in args.start.split(","))
@@ -81,6 +83,10 @@ def main() -> None:
                   f"{f['waited_for_blocks']:7.1%} {f['p50_block_wait_s']:10.2f} {f['p50_ttft_s']:10.2f} "
                   f"{'yes' if f['steady'] else 'no':>6}   ({time.monotonic() - t0:.0f} s)", flush=True)
     print(json.dumps(figures))
+    if args.record:
+        from baton.report.results import record
+        record("arrow-decode-bound", figures, time.perf_counter() - started,
+               "python benchmarks/arrow_decode_bound.py " + " ".join(sys.argv[1:]))
 
 
 if __name__ == "__main__":

@@ -385,6 +385,7 @@ def main() -> None:
                     "names; its SLO: --trace-slo)")
     ap.add_argument("--trace-slo", type=float, nargs=2, default=[3.0, 0.1], metavar=("TTFT_S", "TPOT_S"))
     ap.add_argument("--out", type=Path, default=Path("combined-results"))
+    ap.add_argument("--record", metavar="NAME", help="also write the figures to results/NAME.json for the docs to quote")
     args = ap.parse_args()
     LARGE_FRACTION[0], PARTS[0] = args.large_fraction, args.first_repeat + args.repeats
     if args.trace is not None:  # anyone's own trace, as one more workload
@@ -418,6 +419,10 @@ def main() -> None:
                "rates": {f"{w}@{n}": cell for (w, n), cell in rates.items()}, "activity": acts,
                "plot": str(png) if png else None}
     (args.out / "results.json").write_text(json.dumps(figures, indent=1))
+    if args.record:
+        from baton.report.results import record
+        record(args.record, json.loads(json.dumps(figures, default=str)), time.perf_counter() - t0,
+               "python benchmarks/combined.py " + " ".join(sys.argv[1:]))
     print(json.dumps({"above": above, "below": below, "cells": len(verdicts),
                       **{f"{k}_combined_minus_best": v["combined_minus_best"] for k, v in verdicts.items()}}))
 

@@ -169,7 +169,7 @@ def run_case(python: Path, case: Case, n: int, work: Path) -> dict:
     return figures
 
 
-def print_figures(rows: list[dict], real: dict | None) -> None:
+def print_figures(rows: list[dict], real: dict | None) -> dict:
     print(f"{'case':<18} {'load':>5} {'TTFT MAPE':>9} {'p50/p90/p99':>15} {'TPOT MAPE':>9} {'p50/p90/p99':>15} "
           f"{'e2e MAPE':>8} {'speed':>6}")
     for m in rows:
@@ -193,13 +193,15 @@ def print_figures(rows: list[dict], real: dict | None) -> None:
     worst = {k: max((m[f"{k}_mape"] for m in ok), default=None) for k in ("ttft", "tpot", "e2e")}
     real_mape = {k: (real or {}).get(f"{k}_mape") for k in ("ttft", "tpot", "e2e")}
     light = next((m for m in ok if m["case"] == "70b-light"), None)
-    print(json.dumps({"vidur_ttft_mape": worst["ttft"], "vidur_tpot_mape": worst["tpot"], "vidur_e2e_mape": worst["e2e"],
-                      "vidur_cases": ok, "vidur_speedup": light["speedup_whole"] if light else None,
-                      "real_ttft_mape": real_mape["ttft"], "real_tpot_mape": real_mape["tpot"],
-                      "real_e2e_mape": real_mape["e2e"],
-                      **{f"real{key}_{k}_mape": m[f"{k}_mape"] for key, m in loaded.items() for k in ("ttft", "tpot", "e2e")},
-                      "real_sustainable_rps": ((real or {}).get("loaded") or {}).get("sustainable_rps"),
-                      "real_profile_busy": (real or {}).get("profile_busy"), "real": real}))
+    figures = {"vidur_ttft_mape": worst["ttft"], "vidur_tpot_mape": worst["tpot"], "vidur_e2e_mape": worst["e2e"],
+             "vidur_cases": ok, "vidur_speedup": light["speedup_whole"] if light else None,
+             "real_ttft_mape": real_mape["ttft"], "real_tpot_mape": real_mape["tpot"],
+             "real_e2e_mape": real_mape["e2e"],
+             **{f"real{key}_{k}_mape": m[f"{k}_mape"] for key, m in loaded.items() for k in ("ttft", "tpot", "e2e")},
+             "real_sustainable_rps": ((real or {}).get("loaded") or {}).get("sustainable_rps"),
+             "real_profile_busy": (real or {}).get("profile_busy"), "real": real}
+    print(json.dumps(figures, default=str))
+    return figures
 
 
 def main() -> None:
@@ -214,7 +216,9 @@ def main() -> None:
     p.add_argument("--no-loaded", action="store_true",
                    help="skip the real engine's rate search and its 50/70/85%% load cases")
     p.add_argument("--work", default=None, help="scratch folder for Vidur's outputs (default: a temporary one)")
+    p.add_argument("--record", metavar="NAME", help="also write the figures to results/NAME.json for the docs to quote")
     args = p.parse_args()
+    started = time.perf_counter()
     n = args.requests or (2000 if args.quick else 10000)
     work = Path(args.work or tempfile.mkdtemp(prefix="baton-fidelity-"))
     names = args.cases.split(",") if args.cases else [c.name for c in CASES]
@@ -232,7 +236,11 @@ def main() -> None:
         for case in (c for c in CASES if c.name in names):
             print(f"fidelity: {case.name} ...", file=sys.stderr, flush=True)
             rows.append(run_case(python, case, n, work))
-    print_figures(rows, real)
+    figures = print_figures(rows, real)
+    if args.record:
+        from baton.report.results import record
+        record(args.record, json.loads(json.dumps(figures, default=str)), time.perf_counter() - started,
+               "python benchmarks/fidelity.py " + " ".join(sys.argv[1:]))
 
 
 if __name__ == "__main__":
