@@ -42,7 +42,7 @@ def request(i=1, keys=KEYS):
 CASES = [
     # policy, instances (queued, KV used), cached blocks by instance, expected prefill
     ("prefix-precise", [(0, 0), (0, 0)], {1: 8}, 1),
-    ("prefix-precise", [(0, 0), (0, 950)], {1: 8}, 1),    # prefix 1.6 + KV 0.05 + queue 1 > 0 + 1 + 1
+    ("prefix-precise", [(0, 0), (0, 940)], {1: 8}, 1),    # prefix 1.6 + KV 0.06 + queue 1 > 0 + 1 + 1
     ("prefix-precise", [(0, 0), (4, 0)], {1: 8}, 1),      # 1.6 + 1 + 0 > 0 + 1 + 1
     ("prefix-precise", [(0, 0), (4, 0)], {1: 4}, 0),      # 0.8 + 1 + 0 < 2: the queue outweighs the prefix
     ("prefix-precise", [(0, 0), (0, 0)], {}, 0),          # nothing cached: a tie, the lowest id
@@ -50,6 +50,31 @@ CASES = [
     ("kv-cost", [(0, 0), (0, 300)], {1: 8}, 0),           # 300 blocks in use cost more than 8 cached save
     ("kv-cost", [(2, 0), (0, 0)], {0: 10}, 1),            # 1,000 queued tokens (62 blocks) outweigh 10 cached
 ]
+
+
+BOUND_CASES = [
+    # policy, instances (queued, KV used), cached blocks by instance, expected prefill
+    ("prefix-precise", [(0, 390), (0, 1000)], {1: 10}, 0),   # full KV: 2 + 0 + 1 would beat 0 + 0.61 + 1
+    ("prefix-precise", [(0, 390), (0, 949)], {1: 10}, 1),    # under the 0.95 ceiling the match still counts
+    ("prefix-precise", [(0, 0), (70, 0)], {1: 10}, 0),       # 70 over 0 outstanding: past SGLang's 64 and 1.5x
+    ("prefix-precise", [(40, 0), (100, 0)], {1: 10}, 1),     # 60 over the fewest: within the balance bound
+    ("prefix-approx", [(0, 390), (0, 1000)], {1: 10}, 0),
+    ("prefix-approx", [(0, 0), (70, 0)], {1: 10}, 0),
+    ("prefix-approx", [(0, 390), (0, 949)], {1: 10}, 1),
+]
+
+
+@pytest.mark.parametrize("name,specs,cached,want", BOUND_CASES)
+def test_a_cached_prefix_does_not_outweigh_a_saturated_instance(name, specs, cached, want):
+    """Issue 55 (MEDIUM 5): a full match scores the prefix weight, as much as the load
+    scores can take back; an instance with its KV full or past the balance thresholds gets
+    no prefix credit, so one popular prefix does not pile onto one engine."""
+    sched = scheduler(name)
+    view = view_of(specs, cached if name == "prefix-precise" else None)
+    if name == "prefix-approx":  # its history: the prompt was sent to instance 1 before
+        for i, n in cached.items():
+            sched.stages[0].history.record(i, KEYS[:n], 1000)
+    assert sched.plan_arrival(view, request()).prefill_instance == want
 
 
 @pytest.mark.parametrize("name,specs,cached,want", CASES)

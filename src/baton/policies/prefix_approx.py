@@ -4,7 +4,8 @@ to the instance's KV capacity in blocks, or ``lru_capacity_blocks``; kept as run
 tree, ``core/prefix_block_tree.py``) and scores each instance by
 the share of the prompt's leading blocks it sent there, blended with the queue and KV
 utilisation scorers at its default weights, prefix 3 : queue 2 : KV utilisation 2 (the queue
-from the router's own outstanding requests, as in ``prefix_precise``).
+from the router's own outstanding requests, as in ``prefix_precise``). An instance past the
+balance thresholds or with its KV nearly full gets no prefix credit (``bounded_matches``).
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ from baton.core.request import RequestState
 from baton.core.settings import setting
 from baton.core.view import ClusterView
 from baton.policies.base import PolicyContext, params_for
-from baton.policies.prefix_scoring import PrefixParams, PrefixStage, lower_is_better_of
+from baton.policies.prefix_scoring import BoundedPrefixParams, PrefixStage, bounded_matches, lower_is_better_of
 from baton.policies.selection import argmax_of
 
 
 @dataclass(frozen=True, slots=True)
-class PrefixApproxParams(PrefixParams):
+class PrefixApproxParams(BoundedPrefixParams):
     """The approximate prefix scorer's weights (its defaults) and history size."""
 
     prefix_weight: float = setting(3.0, ge=0, doc="weight of the prefix score: the share of the prompt's leading "
@@ -56,10 +57,12 @@ class PrefixApprox(PrefixStage):
         sent = self.cached_blocks(view, request)
         wp, wq, wk = self.weights
         wp /= max(1, len(keys))
-        queue = lower_is_better_of(view.own_request_counts(ids))
+        usages, counts = view.kv_usages(ids), view.own_request_counts(ids)
+        credited = bounded_matches(self.params, self._where(ids), sent, usages, counts)
+        queue = lower_is_better_of(counts)
         # wp x match + wq x queue + wk x free, in that order (the prefix term where matched)
-        score = self.add_matched(ids, wq * queue, sent, wp)
-        choice = argmax_of(ids, score + wk * (1.0 - view.kv_usages(ids)))
+        score = self.add_matched(ids, wq * queue, credited, wp)
+        choice = argmax_of(ids, score + wk * (1.0 - usages))
         return choice, sent.get(choice, 0)
 
     def record_placement(self, view: ClusterView, request: RequestState, instance_id: int) -> None:

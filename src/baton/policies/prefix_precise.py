@@ -7,7 +7,10 @@ normalised queue (1 for the shortest). The weights default to llm-d's production
 prefix 2 : KV utilisation 1 : queue 1. The queue is the router's own count of requests
 outstanding on the instance: llm-d reads the engines' waiting queues, scraped every 50 ms;
 scraped once a second (Baton's default) they are stale for a whole burst, every instance
-looks idle, and every new prefix lands on the lowest id. A request's blocks count as cached on the
+looks idle, and every new prefix lands on the lowest id. A full match scores 2, as much as
+the load scores can ever take back, so an instance past SGLang's balance thresholds
+(``balance_abs``, ``balance_rel``) or with its KV nearly full (``saturated_kv_usage``) gets
+no prefix credit (``bounded_matches``): one popular prefix no longer piles onto one engine. A request's blocks count as cached on the
 instance it was sent to for ``predict_ttl_s`` seconds (Dynamo's predict-on-route entries),
 so siblings sent before the engine's first BlockStored follow it.
 """
@@ -23,12 +26,13 @@ from baton.core.request import RequestState
 from baton.core.settings import setting
 from baton.core.view import ClusterView
 from baton.policies.base import PolicyContext, params_for
-from baton.policies.prefix_scoring import PrefixParams, PrefixStage, Predictions, lower_is_better_of
+from baton.policies.prefix_scoring import (BoundedPrefixParams, PrefixStage, Predictions, bounded_matches,
+                                          lower_is_better_of)
 from baton.policies.selection import argmax_of
 
 
 @dataclass(frozen=True, slots=True)
-class PrefixPreciseParams(PrefixParams):
+class PrefixPreciseParams(BoundedPrefixParams):
     """The precise prefix scorer's weights (llm-d's production profile) and predictions."""
 
     prefix_weight: float = setting(2.0, ge=0, doc="weight of the prefix score: the share of the prompt's blocks "
@@ -66,10 +70,12 @@ class PrefixPrecise(PrefixStage):
         """The blend per instance of ``ids``: ``cached`` leading blocks of a prompt of
         ``blocks`` blocks, free KV and the queue score."""
         wp, wk, wq = self.weights
-        free = 1.0 - view.kv_usages(ids)
+        usages, counts = view.kv_usages(ids), view.own_request_counts(ids)
+        cached = bounded_matches(self.params, self._where(ids), cached, usages, counts)
+        free = 1.0 - usages
         # wp x match + wk x free + wq x queue, in that order (x * 1.0 is x: weights of 1 skip a pass)
         score = self.add_matched(ids, free if wk == 1.0 else wk * free, cached, wp / max(1, blocks))
-        queue = lower_is_better_of(view.own_request_counts(ids))
+        queue = lower_is_better_of(counts)
         score += queue if wq == 1.0 else wq * queue
         return score
 

@@ -31,6 +31,39 @@ class PrefixParams:
                                           "false leaves it to a later stage (e.g. SIBYL's)")
 
 
+@dataclass(frozen=True, slots=True)
+class BoundedPrefixParams(PrefixParams):
+    """When a cached prefix stops counting (the blend scorers' load bound): SGLang's balance
+    thresholds on the router's outstanding requests, and a KV-usage ceiling."""
+
+    balance_abs: int = setting(64, ge=0, unit="requests",
+                               doc="an instance with more than this many outstanding requests over the fewest "
+                                   "(and balance_rel x as many) gets no credit for a cached prefix")
+    balance_rel: float = setting(1.5, ge=1, doc="the ratio to the fewest outstanding requests that, with "
+                                                "balance_abs, takes an instance's prefix credit away")
+    saturated_kv_usage: float = setting(0.95, ge=0, le=1,
+                                        doc="an instance whose KV-cache usage is at least this gets no credit for "
+                                            "a cached prefix (only its load scores count); 1 keeps it to full KV")
+
+
+def bounded_matches(params: BoundedPrefixParams, where: dict[int, int], cached: dict[int, int],
+                    kv_usages: np.ndarray, counts: np.ndarray) -> dict[int, int]:
+    """``cached`` without the instances too loaded to be worth a cached prefix: a full
+    match scores the prefix weight, more than the load scores can take back, so without
+    this bound one popular prefix piles onto one engine while another idles. ``where``
+    maps an instance id to its position in ``kv_usages`` and ``counts``."""
+    if not cached:
+        return cached
+    fewest = float(counts.min())
+    ceiling = max(fewest + params.balance_abs, params.balance_rel * fewest)
+    kept = {}
+    for i, m in cached.items():
+        j = where.get(i)
+        if j is not None and kv_usages[j] < params.saturated_kv_usage and counts[j] <= ceiling:
+            kept[i] = m
+    return kept
+
+
 class Predictions:
     """Blocks an engine is predicted to hold because the router just sent it their prompt,
     kept ``ttl_s`` seconds (Dynamo's predict-on-route entries): a sibling request that
