@@ -56,6 +56,32 @@ def test_gaps_orphans_clears_and_overflow_resync_the_engine_only():
     assert idx.blocks(1) == 0
 
 
+def test_verified_stores_are_only_blocks_of_prompts_sent_there_and_their_output():
+    """Issue 55 (MEDIUM 3): with ``verify`` a store is indexed only as a block of a prompt
+    the gateway sent to that engine, or as one of the blocks its output can fill after
+    the prompt's last block; a forged store of another prompt is counted, not indexed."""
+    idx = KvEventIndex(verify=True)
+    idx.add_engine(0, 100, 16)
+    idx.add_engine(1, 100, 16)
+    keys = token_block_keys(TOKENS, 16)
+    idx.expect(0, keys[:2], max_tokens=16)  # a 2-block prompt (and a partial third) went to 0, 16 tokens out
+    idx.apply(1, 0, KvEventBatch(0.0, [_stored((1, 2), None, TOKENS[:32])]), 0.0)  # never sent to 1
+    assert idx.blocks(1) == 0 and idx.state()[1]["unverified"] == 2
+    # engine 0: the prompt's blocks, then two blocks continuing it (the partial block and
+    # the output: ceil(16 / 16) + 1 = 2), then a third that nothing sent could fill
+    idx.apply(0, 0, KvEventBatch(0.0, [_stored((1, 2, 3, 4), None, TOKENS)]), 0.0)
+    assert idx.matches(keys) == {0: 4} and idx.state()[0]["unverified"] == 0
+    more = list(range(7000, 7016))
+    idx.apply(0, 1, KvEventBatch(0.0, [_stored((5,), 4, more)]), 0.0)
+    assert idx.blocks(0) == 4 and idx.state()[0]["unverified"] == 1
+    # a branch off the middle of the prompt is no block of it
+    idx.apply(0, 2, KvEventBatch(0.0, [_stored((6,), 1, more)]), 0.0)
+    assert idx.blocks(0) == 4 and idx.state()[0]["unverified"] == 2
+    unchecked = _index()  # verify off (unit seams, and kv_events_verify: false)
+    unchecked.apply(1, 0, KvEventBatch(0.0, [_stored((1, 2), None, TOKENS[:32])]), 0.0)
+    assert unchecked.blocks(1) == 2
+
+
 def test_the_feed_drops_what_it_cannot_use_resyncs_and_keeps_reading():
     pytest.importorskip("zmq")
     pytest.importorskip("msgpack")
@@ -80,14 +106,18 @@ def test_the_feed_drops_what_it_cannot_use_resyncs_and_keeps_reading():
         feed.close()
 
 
-def test_requests_sharing_a_prefix_follow_the_instance_that_caches_it(tmp_path):
+@pytest.mark.parametrize("gateway_binds", [False, True], ids=["engine-binds", "gateway-binds"])
+def test_requests_sharing_a_prefix_follow_the_instance_that_caches_it(tmp_path, gateway_binds):
     pytest.importorskip("zmq")
     pytest.importorskip("msgpack")
     ports = [free_port(), free_port()]
+    # kv_events: the engine binds, the gateway connects; kv_events_listen: the other way round
+    endpoint, key = ("tcp://127.0.0.1:{}", "kv_events_listen") if gateway_binds else ("tcp://*:{}", "kv_events")
     emulators = [start_emulator(tmp_path, "--time-scale", "0.2", "--kv-events-config",
-                                f'{{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:{p}"}}')
+                                f'{{"enable_kv_cache_events": true, "publisher": "zmq", '
+                                f'"endpoint": "{endpoint.format(p)}"}}')
                  for p in ports]
-    engines = [{"url": e.url, "role": "mixed", "name": f"m{i}", "kv_events": f"tcp://127.0.0.1:{p}"}
+    engines = [{"url": e.url, "role": "mixed", "name": f"m{i}", key: f"tcp://127.0.0.1:{p}"}
                for i, (e, p) in enumerate(zip(emulators, ports))]
     gw = start_gateway(tmp_path, {"engines": engines, "policy": "prefix-precise", "admin_token": "admin-token-for-tests",
                                   "scrape_interval_s": 0.2})
@@ -122,6 +152,56 @@ def test_requests_sharing_a_prefix_follow_the_instance_that_caches_it(tmp_path):
         assert metric(emulators[first].url, "vllm:prefix_cache_hits_total") - hits_before >= 4 * 50 * 16
         _, text = get(gw.url + "/metrics")
         assert f'baton_kv_indexed_blocks{{engine="{name}"}}' in str(text)
+
+
+def test_a_peer_on_a_bound_feed_cannot_draw_requests_to_an_engine(tmp_path):
+    """Issue 55 (MEDIUM 3): the gateway binds each engine's feed on loopback; a local
+    process that connects to it and forges stores of a prompt never sent to that engine
+    moves nothing (before: 96 of 96 requests followed forged events) and is counted."""
+    zmq = pytest.importorskip("zmq")
+    pytest.importorskip("msgpack")
+    ports = [free_port(), free_port()]
+    emulators = [start_emulator(tmp_path, "--time-scale", "0.2") for _ in ports]
+    engines = [{"url": e.url, "role": "mixed", "name": f"m{i}", "kv_events_listen": f"tcp://127.0.0.1:{p}"}
+               for i, (e, p) in enumerate(zip(emulators, ports))]
+    gw = start_gateway(tmp_path, {"engines": engines, "policy": "prefix-precise", "admin_token": "admin-token-for-tests",
+                                  "scrape_interval_s": 0.2})
+    auth = {"Authorization": "Bearer admin-token-for-tests"}
+    ctx = zmq.Context()
+    forger = ctx.socket(zmq.PUB)
+    forger.setsockopt(zmq.LINGER, 0)
+    try:
+        with servers(*emulators, gw):
+            forger.connect(f"tcp://127.0.0.1:{ports[1]}")  # m1's feed: whatever arrives there is m1's
+            assert wait_until(lambda: get(gw.url + "/admin/kv", headers=auth)[1]["engines"]["m1"]["connected"],
+                              timeout_s=10)
+            time.sleep(0.3)  # the gateway's subscription reaches the forger
+            shared = list(range(5000, 5800))  # 50 blocks, claimed by m1 and never sent there
+            for seq in range(3):
+                batch = KvEventBatch(time.time(), [_stored(tuple(range(1, 51)), None, shared)], 0)
+                forger.send_multipart([b"", seq.to_bytes(8, "big"), encode_batch(batch)])
+            assert wait_until(lambda: get(gw.url + "/admin/kv", headers=auth)[1]["engines"]["m1"]["unverified"] >= 50)
+            assert get(gw.url + "/admin/kv", headers=auth)[1]["engines"]["m1"]["indexed_blocks"] == 0
+            for k in range(4):  # idle engines, no prefix anywhere: each goes to the lowest id, m0
+                assert post(gw.url + "/v1/completions", {"prompt": shared + [7, k], "max_tokens": 2})[0] == 200
+            placed = [d[2] for d in decision_log(gw.url) if d[0] == "prefill"][-4:]
+            assert placed == [0] * 4, placed
+    finally:
+        forger.close(0)
+        ctx.term()
+
+
+def test_a_feed_address_the_gateway_binds_names_one_interface():
+    from baton.core.errors import ConfigError
+    from baton.gateway.config import parse_config
+    for bad in ("tcp://*:5557", "tcp://0.0.0.0:5557", "tcp://[::]:5557", "tcp://127.0.0.1", "http://127.0.0.1:1"):
+        with pytest.raises(ConfigError, match="engines\\[0\\].kv_events_listen"):
+            parse_config({"engines": [{"url": "http://a:1", "role": "mixed", "kv_events_listen": bad}]})
+    with pytest.raises(ConfigError, match="not both"):
+        parse_config({"engines": [{"url": "http://a:1", "role": "mixed", "kv_events_listen": "tcp://127.0.0.1:5557",
+                                   "kv_events": "tcp://127.0.0.1:5558"}]})
+    ok = parse_config({"engines": [{"url": "http://a:1", "role": "mixed", "kv_events_listen": "tcp://127.0.0.1:5557"}]})
+    assert ok.engines[0].kv_feed == "tcp://127.0.0.1:5557" and ok.kv_events_verify
 
 
 def _gateway(tmp_path, **extra):

@@ -100,7 +100,7 @@ def add_routes(app: web.Application, control: Control, engines: Engines, scraper
         spec = parse_engine(parse_json(await request.read()), "instance", frozenset(config.admin_env_allowlist))
         if spec.hidden_states:  # the feed subscribes at start only
             raise ConfigError("instance.hidden_states: only engines in the config file can have a hidden-state feed")
-        if spec.kv_events:
+        if spec.kv_feed:
             raise ConfigError("instance.kv_events: only engines in the config file can have a KV-event feed")
         if cluster.find(spec.name) is not None:
             raise ApiError(409, f"an instance named {spec.name!r} exists", code="instance_exists")

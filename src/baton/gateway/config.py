@@ -138,6 +138,9 @@ class GatewayConfig:
     # 2 MiB holds about 27,000 blocks, 430,000 tokens stored in one step (a step of 32,768
     # batched tokens is about 150 KB)
     kv_events_max_bytes: int = _positive(2 * 1024 * 1024, "largest KV-event batch", "bytes")
+    kv_events_verify: bool = setting(True, doc="index an engine's stored blocks only where a prompt the gateway "
+                                               "sent it (and that prompt's output) could have made them: a forged "
+                                               "feed cannot draw other prompts' requests onto an engine")
     tokenizer: str | None = setting(None, doc="the model's tokenizer.json (or its folder) to key text and chat "
                                               "prompts for prefix-aware policies (token-id prompts need none)")
     chat_template: str | None = setting(None, doc="the engine's chat template file, when it is not the one beside "

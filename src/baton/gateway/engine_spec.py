@@ -37,6 +37,22 @@ def zmq_connect_address(value: str) -> str | None:
         f"expected a ZMQ address to connect to, such as tcp://127.0.0.1:5557, got {value!r}"
 
 
+WILDCARD_HOSTS = ("*", "0.0.0.0", "::", "[::]", "")
+
+
+def zmq_listen_address(value: str) -> str | None:
+    """What is wrong with ``value`` as a ZMQ address for the gateway to bind: one named
+    interface (loopback, or an address chosen on purpose), never every interface."""
+    if value.startswith("ipc://") and len(value) > len("ipc://"):
+        return None
+    host, _, port = value.removeprefix("tcp://").rpartition(":")
+    if not value.startswith("tcp://") or not port.isdigit() or not 0 < int(port) < 65536:
+        return f"expected a ZMQ address to bind, such as tcp://127.0.0.1:5557, got {value!r}"
+    if host in WILDCARD_HOSTS:
+        return f"{value!r} binds every interface: name one (tcp://127.0.0.1:PORT keeps the feed on this host)"
+    return None
+
+
 def _sidecar_url(value: str) -> str | None:
     u = urlparse(value)
     return None if u.scheme == "http" and u.port else f"expected the sidecar's http://host:port URL, got {value!r}"
@@ -89,6 +105,10 @@ class EngineSpec:
                                             doc="the feed's CURVE public key (Z85); none: unauthenticated")
     kv_events: str | None = setting(None, check=zmq_connect_address,
                                     doc="ZMQ address of its KV-event publisher (vLLM's --kv-events-config endpoint)")
+    kv_events_listen: str | None = setting(None, check=zmq_listen_address,
+                                           doc="ZMQ address the gateway binds for its KV events; the engine's "
+                                               "publisher connects there (vLLM's endpoint without a wildcard): "
+                                               "no one else can subscribe to its prompts' token ids")
     kv_events_topic: str = setting("", doc="the topic its KV-event batches carry (empty: any)")
     sidecar: str | None = setting(None, check=_sidecar_url, doc="baton epp: its `baton sidecar` URL "
                                                                 "(a PD decode leg goes there)")
@@ -99,6 +119,12 @@ class EngineSpec:
     @property
     def host(self) -> str:
         return urlparse(self.url).hostname or "127.0.0.1"
+
+    @property
+    def kv_feed(self) -> str | None:
+        """The address of its KV-event feed (the gateway binds ``kv_events_listen``, or
+        connects to ``kv_events``), or None."""
+        return self.kv_events_listen or self.kv_events
 
 
 def parse_engine(raw: Any, where: str, env_allowlist: frozenset[str] | None = None) -> EngineSpec:
@@ -112,6 +138,9 @@ def parse_engine(raw: Any, where: str, env_allowlist: frozenset[str] | None = No
         if k not in names:
             raise ConfigError(f"{where}.metric_names.{k}: unknown metric; expected keys among {', '.join(names)}")
     names.update(spec.metric_names)
+    if spec.kv_events and spec.kv_events_listen:
+        raise ConfigError(f"{where}.kv_events_listen: set kv_events (the gateway connects to the engine's publisher) "
+                          "or kv_events_listen (the gateway binds, the engine connects), not both")
     if spec.sidecar is not None and not spec.role.decodes:
         raise ConfigError(f"{where}.sidecar: only an engine that decodes has a sidecar")
     return replace(spec, url=spec.url.rstrip("/"), name=spec.name or urlparse(spec.url).netloc, metric_names=names,

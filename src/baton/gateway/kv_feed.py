@@ -1,8 +1,14 @@
 """The gateway's subscription to the engines' KV events (vLLM's ``--kv-events-config``
 publisher, or the emulator's), feeding ``kv_index.KvEventIndex``.
 
-One ZMQ SUB socket per engine, connected to the address its config names; the socket is the
-engine's identity, so a batch is applied to that engine's entries only. Each reader takes a
+One ZMQ SUB socket per engine, connected to the address its config names (``kv_events``:
+the engine's publisher binds, and any local process can subscribe to the token ids of
+its prompts too), or bound to it (``kv_events_listen``: the gateway binds one named
+interface and the engine connects, as vLLM's publisher does to an address without a
+wildcard: no one else reads the feed, and no process can take the port of an engine that
+restarts); the socket is the engine's identity, so a batch is applied to that engine's
+entries only. A bound socket also takes other peers' connections: the index checks what
+they claim against the prompts the gateway sent (``kv_index``, ``kv_events_verify``). Each reader takes a
 ``[topic, sequence, payload]`` message, charges the engine's token bucket, checks the topic
 and frame shapes, decodes the msgpack batch (either encoding) and applies it. Whatever a
 peer sends, the reader goes on: a message it cannot use is dropped and counted by reason
@@ -34,13 +40,15 @@ DROP_REASONS = ("rate", "malformed", "topic", "too_large")
 
 @dataclass(slots=True, frozen=True)
 class KvSource:
-    """One engine's KV-event publisher: its instance id, name (for logs), ZMQ address and
-    the topic its messages carry ("" accepts any)."""
+    """One engine's KV-event publisher: its instance id, name (for logs), ZMQ address, the
+    topic its messages carry ("" accepts any), and whether the gateway binds the address
+    (the engine connects) or connects to the engine's."""
 
     instance: int
     name: str
     address: str
     topic: str = ""
+    bind: bool = False
 
 
 @dataclass(slots=True, frozen=True)
@@ -76,7 +84,7 @@ class KvEventFeed(ZmqFeed):
             sock.setsockopt(zmq.SUBSCRIBE, src.topic.encode())
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.MAXMSGSIZE, limits.max_message_bytes)
-            self._add(sock, src.address, zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)
+            self._add(sock, src.address, zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED, src.bind)
         self.dropped: dict[str, int] = {}
         self.applied = 0
 
@@ -85,7 +93,9 @@ class KvEventFeed(ZmqFeed):
         self.index.engines[src.instance].connected = up
         if up:
             log.info("KV events of %s connected", src.name)
-            self.index.resync(src.instance, "connected")  # what it stored meanwhile is unknown
+            if not src.bind:  # bound, any peer's connection would clear it: a restarted engine's batches
+                # start again at sequence 0, and the gap clears its entries then
+                self.index.resync(src.instance, "connected")  # what it stored meanwhile is unknown
 
     def _recv_error(self, index: int, err: Exception) -> None:
         self._drop(self.sources[index], "malformed", str(err))

@@ -67,6 +67,9 @@ class LiveCluster:
         self._next_instance = 0
         self._next_request = 0
         self._admits = 0
+        # told of every leg before it is sent (instance, request): the KV-event index
+        # accepts an engine's stores only for prompts sent to it (``kv_index.expect``)
+        self.on_leg: Callable[[int, RequestState], None] | None = None
 
     def now(self) -> float:
         """Advance the view's clock to now and return it (call before any policy hook)."""
@@ -211,6 +214,8 @@ class LiveCluster:
         self._queue_prefill(state, prefill)
 
     def _queue_prefill(self, state: RequestState, prefill: int) -> None:
+        if self.on_leg is not None:
+            self.on_leg(prefill, state)
         tokens = state.request.prompt_tokens
         self.instances[prefill].queue_prefill(state.req_id, tokens)
         self._own(prefill, self._blocks(tokens))
@@ -273,6 +278,8 @@ class LiveCluster:
 
     def expect_decode(self, state: RequestState, decode: int) -> None:
         """The decode leg is being sent to ``decode``: its KV is on the way there."""
+        if self.on_leg is not None:
+            self.on_leg(decode, state)
         ctx = state.request.prompt_tokens + state.generated_tokens
         bookings.kv_heading_to(self.instances, state, decode, ctx)
         self._own(decode, self._blocks(ctx))

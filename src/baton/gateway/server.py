@@ -43,7 +43,7 @@ class Gateway(Front):
     the HTTP app together (with relay workers: the control process, ``gateway.workers``)."""
 
     def __init__(self, config: GatewayConfig, hub_address: str | None = None) -> None:
-        if any(e.kv_events for e in config.engines):
+        if any(e.kv_feed for e in config.engines):
             KvEventFeed.check_available()
         if any(e.hidden_states for e in config.engines):
             # a missing pyzmq is a config error, not a start-up crash
@@ -153,19 +153,21 @@ class Gateway(Front):
     def _kv_index(self) -> KvEventIndex:
         """The index the engines' KV events fill; the policies' prefix source when any
         engine publishes them."""
-        index = KvEventIndex()
+        index = KvEventIndex(verify=self.config.kv_events_verify)
         for iid, eng in self.cluster.engines.items():
-            if eng.spec.kv_events:
+            if eng.spec.kv_feed:
                 index.add_engine(iid, self.cluster.instances[iid].kv_blocks_total, self.config.block_size)
         if index.engines:
             self.cluster.view.prefix_source = index
+            if index.verify:
+                self.cluster.on_leg = lambda iid, st: index.expect(iid, st.block_keys, st.request.output_tokens)
             self.metrics.watch_kv(index, {i: e.spec.name for i, e in self.cluster.engines.items()})
         return index
 
     def _start_kv_feed(self) -> None:
         """Subscribe to the engines' KV events (``gateway.kv_feed``), if any publish."""
-        sources = [KvSource(iid, e.spec.name, e.spec.kv_events, e.spec.kv_events_topic)
-                   for iid, e in self.cluster.engines.items() if e.spec.kv_events]
+        sources = [KvSource(iid, e.spec.name, e.spec.kv_feed, e.spec.kv_events_topic, bool(e.spec.kv_events_listen))
+                   for iid, e in self.cluster.engines.items() if e.spec.kv_feed]
         if not sources:
             return
         dropped = self.metrics.kv_dropped

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from baton.core.errors import ConfigError
 from baton.gateway.hidden import TokenBucket
 
 BATCH = 64  # messages a reader handles before it lets the event loop run (about 1-3 ms of work)
@@ -33,13 +34,21 @@ class ZmqFeed:
         self.monitors: list = []
         self.connected: dict[int, bool] = {}
         self._reconnecting: set[int] = set()
+        self._bound: set[int] = set()  # sockets that bind (their peers connect, and reconnect, to them)
 
-    def _add(self, sock, address: str, events: int) -> None:
-        """Watch and connect one source's socket (in source order)."""
+    def _add(self, sock, address: str, events: int, bind: bool = False) -> None:
+        """Watch and connect (or bind) one source's socket (in source order)."""
         # a PUB socket drops what it sends before a subscriber is connected: the monitor
         # tells when each engine's socket is
         self.monitors.append(sock.get_monitor_socket(events))
-        sock.connect(address)
+        if bind:
+            try:
+                sock.bind(address)
+            except self.zmq.ZMQError as err:
+                raise ConfigError(f"cannot bind the feed address {address}: {err}") from None
+            self._bound.add(len(self.sockets))
+        else:
+            sock.connect(address)
         self.connected[len(self.sockets)] = False
         self.sockets.append(sock)
 
@@ -60,7 +69,7 @@ class ZmqFeed:
             up = event == zmq.EVENT_HANDSHAKE_SUCCEEDED
             self._event(index, event)
             if event not in (zmq.EVENT_HANDSHAKE_SUCCEEDED, zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL) \
-                    and index not in self._reconnecting:
+                    and index not in self._reconnecting and index not in self._bound:
                 self._reconnecting.add(index)
                 asyncio.get_running_loop().call_later(RECONNECT_S, self._reconnect, index)
             if self.connected[index] != up:
