@@ -43,7 +43,9 @@ class VLLM(Server):
     def __init__(self, port: int, kv_dir: Path, log: Path) -> None:  # noqa: D107
         self.port, self.log = port, log
         self.hidden_states = f"tcp://127.0.0.1:{free_port()}"
-        self.kv_events_port = free_port()  # vLLM publishes its KV events here (binds: the endpoint has *)
+        # vLLM's publisher connects here (no wildcard in the endpoint): whoever reads the
+        # events binds it (the gateway's kv_events_listen, or a test's own SUB)
+        self.kv_events_port = free_port()
         self.hidden_states_key, secret = curve_keypair()
         self._logf = open(log, "wb")
         config = ('{"kv_connector":"ExampleConnector","kv_role":"kv_both",'
@@ -57,7 +59,7 @@ class VLLM(Server):
              "--max-model-len", "2048", "--dtype", "bfloat16", "--host", "127.0.0.1", "--port", str(port),
              "--enforce-eager", "--kv-transfer-config", config, "--enable-prefix-caching",
              "--kv-events-config", json.dumps({"enable_kv_cache_events": True, "publisher": "zmq",
-                                               "endpoint": f"tcp://*:{self.kv_events_port}", "topic": ""})],
+                                               "endpoint": f"tcp://127.0.0.1:{self.kv_events_port}", "topic": ""})],
             stdout=self._logf, stderr=subprocess.STDOUT, env=env,
             start_new_session=True)
 

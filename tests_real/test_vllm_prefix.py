@@ -66,8 +66,8 @@ def test_shared_prefixes_hit_vllms_cache_as_baton_predicts(stack):
     ctx = zmq.Context()
     sub = ctx.socket(zmq.SUB)
     sub.setsockopt(zmq.SUBSCRIBE, b"")
-    sub.connect(f"tcp://127.0.0.1:{engine.kv_events_port}")
-    time.sleep(1.0)  # the subscription reaches the publisher before the first event
+    sub.bind(f"tcp://127.0.0.1:{engine.kv_events_port}")  # vLLM's publisher connects to its reader
+    time.sleep(1.5)  # it reconnects and the subscription reaches it before the first event
     index, stored, hits = BlockIndex(), [], []
     try:
         for prompt in PROMPTS:

@@ -27,7 +27,7 @@ def _gateway(stack, tmp_path, **extra):
     a, b = stack["prefill"], stack["decode"]
     bs = block_size(b.url)
     engines = [{"name": name, "url": e.url, "role": "mixed", "model": "smollm2",
-                "kv_events": f"tcp://127.0.0.1:{e.kv_events_port}"} for name, e in (("a", a), ("b", b))]
+                "kv_events_listen": f"tcp://127.0.0.1:{e.kv_events_port}"} for name, e in (("a", a), ("b", b))]
     policy = {"name": "prefix-precise-events-only", "stages": [{"stage": "prefix-precise", "predict_ttl_s": 0}]}
     return start_gateway(tmp_path, {"engines": engines, "policy": policy, "block_size": bs, **ROOM, **extra}), bs
 
