@@ -25,7 +25,7 @@ from tests.live import (Stream, _conn, get, metric, post, request, servers, star
 TOKEN = "admin-token-for-tests"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 FAST = {"admin_token": TOKEN, "scrape_interval_s": 0.2, "token_timeout_min_s": 1.0,
-        "first_token_timeout_base_s": 1.0, "body_timeout_s": 1.0, "header_timeout_s": 1.0}
+        "first_token_timeout_base_s": 1.0, "body_timeout_s": 1.0, "keepalive_timeout_s": 1.0}
 IDS = [1, 2, 3, 4]  # a 4-token prompt given as ids, so continuations are exact
 
 

@@ -83,10 +83,14 @@ class GatewayConfig:
     token_timeout_factor: float = _positive(50.0, "after its first token, a leg is hung after this many of the "
                                                   "instance's recent token intervals")
     token_timeout_min_s: float = _positive(5.0, "the token deadline's floor", "s")
-    # aiohttp has one timer for a fresh connection's head and a keep-alive connection's idle
-    # time; 75 s is nginx's keep-alive default: clients that reuse idle connections for less
+    # 75 s is nginx's keep-alive default: clients that reuse idle connections for less
     # (aiohttp 15 s, httpx 5 s) never race the gateway's close
-    header_timeout_s: float = _positive(75.0, "a connection must send its (next) request head in this time", "s")
+    keepalive_timeout_s: float = _positive(75.0, "a connection idle between requests (no byte of a next head) "
+                                                 "is closed after this", "s")
+    head_timeout_s: float = _positive(10.0, "from a request head's first byte, the whole head must arrive in "
+                                            "this time (the connection is closed otherwise)", "s")
+    max_partial_heads_per_client: int = _positive(8, "connections of one address part-way through a request "
+                                                     "head at once (a further one is closed)")
     body_timeout_s: float = _positive(10.0, "and its body in this time (408 otherwise)", "s")
     max_body_reads: int = _positive(256, "bodies being read at once beyond slow_body_after_s (429 beyond)")
     max_body_reads_per_client: int = _positive(32, "such slow bodies per client address")
@@ -152,6 +156,9 @@ def parse_config(raw: Any, source: str = "config") -> GatewayConfig:
     """Validate a parsed YAML document."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level")
+    if "header_timeout_s" in raw:  # one timer became two: say which is which
+        raise ConfigError("header_timeout_s: renamed keepalive_timeout_s (how long a connection may idle between "
+                          "requests); head_timeout_s now bounds a request head from its first byte")
     discovery = parse_discovery(raw.get("discovery"))
     engines = raw.get("engines", [] if discovery else None)
     if not isinstance(engines, list) or not (engines or discovery):

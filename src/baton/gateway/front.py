@@ -26,6 +26,7 @@ from baton.gateway.flow_parts import FlowParts
 from baton.gateway.live import LiveCluster
 from baton.gateway.metrics import GatewayMetrics
 from baton.gateway.guards import json_bodies_only
+from baton.gateway.listener import head_middleware
 from baton.gateway.middleware import client_keys, client_of, counted, json_errors, mark_error
 from baton.gateway.ratelog import RateLimitedLog
 from baton.protocol.errors import ApiError
@@ -124,7 +125,8 @@ class Front:
         """The app with the gateway's middlewares (counted responses, JSON errors, JSON
         bodies only, client keys), the two OpenAI endpoints and ``_start``/``_stop``."""
         app = web.Application(client_max_size=self.config.max_body_bytes,
-                              middlewares=[counted(self.metrics, RateLimitedLog(log, "refused requests")),
+                              middlewares=[head_middleware,
+                                           counted(self.metrics, RateLimitedLog(log, "refused requests")),
                                            json_errors, json_bodies_only, client_keys(self.config.api_keys)])
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat)

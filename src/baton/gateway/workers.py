@@ -55,37 +55,26 @@ def _logging(config: GatewayConfig, who: str) -> None:
                         format=f"%(asctime)s %(levelname)s %(name)s [{who}]: %(message)s")
 
 
-def _loop_kwargs(config: GatewayConfig) -> dict:
-    kwargs: dict = {"access_log": logging.getLogger("baton.access") if config.access_log else None,
-                    "print": None, "handler_cancellation": True, "keepalive_timeout": config.header_timeout_s}
-    try:
-        import uvloop
-        kwargs["loop"] = uvloop.new_event_loop()
-    except ImportError:
-        pass
-    return kwargs
-
-
 def control_main(config: GatewayConfig, address: str, port: int) -> None:
     """The control process: the whole gateway on a private port, and the hub."""
-    from aiohttp import web
-
+    from baton.gateway.listener import serve_app
+    from baton.gateway.run import listener_settings
     from baton.gateway.server import Gateway
     _name_process("baton-control")
     _logging(config, "control")
     gw = Gateway(config, hub_address=address)
-    web.run_app(gw.app(), host="127.0.0.1", port=port, **_loop_kwargs(config))
+    serve_app(gw.app(), "127.0.0.1", port, **listener_settings(config))
 
 
 def relay_main(config: GatewayConfig, slot: int, generation: int, address: str, control_url: str) -> None:
     """One relay process on the gateway's port."""
-    from aiohttp import web
-
+    from baton.gateway.listener import serve_app
     from baton.gateway.relay import Relay
+    from baton.gateway.run import listener_settings
     _name_process(f"baton-relay-{slot}")
     _logging(config, f"relay {slot}")
     relay = Relay(config, slot, generation, address, control_url)
-    web.run_app(relay.app(), host=config.host, port=config.port, reuse_port=True, **_loop_kwargs(config))
+    serve_app(relay.app(), config.host, config.port, reuse_port=True, **listener_settings(config))
 
 
 @dataclass(slots=True)
