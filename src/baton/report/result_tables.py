@@ -7,7 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 from baton.report.results import fmt
-from baton.report.table import headers, table_rows
+from baton.experiments.repeats import includes_zero
+from baton.report.table import change_pct, change_text, headers, table_rows
 
 
 def _md(head: list[str], rows: list[list[str]]) -> str:
@@ -141,7 +142,72 @@ def sweep_table(data: dict[str, Any]) -> str:
     return _md(["policy", "max rate (req/s)", *(f"{r:g} req/s: attainment / mean TTFT ms" for r in rates)], rows)
 
 
-TABLES: dict[str, Callable[[dict[str, Any]], str]] = {"cache_rates": cache_rates_table, "sweep": sweep_table, "cache_fixed": cache_fixed_table,
+def migration_table(data: dict[str, Any]) -> str:
+    """``baton compare --record NAME`` with migrating policies: P99 TPOT (with its paired
+    change against the first row), mean TPOT, preemptions, migrations and the KV they moved."""
+    policies = data["figures"]["policies"]
+    first = next(iter(policies.values()))["p99_tpot_s"]
+    rows = []
+    for i, (name, s) in enumerate(policies.items()):
+        p99, pct = f"{s['p99_tpot_s'] * 1e3:.1f}", change_pct(s["p99_tpot_s"], first)
+        if i and pct is not None:
+            p99 += f" ({'~' if includes_zero(s.get('paired', {}).get('p99_tpot_s')) else ''}{change_text(pct)})"
+        rows.append([name, p99, f"{s['mean_tpot_s'] * 1e3:.1f}", f"{s['preemptions']:,.1f}".removesuffix(".0"),
+                     f"{s['migrations']:,.0f}", f"{(s.get('migration_bytes') or 0) / 1e9:,.0f}"])
+    return _md(["policy", "P99 TPOT ms (change)", "mean TPOT ms", "preemptions", "migrations", "moved GB"], rows)
+
+
+def decode_bound_table(data: dict[str, Any]) -> str:
+    """``benchmarks/arrow_decode_bound.py --record``: per rate and system, SLO attainment,
+    role changes, the share of handoffs that waited for decode blocks (median wait),
+    median TTFT and whether the run had a steady window."""
+    rows = []
+    for rate, systems in data["figures"].items():
+        if not isinstance(systems, dict):
+            continue
+        for name, r in systems.items():
+            wait = f"{r['waited_for_blocks'] * 100:.1f}%" + (f" ({r['p50_block_wait_s']:.1f} s)"
+                                                              if r["waited_for_blocks"] else "")
+            rows.append([rate, name, f"{r['slo_attainment']:.3f}", str(r["role_changes"]), wait,
+                         f"{r['p50_ttft_s']:.2f}", "yes" if r["steady"] else "no"])
+    return _md(["rate (req/s)", "system", "attainment", "role changes", "handoffs that waited (median wait)",
+                "P50 TTFT s", "steady"], rows)
+
+
+def combined_table(data: dict[str, Any]) -> str:
+    """``benchmarks/combined.py --record NAME``: per (workload, scale) cell, the best single
+    policy's and combined's mean max sustainable rate, their paired difference with its
+    95% interval, the verdict, and the passes that ran short of a steady window."""
+    f, rows = data["figures"], []
+    for cell, v in f["cells"].items():
+        rates = f["rates"][cell]
+        mean = lambda p: sum(rates[p]) / len(rates[p])  # noqa: E731
+        lo, hi = v["ci95"]
+        short = ", ".join(f"{p} {n}" for p, n in f.get("unsteady", {}).get(cell, {}).items()) or "-"
+        rows.append([cell.replace("@", " @ "), f"{v['best_single']} {mean(v['best_single']):.2f}",
+                     f"{mean('combined'):.2f}", f"{v['combined_minus_best']:+.2f} [{lo:+.2f}, {hi:+.2f}]",
+                     v["verdict"].split(" (")[0], short])
+    return _md(["workload @ instances", "best single (req/s)", "combined", "combined - best, 95% interval",
+                "verdict", "passes short of a steady window"], rows)
+
+
+def vidur_table(data: dict[str, Any]) -> str:
+    """``benchmarks/fidelity.py --record NAME``: per Vidur case, its load, Baton's MAPE
+    against Vidur per request (TTFT, TPOT, e2e), the p50 / p90 / p99 ratios and the
+    whole-process and in-process speed-ups."""
+    rows = []
+    for m in data["figures"]["vidur_cases"]:
+        ratios = lambda k: " / ".join(f"{m[f'{k}_p{q}_ratio']:.2f}" for q in (50, 90, 99))  # noqa: E731
+        rows.append([f"`{m['case']}`", "light" if not m.get("load") else f"{m['load']:.2f}",
+                     f"{m['ttft_mape'] * 100:.1f}%", ratios("ttft"), f"{m['tpot_mape'] * 100:.1f}%",
+                     f"{m['e2e_mape'] * 100:.1f}%", ratios("e2e"),
+                     f"{m['speedup_whole']:.1f}x / {m['speedup_in_process']:.1f}x"])
+    return _md(["case", "load", "TTFT MAPE", "TTFT p50 / p90 / p99", "TPOT MAPE", "e2e MAPE",
+                "e2e p50 / p90 / p99", "speed-up whole / in-process"], rows)
+
+
+TABLES: dict[str, Callable[[dict[str, Any]], str]] = {"migration": migration_table, "decode_bound": decode_bound_table,
+                                                      "combined": combined_table, "vidur": vidur_table,"cache_rates": cache_rates_table, "sweep": sweep_table, "cache_fixed": cache_fixed_table,
                                                       "claims": claims_table, "demo": demo_table,
                                                       "summary": summary_table, "overhead": overhead_table,
                                                       "sustainable": sustainable_table}
