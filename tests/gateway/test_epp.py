@@ -253,6 +253,35 @@ def test_pd_through_the_sidecar_prefills_on_the_named_engine_and_decodes_beside_
     assert idle
 
 
+def test_an_unreachable_sidecar_is_retried_on_another_decode_and_the_booking_follows(tmp_path):
+    """Issue 48: a PD pick names the picked decode engine's sidecar, then the other decode
+    engines' sidecars (least loaded first) with the same prefill engine; when the picked
+    sidecar cannot be reached Envoy retries on the next, reports it as served, and the
+    decode booking moves there."""
+    p, d0, d1 = start_emulator(tmp_path), start_emulator(tmp_path), start_emulator(tmp_path)
+    ports = [free_port(), free_port()]
+    config = {**FAST, "policy": "pd", "port": free_port(), "epp_port": free_port(), "scrape_interval_s": 60,
+              "engines": [{"name": "p", "url": p.url, "role": "prefill"}] +
+                         [{"name": f"d{i}", "url": e.url, "role": "decode", "sidecar": f"http://127.0.0.1:{port}"}
+                          for i, (e, port) in enumerate(zip((d0, d1), ports))]}
+    path = tmp_path / "pd2.yaml"
+    path.write_text(yaml.safe_dump(config))
+    sidecars = [Server(["sidecar", "--config", str(path), "--engine", f"d{i}", "--port", str(port)], port,
+                       tmp_path / f"sidecar-{i}.log") for i, port in enumerate(ports)]
+    epp, envoy = start_epp(tmp_path, config), Envoy(tmp_path, config, False)
+    with servers(p, d0, d1, *sidecars, epp, envoy):
+        sidecars[0].kill()  # the engine behind it is healthy: the picker still picks d0 first
+        status, body = post(envoy.url + "/v1/completions", {"prompt": IDS, "max_tokens": 3})
+        decodes = [iid for kind, _, iid in decision_log(epp.url) if kind == "decode"]
+        ttft_d1 = metric(epp.url, 'baton_engine_ttft_seconds_count{engine="d1"}')
+        idle = wait_until(lambda: all(v == 0 for v in in_flight(epp).values()), timeout_s=5)
+        answered = [finished(d0), finished(d1)]
+    assert status == 200 and body["usage"]["completion_tokens"] == 3, body
+    assert decodes == [1]  # the picker chose d0 (instance 1); the answer came from d1 through its sidecar
+    assert answered == [0, 1] and ttft_d1 == 1
+    assert idle
+
+
 def test_the_sidecar_refuses_a_prefill_endpoint_outside_the_cluster(tmp_path):
     p, d, sidecar = pd_stack(tmp_path, front=False)
     rogue = start_emulator(tmp_path)

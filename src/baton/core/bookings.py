@@ -72,6 +72,17 @@ def decode_on(st: RequestState, dst: int) -> None:
     st.decode_instance = dst
 
 
+def rebind_decode(instances: Mapping[int, InstanceState], st: RequestState, dst: int) -> None:
+    """An early-bound decode moves to ``dst`` before its KV heads anywhere (a data plane's
+    retry reached another decode instance): its shadow load moves with it."""
+    d = st.decode_instance
+    if st.bound_early and d is not None and d != st.prefill_instance:
+        instances[d].drop_shadow(st.req_id)
+    st.decode_instance, st.bound_early = dst, True
+    if dst != st.prefill_instance:
+        instances[dst].add_shadow(st.req_id, st.request.prompt_tokens)
+
+
 def prefill_on(st: RequestState, prefill: int) -> None:
     """The request's prefill moves to ``prefill`` (a retry that landed elsewhere); the
     runtime moves its queue booking."""

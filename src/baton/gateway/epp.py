@@ -188,7 +188,7 @@ class Exchange:
         if d is not None and d != p:  # PD: to the decode engine's sidecar, naming the prefill engine
             cluster.bind(state, p, d, plan.prefill_chunk_limit_tokens)
             self.prefiller, self.pick.path = cluster.address(p), "pd"
-            addr = sidecar_address(cluster, d)
+            addr = ",".join([sidecar_address(cluster, d), *self._sidecar_fallbacks(d, subset)])
         else:
             if subset is not None and cluster.address(p) not in subset:
                 p = self._within(subset)
@@ -235,6 +235,22 @@ class Exchange:
                and (subset is None or cluster.address(i) in subset)]
         return [cluster.address(i) for i in sorted(ids, key=view.token_load)[:n]]
 
+    def _sidecar_fallbacks(self, picked: int, subset: set[str] | None) -> list[str]:
+        """A PD pick's fallbacks: up to ``epp_fallbacks`` other healthy decode instances'
+        sidecars, least token-loaded first, with the same prefill engine named (the
+        sidecar that serves is reported back, and the decode booking follows it)."""
+        n = 0 if self.gw.config.discovery is not None else self.gw.config.epp_fallbacks
+        view = self.gw.cluster.view
+        address = {iid: addr for addr, iid in self._sidecars().items()}
+        ids = [i for i in view.decode_ids if i != picked and i in address
+               and (subset is None or address[i] in subset)]
+        return [address[i] for i in sorted(ids, key=view.token_load)[:n]]
+
+    def _sidecars(self) -> dict[str, int]:
+        """``host:port`` of each decode instance's sidecar -> its instance id."""
+        cluster = self.gw.cluster
+        return {endpoint_address(e.spec.sidecar): iid for iid, e in cluster.engines.items() if e.spec.sidecar}
+
     def _within(self, subset: set[str]) -> int:
         """The policy's pick was outside the data plane's subset: the least-loaded healthy
         instance inside it (503 when none)."""
@@ -264,9 +280,16 @@ class Exchange:
                     pick.status = int(value) if value.isdigit() else 0
                 elif h.key == "content-type" and self.reader is not None and "event-stream" not in value:
                     self.reader, self.whole = None, bytearray()  # not streamed: whole, at its end
-            if self.prefiller is not None and pick.status == 200:  # the sidecar's prefill leg is over
-                self._prefilled()
-            served = self._served(req) if self.prefiller is None else None
+            served = self._served(req)
+            if self.prefiller is not None:
+                side = self._sidecars().get(served) if served else None
+                if side is not None and side != pick.state.decode_instance:  # a retry reached another sidecar
+                    self.gw.cluster.rebind_decode(pick.state, side)
+                    if self.reader is not None:
+                        self.reader.instance_id = side
+                if pick.status == 200:  # the sidecar's prefill leg is over
+                    self._prefilled()
+                served = None
             iid = self.gw.cluster.by_address(served) if served else None
             if iid is not None and iid != pick.state.prefill_instance:  # a retry landed elsewhere
                 self.gw.cluster.rebind_prefill(pick.state, iid)

@@ -250,6 +250,10 @@ class LiveCluster:
         """The prefill leg was sent: the request can no longer be moved or deflected."""
         lifecycle.prefill_started(state, state.prefill_instance, self.now())
 
+    def rebind_decode(self, state: RequestState, decode: int) -> None:
+        """An early-bound decode moves to ``decode`` before its KV left (``core.bookings``)."""
+        bookings.rebind_decode(self.instances, state, decode)
+
     def colocate(self, state: RequestState, instance: int) -> None:
         """The request decodes where it prefills (one leg on ``instance``)."""
         bookings.decode_on(state, instance)
