@@ -56,6 +56,8 @@ def bounded_matches(params: BoundedPrefixParams, where: dict[int, int], cached: 
         return cached
     fewest = float(counts.min())
     ceiling = max(fewest + params.balance_abs, params.balance_rel * fewest)
+    if counts.max() <= ceiling and kv_usages.max() < params.saturated_kv_usage:
+        return cached  # nothing saturated (the usual case): three reductions, no walk over the matches
     kept = {}
     for i, m in cached.items():
         j = where.get(i)
