@@ -185,8 +185,9 @@ def mooncake(args, out: dict, plots: dict) -> None:
     per_seed: dict[str, list[float | None]] = {name: [] for name in COLOCATED}
     curves: dict[str, list[float]] = {}
     for k, part in enumerate(windows):
-        for name, (rate, att) in _sweep_requests(part, cluster, MOONCAKE_RATES).items():
+        for name, (rate, att, status) in _sweep_requests(part, cluster, MOONCAKE_RATES).items():
             per_seed[name].append(rate)
+            out.setdefault(f"mooncake_{name.replace('-', '_')}_max_rate_status_per_repeat", []).append(status)
             if k == 0:
                 curves[name] = att
         print(f"  mooncake: window {k + 1}/{len(windows)} swept", flush=True)
@@ -194,8 +195,9 @@ def mooncake(args, out: dict, plots: dict) -> None:
                  {"max_rate": per_seed}, out, "mooncake")
     pd_rates = {name: [] for name in PD}
     for part in windows:
-        for name, (rate, _) in _sweep_requests(part, pd, MOONCAKE_PD_RATES, PD).items():
+        for name, (rate, _, status) in _sweep_requests(part, pd, MOONCAKE_PD_RATES, PD).items():
             pd_rates[name].append(rate)
+            out.setdefault(f"mooncake_pd_{name.replace('-', '_')}_max_rate_status_per_repeat", []).append(status)
     report_rates(f"{label.replace('colocated', '4P12D')} (TTFT SLO {MOONCAKE_SLO.ttft_s:g} s)",
                  {"max_rate": pd_rates}, out, "mooncake_pd")
     plots[label] = (MOONCAKE_RATES, curves)
@@ -215,7 +217,7 @@ def _sweep_requests(reqs: list[Request], cluster: ClusterSpec, rates: list[float
         knee = sustained(rates, runs, 0.9)
         if knee.status in (UNMEASURABLE, CAPPED):
             print(f"  {name}: {knee.text()} req/s ({knee.status})", flush=True)
-        out[name] = (knee.rate_rps, [r["slo_attainment"] for r in runs])
+        out[name] = (knee.rate_rps, [r["slo_attainment"] for r in runs], knee.status)
     return out
 
 

@@ -93,3 +93,50 @@ def test_the_sweep_table_marks_points_without_a_steady_window(results):
         "points": [point, {**point, "slo_attainment": 0.5, "steady": 0.0}]}}})
     table = render("<!--rt sw:sweep-->\n<!--/rt-->")
     assert "| cascade | 354 | 95% / 12.8 | 50% / 12.8 * |" in table
+
+
+def test_the_migration_table_gives_p99_changes_against_the_first_row(results):
+    row = lambda p99, pre, mig, gb: {"p99_tpot_s": p99, "mean_tpot_s": 0.014, "preemptions": pre,  # noqa: E731
+                                     "migrations": mig, "migration_bytes": gb * 1e9}
+    record("mig", {"policies": {"pd-kv": row(0.040, 16.0, 0.0, 0),
+                                "ares": {**row(0.030, 0.0, 917.0, 1394),
+                                         "paired": {"p99_tpot_s": {"mean_diff": -0.01, "ci95": [-0.012, -0.008]}}},
+                                "ares-none": {**row(0.041, 1.5, 10.0, 3),
+                                              "paired": {"p99_tpot_s": {"mean_diff": 0.001, "ci95": [-0.002, 0.004]}}}}})
+    table = render("<!--rt mig:migration-->\n<!--/rt-->")
+    assert "| pd-kv | 40.0 | 14.0 | 16 | 0 | 0 |" in table
+    assert "| ares | 30.0 (-25%) | 14.0 | 0 | 917 | 1,394 |" in table
+    assert "| ares-none | 41.0 (~+3%) | 14.0 | 1.5 | 10 | 3 |" in table
+
+
+def test_the_combined_table_gives_each_cells_difference_verdict_and_short_passes(results):
+    record("comb", {"cells": {"reasoning@8": {"best_single": "arrow", "combined_minus_best": 0.21,
+                                              "ci95": [0.12, 0.30], "verdict": "above (capped: see above)"}},
+                    "rates": {"reasoning@8": {"arrow": [2.8, 2.82], "combined": [3.0, 3.04]}},
+                    "unsteady": {"reasoning@8": {"sibyl": 1}}})
+    table = render("<!--rt comb:combined-->\n<!--/rt-->")
+    assert "| reasoning @ 8 | arrow 2.81 | 3.02 | +0.21 [+0.12, +0.30] | above | sibyl 1 |" in table
+
+
+def test_a_rate_below_the_lowest_swept_is_shown_as_below_it(results):
+    f = {"prefix_cache_hit_rate": 0.2, "p50_ttft_s": 1.0, "p95_ttft_s": 2.0, "load_cv": 1.1,
+         "max_rate_per_repeat": [0.5, 3.0], "max_rate_status_per_repeat": ["below range", "knee"]}
+    figures = {f"{col}_{p.replace('-', '_')}_{k}": v for col in ("mooncake", "mooncake_pd")
+               for p in ("round-robin", "least-loaded", "prefix-precise", "prefix-approx", "kv-cost", "cache-aware")
+               for k, v in f.items()}
+    record("moon", figures)
+    table = render("<!--rt moon:cache_mooncake-->\n<!--/rt-->")
+    assert "| 3.00 (< 0.50, 3.00) |" in table  # the mean leaves out the repeat below the range
+
+
+def test_the_decode_bound_and_vidur_tables(results):
+    record("db", {"requests": 6000, "80": {"arrow": {"slo_attainment": 0.263, "role_changes": 44,
+                                                     "waited_for_blocks": 0.041, "p50_block_wait_s": 3.04,
+                                                     "p50_ttft_s": 6.31, "steady": False}}})
+    assert "| 80 | arrow | 0.263 | 44 | 4.1% (3.0 s) | 6.31 | no |" in render("<!--rt db:decode_bound-->\n<!--/rt-->")
+    case = {"case": "70b-light", "load": None, "ttft_mape": 0.051, "tpot_mape": 0.007, "e2e_mape": 0.008,
+            "speedup_whole": 7.9, "speedup_in_process": 9.0,
+            **{f"{k}_p{q}_ratio": 0.95 for k in ("ttft", "e2e") for q in (50, 90, 99)}}
+    record("vid", {"vidur_cases": [case]})
+    assert ("| `70b-light` | light | 5.1% | 0.95 / 0.95 / 0.95 | 0.7% | 0.8% | 0.95 / 0.95 / 0.95 | 7.9x / 9.0x |"
+            in render("<!--rt vid:vidur-->\n<!--/rt-->"))
