@@ -114,18 +114,28 @@ def cache_rates_table(data: dict[str, Any]) -> str:
     return _md(["policy", "8 colocated (req/s: mean (repeats))", "2P6D"], rows)
 
 
+def _cache_rows(f: dict[str, Any], layouts: tuple[str, str], digits: int, rates: bool) -> list[list[str]]:
+    """Per policy, for each of two layouts (key prefixes): hit rate, P50 / P95 TTFT (s), the
+    first layout's load CV, and (``rates``) the max sustainable rate over the repeats."""
+    rows = []
+    for name in CACHE_POLICIES:
+        cells = []
+        for col in layouts:
+            k = f"{col}_{name.replace('-', '_')}_"
+            cells += [f"{f[k + 'prefix_cache_hit_rate']:.3f}",
+                      f"{f[k + 'p50_ttft_s']:.{digits}f} / {f[k + 'p95_ttft_s']:.{digits}f}"]
+            if col == layouts[0]:
+                cells.append(f"{f[k + 'load_cv']:.2f}")
+            if rates:
+                cells.append(_repeats(f.get(k + "max_rate_per_repeat", []), f.get(k + "max_rate_status_per_repeat")))
+        rows.append([name, *cells])
+    return rows
+
+
 def cache_fixed_table(data: dict[str, Any]) -> str:
     """``benchmarks/cache_aware.py --record``: at the fixed rate below every knee, each
     policy's prefix-cache hit rate, P50 / P95 TTFT (s) and load CV, colocated then PD."""
-    f, rows = data["figures"], []
-    for name in CACHE_POLICIES:
-        cells = []
-        for col in ("colocated", "pd"):
-            k = f"sessions_{col}_{name.replace('-', '_')}_"
-            cells += [f"{f[k + 'prefix_cache_hit_rate']:.3f}", f"{f[k + 'p50_ttft_s']:.3f} / {f[k + 'p95_ttft_s']:.3f}"]
-            if col == "colocated":
-                cells.append(f"{f[k + 'load_cv']:.2f}")
-        rows.append([name, *cells])
+    rows = _cache_rows(data["figures"], ("sessions_colocated", "sessions_pd"), 3, rates=False)
     return _md(["policy", "hit rate (8 colocated)", "P50 / P95 TTFT (s)", "load CV", "hit rate (2P6D)",
                 "P50 / P95 TTFT (s)"], rows)
 
@@ -134,16 +144,7 @@ def cache_mooncake_table(data: dict[str, Any]) -> str:
     """``benchmarks/cache_aware.py --record``: the Mooncake windows at the trace's own
     arrival times (hit rate, P50 / P95 TTFT, load CV) and each policy's max sustainable
     rate with the arrivals rescaled, 16 colocated instances and 4P12D."""
-    f, rows = data["figures"], []
-    for name in CACHE_POLICIES:
-        cells = []
-        for col in ("mooncake", "mooncake_pd"):
-            k = f"{col}_{name.replace('-', '_')}_"
-            cells += [f"{f[k + 'prefix_cache_hit_rate']:.3f}", f"{f[k + 'p50_ttft_s']:.2f} / {f[k + 'p95_ttft_s']:.2f}"]
-            if col == "mooncake":
-                cells.append(f"{f[k + 'load_cv']:.2f}")
-            cells.append(_repeats(f.get(k + "max_rate_per_repeat", []), f.get(k + "max_rate_status_per_repeat")))
-        rows.append([name, *cells])
+    rows = _cache_rows(data["figures"], ("mooncake", "mooncake_pd"), 2, rates=True)
     return _md(["policy", "hit rate (16 colocated)", "P50 / P95 TTFT (s)", "load CV", "max rate (req/s: mean (windows))",
                 "hit rate (4P12D)", "P50 / P95 TTFT (s)", "max rate"], rows)
 
