@@ -193,7 +193,10 @@ def print_figures(rows: list[dict], real: dict | None) -> dict:
     worst = {k: max((m[f"{k}_mape"] for m in ok), default=None) for k in ("ttft", "tpot", "e2e")}
     real_mape = {k: (real or {}).get(f"{k}_mape") for k in ("ttft", "tpot", "e2e")}
     light = next((m for m in ok if m["case"] == "70b-light"), None)
+    loaded_worst = {k: max((m[f"{k}_mape"] for m in ok if m.get("load")), default=None) for k in ("ttft", "tpot", "e2e")}
     figures = {"vidur_ttft_mape": worst["ttft"], "vidur_tpot_mape": worst["tpot"], "vidur_e2e_mape": worst["e2e"],
+             **{f"vidur_light_{k}_mape": light[f"{k}_mape"] if light else None for k in ("ttft", "tpot", "e2e")},
+             **{f"vidur_loaded_worst_{k}_mape": v for k, v in loaded_worst.items()},
              "vidur_cases": ok, "vidur_speedup": light["speedup_whole"] if light else None,
              "real_ttft_mape": real_mape["ttft"], "real_tpot_mape": real_mape["tpot"],
              "real_e2e_mape": real_mape["e2e"],
