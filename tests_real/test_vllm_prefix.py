@@ -67,7 +67,12 @@ def test_shared_prefixes_hit_vllms_cache_as_baton_predicts(stack):
     sub = ctx.socket(zmq.SUB)
     sub.setsockopt(zmq.SUBSCRIBE, b"")
     sub.bind(f"tcp://127.0.0.1:{engine.kv_events_port}")  # vLLM's publisher connects to its reader
-    time.sleep(1.5)  # it reconnects and the subscription reaches it before the first event
+    # a bound SUB sends its subscription to a peer that connects only when the socket is
+    # next used (libzmq runs socket commands in the caller's thread): poll while vLLM's
+    # publisher reconnects, or it drops every event as unsubscribed
+    until = time.monotonic() + 1.5
+    while time.monotonic() < until:
+        sub.poll(100)
     index, stored, hits = BlockIndex(), [], []
     try:
         for prompt in PROMPTS:
