@@ -22,13 +22,17 @@ itself passes to ``loop.create_server``, and ``request.transport`` names the con
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+
+if TYPE_CHECKING:
+    from baton.gateway.config import GatewayConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +158,14 @@ async def head_middleware(request: web.Request, handler: Callable[[web.Request],
         return await handler(request)
     finally:
         guard.response_done()
+
+
+def listener_settings(config: GatewayConfig) -> dict:
+    """``serve_app``'s settings from a gateway config (the head deadline apart from the
+    keep-alive idle time, the access log)."""
+    return {"limits": HeadLimits(config.head_timeout_s, config.max_partial_heads_per_client),
+            "keepalive_timeout_s": config.keepalive_timeout_s,
+            "access_log": logging.getLogger("baton.access") if config.access_log else None}
 
 
 def serve_app(app: web.Application, host: str, port: int, limits: HeadLimits, keepalive_timeout_s: float,

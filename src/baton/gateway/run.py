@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from baton.gateway.config import GatewayConfig, relay_workers
-from baton.gateway.listener import HeadLimits, serve_app
+from baton.gateway.listener import listener_settings, serve_app
 from baton.gateway.server import Gateway
 
 
@@ -24,10 +24,3 @@ def serve(config: GatewayConfig) -> None:
         ", ".join(f"{e.name}={e.role.value}" for e in config.engines))
     serve_app(gw.app(), config.host, config.port, **listener_settings(config))
 
-
-def listener_settings(config: GatewayConfig) -> dict:
-    """``listener.serve_app``'s settings from the config (the head deadline apart from
-    the keep-alive idle time, the access log)."""
-    return {"limits": HeadLimits(config.head_timeout_s, config.max_partial_heads_per_client),
-            "keepalive_timeout_s": config.keepalive_timeout_s,
-            "access_log": logging.getLogger("baton.access") if config.access_log else None}

@@ -57,8 +57,7 @@ def _logging(config: GatewayConfig, who: str) -> None:
 
 def control_main(config: GatewayConfig, address: str, port: int) -> None:
     """The control process: the whole gateway on a private port, and the hub."""
-    from baton.gateway.listener import serve_app
-    from baton.gateway.run import listener_settings
+    from baton.gateway.listener import listener_settings, serve_app
     from baton.gateway.server import Gateway
     _name_process("baton-control")
     _logging(config, "control")
@@ -68,9 +67,8 @@ def control_main(config: GatewayConfig, address: str, port: int) -> None:
 
 def relay_main(config: GatewayConfig, slot: int, generation: int, address: str, control_url: str) -> None:
     """One relay process on the gateway's port."""
-    from baton.gateway.listener import serve_app
+    from baton.gateway.listener import listener_settings, serve_app
     from baton.gateway.relay import Relay
-    from baton.gateway.run import listener_settings
     _name_process(f"baton-relay-{slot}")
     _logging(config, f"relay {slot}")
     relay = Relay(config, slot, generation, address, control_url)
