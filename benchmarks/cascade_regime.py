@@ -29,6 +29,7 @@ import argparse
 import json
 import math
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -70,6 +71,7 @@ def capacity(args, out: dict) -> None:
               + (f"  ({', '.join(odd)})" if odd else ""))
         out[f"sharegpt_{name.replace('-', '_')}_max_rate_status"] = statuses[name]
         out[f"sharegpt_{name.replace('-', '_')}_max_rate_rps"] = m
+        out[f"sharegpt_{name.replace('-', '_')}_max_rate_per_repeat"] = values
     for name in ("cascade", "cascade-guarded"):
         g, lo, hi = ratio_interval(per_seed[name], per_seed["colocated-rr"])
         print(f"  {name} over colocated-rr: {g:.3f}x [{lo:.3f}, {hi:.3f}] (held-out target >= 1.1x)")
@@ -125,12 +127,18 @@ def main() -> None:
     ap.add_argument("--overload", type=float, default=800.0, help="heavy load, req/s (ShareGPT-like)")
     ap.add_argument("--sessions-rate", type=float, default=100.0, help="heavy load, req/s (long sessions)")
     ap.add_argument("--skip-capacity", action="store_true")
+    ap.add_argument("--record", action="store_true", help="write the figures into results/ for the docs to quote")
     args = ap.parse_args()
+    started = time.perf_counter()
     out: dict = {}
     if not args.skip_capacity:
         capacity(args, out)
     heavy(args, out)
     print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}))
+    if args.record:
+        from baton.report.results import record
+        record("cascade-regime", out, time.perf_counter() - started,
+               "python benchmarks/cascade_regime.py " + " ".join(sys.argv[1:]))
 
 
 if __name__ == "__main__":
