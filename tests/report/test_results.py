@@ -140,3 +140,10 @@ def test_the_decode_bound_and_vidur_tables(results):
     record("vid", {"vidur_cases": [case]})
     assert ("| `70b-light` | light | 5.1% | 0.95 / 0.95 / 0.95 | 0.7% | 0.8% | 0.95 / 0.95 / 0.95 | 7.9x / 9.0x |"
             in render("<!--rt vid:vidur-->\n<!--/rt-->"))
+
+
+def test_the_decisions_table_has_a_column_per_size(results):
+    record("dec", {f"decision_{p}_{n}_{q}_us": v for p in ("prefix_precise", "prefix_approx", "kv_cost", "cache_aware")
+                   for n in (64, 1024) for q, v in (("median", 41.25), ("p99", 152.4))})
+    table = render("<!--rt dec:decisions-->\n<!--/rt-->")
+    assert "| `kv-cost` | 41.2 / 152 | 41.2 / 152 |" in table and "1,024 instances" in table

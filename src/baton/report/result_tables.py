@@ -149,6 +149,18 @@ def cache_mooncake_table(data: dict[str, Any]) -> str:
                 "hit rate (4P12D)", "P50 / P95 TTFT (s)", "max rate"], rows)
 
 
+def decisions_table(data: dict[str, Any]) -> str:
+    """``benchmarks/cache_aware.py --skip-mooncake --skip-sessions --record``: each prefix
+    policy's decision cost (median / p99, us) at 64 and 1,024 instances."""
+    f = data["figures"]
+    sizes = sorted({int(k.split("_")[-3]) for k in f if k.startswith("decision_") and k.endswith("_median_us")})
+    def cell(name: str, n: int) -> str:
+        k = f"decision_{name.replace('-', '_')}_{n}_"
+        return f"{f[k + 'median_us']:.1f} / {f[k + 'p99_us']:.0f}"
+    rows = [[f"`{name}`", *(cell(name, n) for n in sizes)] for name in CACHE_POLICIES[2:]]
+    return _md(["policy", *(f"{n:,} instances: median / p99 (us)" for n in sizes)], rows)
+
+
 def sweep_table(data: dict[str, Any]) -> str:
     """``baton sweep --record NAME``: each policy's highest rate at the target attainment
     (``>=``: the top rate still passed; ``-``: none measured), then at each rate its
@@ -232,7 +244,8 @@ def vidur_table(data: dict[str, Any]) -> str:
 
 TABLES: dict[str, Callable[[dict[str, Any]], str]] = {"migration": migration_table, "decode_bound": decode_bound_table,
                                                       "combined": combined_table, "vidur": vidur_table,
-                                                      "cache_mooncake": cache_mooncake_table,"cache_rates": cache_rates_table, "sweep": sweep_table, "cache_fixed": cache_fixed_table,
+                                                      "cache_mooncake": cache_mooncake_table,
+                                                      "decisions": decisions_table,"cache_rates": cache_rates_table, "sweep": sweep_table, "cache_fixed": cache_fixed_table,
                                                       "claims": claims_table, "demo": demo_table,
                                                       "summary": summary_table, "overhead": overhead_table,
                                                       "sustainable": sustainable_table}
