@@ -147,3 +147,19 @@ def test_the_decisions_table_has_a_column_per_size(results):
                    for n in (64, 1024) for q, v in (("median", 41.25), ("p99", 152.4))})
     table = render("<!--rt dec:decisions-->\n<!--/rt-->")
     assert "| `kv-cost` | 41.2 / 152 | 41.2 / 152 |" in table and "1,024 instances" in table
+
+
+def test_the_cascade_regime_tables(results):
+    figures = {"sharegpt_colocated_rr_max_rate_per_repeat": [654.1, 661.6],
+               "sharegpt_colocated_rr_max_rate_status": ["knee", "knee"],
+               "sharegpt_cascade_max_rate_per_repeat": [313.6, 300.0],
+               "sharegpt_cascade_max_rate_status": ["knee", "below range"],
+               "sharegpt_cascade_guarded_max_rate_per_repeat": [329.1, 350.0]}
+    for key in ("heavy_256", "heavy_1024", "sessions"):
+        figures.update({f"{key}_colocated_rr_throughput_rps": 588.8, f"{key}_cascade_throughput_rps": 545.9,
+                        f"{key}_cascade_guarded_throughput_rps": 581.3, f"{key}_cascade_guarded_throughput_over_rr": 0.987})
+    record("cr", figures)
+    rates = render("<!--rt cr:cascade_rates-->\n<!--/rt-->")
+    assert "| `cascade` | 313.60 (313.60, < 300.00) |" in rates
+    assert "| ShareGPT-like, `max_num_seqs` 256 | 588.8 | 545.9 | 581.3 | 0.99x |" in render(
+        "<!--rt cr:cascade_throughput-->\n<!--/rt-->")

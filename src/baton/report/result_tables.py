@@ -161,6 +161,31 @@ def decisions_table(data: dict[str, Any]) -> str:
     return _md(["policy", *(f"{n:,} instances: median / p99 (us)" for n in sizes)], rows)
 
 
+CASCADE_POLICIES = ("colocated-rr", "cascade", "cascade-guarded")
+
+
+def cascade_rates_table(data: dict[str, Any]) -> str:
+    """``benchmarks/cascade_regime.py --record``: each policy's max sustainable rate on the
+    ShareGPT-like workload, the mean and each repeat (``< r``: below the lowest rate swept)."""
+    f = data["figures"]
+    rows = [[f"`{name}`", _repeats(f[f"sharegpt_{name.replace('-', '_')}_max_rate_per_repeat"],
+                                   f.get(f"sharegpt_{name.replace('-', '_')}_max_rate_status"))]
+            for name in CASCADE_POLICIES]
+    return _md(["policy", "ShareGPT-like, cap 256 (req/s: mean (repeats))"], rows)
+
+
+def cascade_throughput_table(data: dict[str, Any]) -> str:
+    """``benchmarks/cascade_regime.py --record``: completed requests a second under heavy
+    load per regime and policy (the paper's Figure 10 measure), and the guarded planner
+    over round-robin."""
+    f, rows = data["figures"], []
+    for key, label in (("heavy_256", "ShareGPT-like, `max_num_seqs` 256"), ("heavy_1024", "the same, `max_num_seqs` 1,024"),
+                       ("sessions", "long multi-turn sessions")):
+        cells = [f"{f[key + '_' + p.replace('-', '_') + '_throughput_rps']:.1f}" for p in CASCADE_POLICIES]
+        rows.append([label, *cells, f"{f[f'{key}_cascade_guarded_throughput_over_rr']:.2f}x"])
+    return _md(["regime", *(f"`{p}`" for p in CASCADE_POLICIES), "guarded / rr"], rows)
+
+
 def sweep_table(data: dict[str, Any]) -> str:
     """``baton sweep --record NAME``: each policy's highest rate at the target attainment
     (``>=``: the top rate still passed; ``-``: none measured), then at each rate its
@@ -245,7 +270,9 @@ def vidur_table(data: dict[str, Any]) -> str:
 TABLES: dict[str, Callable[[dict[str, Any]], str]] = {"migration": migration_table, "decode_bound": decode_bound_table,
                                                       "combined": combined_table, "vidur": vidur_table,
                                                       "cache_mooncake": cache_mooncake_table,
-                                                      "decisions": decisions_table,"cache_rates": cache_rates_table, "sweep": sweep_table, "cache_fixed": cache_fixed_table,
+                                                      "decisions": decisions_table,
+                                                      "cascade_rates": cascade_rates_table,
+                                                      "cascade_throughput": cascade_throughput_table,"cache_rates": cache_rates_table, "sweep": sweep_table, "cache_fixed": cache_fixed_table,
                                                       "claims": claims_table, "demo": demo_table,
                                                       "summary": summary_table, "overhead": overhead_table,
                                                       "sustainable": sustainable_table}
