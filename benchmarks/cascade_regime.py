@@ -114,6 +114,7 @@ def _report(label: str, res: dict, out: dict, key: str) -> None:
               f"plans {plans if name == 'cascade-guarded' else '-'}")
         out[f"{key}_{name.replace('-', '_')}_throughput_rps"] = rps[0]
         out[f"{key}_{name.replace('-', '_')}_output_tokens_per_s"] = tps[0]
+        out[f"{key}_{name.replace('-', '_')}_slo_attainment"] = att[0]
     for name in ("cascade", "cascade-guarded"):
         ratio = res[name]["throughput_rps"][0] / res["colocated-rr"]["throughput_rps"][0]
         print(f"  {name} / colocated-rr throughput: {ratio:.3f}x")

@@ -176,14 +176,19 @@ def cascade_rates_table(data: dict[str, Any]) -> str:
 
 def cascade_throughput_table(data: dict[str, Any]) -> str:
     """``benchmarks/cascade_regime.py --record``: completed requests a second under heavy
-    load per regime and policy (the paper's Figure 10 measure), and the guarded planner
-    over round-robin."""
+    load per regime and policy (the paper's Figure 10 measure; the SLO attainment in
+    brackets where recorded), and the guarded planner over round-robin."""
     f, rows = data["figures"], []
+
+    def cell(key: str, policy: str) -> str:
+        k = key + "_" + policy.replace("-", "_")
+        att = f.get(k + "_slo_attainment")
+        return f"{f[k + '_throughput_rps']:.1f}" + ("" if att is None else f" ({att:.2f})")
     for key, label in (("heavy_256", "ShareGPT-like, `max_num_seqs` 256"), ("heavy_1024", "the same, `max_num_seqs` 1,024"),
                        ("sessions", "long multi-turn sessions")):
-        cells = [f"{f[key + '_' + p.replace('-', '_') + '_throughput_rps']:.1f}" for p in CASCADE_POLICIES]
+        cells = [cell(key, p) for p in CASCADE_POLICIES]
         rows.append([label, *cells, f"{f[f'{key}_cascade_guarded_throughput_over_rr']:.2f}x"])
-    return _md(["regime", *(f"`{p}`" for p in CASCADE_POLICIES), "guarded / rr"], rows)
+    return _md(["regime (req/s (attainment))", *(f"`{p}`" for p in CASCADE_POLICIES), "guarded / rr"], rows)
 
 
 def sweep_table(data: dict[str, Any]) -> str:
