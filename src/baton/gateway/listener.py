@@ -52,13 +52,11 @@ class HeadClock:
         self.limits = limits
         self.partial: dict[str, int] = {}
         self.guards: dict[Any, HeadGuard] = {}
-        self.closed_slow = self.closed_over_cap = 0  # connections closed, by reason
 
     def head_started(self, address: str) -> bool:
         """One more partial head from ``address``; False when it is over the cap."""
         n = self.partial.get(address, 0) + 1
         if n > self.limits.max_per_client:
-            self.closed_over_cap += 1
             return False
         self.partial[address] = n
         return True
@@ -109,7 +107,6 @@ class HeadGuard(asyncio.Protocol):
         self.timer = None
         self.clock.head_over(self.address)
         if self.state == "head" and self.transport is not None:
-            self.clock.closed_slow += 1
             self.transport.close()
 
     def head_done(self) -> None:
