@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from baton.gateway.scan import IdLog, ids_of, scan, split
+from baton.gateway.scan import IdLog, count, ids_of, scan, split
 from baton.gateway.upstream import StreamLeg
 from baton.protocol.chunks import DONE, sse, stream_chunk, usage_chunk, without_token_ids
 from baton.protocol.requests import CHAT, COMPLETIONS
@@ -123,3 +123,51 @@ def test_the_id_log_keeps_arrival_order_across_both_paths():
     log.add([5])
     log.add_raw(b"6")
     assert log.all() == [1, 2, 3, 4, 5, 6]
+
+
+def _counting_stream(rng: random.Random, kind: str) -> bytes:
+    """A stream as an engine answers a client that did not ask for ids (or did): empty
+    texts, texts that look like keys, and now and then a chunk the parser must judge."""
+    with_ids = rng.random() < 0.3
+    events = [chunk(kind, "", [] if with_ids else None, first=True)]
+    for i in range(rng.randrange(1, 40)):
+        text = rng.choice(["x", "", ' "text":""', '\\"', '"content":""', '"finish_reason":"stop"', "\n\n"])
+        events.append(chunk(kind, text, [i] if with_ids else None))
+        if rng.random() < 0.08:  # output the bytes cannot judge: the parser counts it
+            extra = {"tool_calls": [{"index": 0}]} if kind == CHAT else {"text": None}
+            obj = stream_chunk(kind, "cmpl-1", "m", 1, "", None)
+            (obj["choices"][0]["delta"] if kind == CHAT else obj["choices"][0]).update(extra)
+            events.append(sse(obj))
+    events += [chunk(kind, "", [] if with_ids else None, finish="stop"), sse(usage_chunk(kind, "c", "m", 1, 4, 9)), DONE]
+    return b"".join(events)
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_a_counting_reader_counts_what_the_parser_counts(seed):
+    """An endpoint picker's reader (relays nothing, counts tokens by bytes): the same
+    tokens and finish as the parser on random streams with and without ids, cut at random
+    points, and most of it by byte counts."""
+    rng = random.Random(seed)
+    kind = rng.choice((COMPLETIONS, CHAT))
+    raw = _counting_stream(rng, kind)
+    results = []
+    for counting in (False, True):
+        leg = StreamLeg(0, kind, "http://x", {}, {})
+        leg.fast = leg.counting = counting
+        pieces = []
+        cuts = sorted(rng.sample(range(1, len(raw)), 4))
+        for a, b in zip([0, *cuts], [*cuts, len(raw)]):
+            pieces += leg.feed(raw[a:b])
+        results.append((sum(p.tokens for p in pieces), leg.finished, leg.done))
+        if counting:
+            assert any(p.run is not None for p in pieces)
+    assert results[0] == results[1]
+
+
+@pytest.mark.parametrize("kind", [COMPLETIONS, CHAT])
+def test_counting_without_ids_takes_one_token_per_non_empty_text(kind):
+    events = [chunk(kind, "", None, first=True), chunk(kind, " a", None), chunk(kind, "", None), chunk(kind, "b", None)]
+    run = count(b"".join(events), kind)
+    assert run is not None and (run.events, run.tokens) == (4, 2)
+    assert count(b"".join(events[:2] + [chunk(kind, "c", [1])]), kind) is None  # ids on some events only
+    assert count(chunk(kind, "a", None) + chunk(kind, "", None, finish="stop"), kind) is None

@@ -175,6 +175,7 @@ class Exchange:
         self.pick = pick  # from here on the stream's end releases it
         if gw.config.epp_response_bodies:
             self.reader = StreamLeg(None, kind, "", {}, {})
+            self.reader.fast = self.reader.counting = True  # byte counts, each event parsed only when needed
         return state
 
     def _route(self, state: RequestState, subset: set[str] | None) -> str:

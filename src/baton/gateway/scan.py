@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 from stringzilla import Str
 
+from baton.protocol.requests import CHAT, COMPLETIONS
+
 EVENT_END = b"\n\n"
 _EVENT_START = b"data: {"
 _NEXT_EVENT = EVENT_END + _EVENT_START  # a raw newline cannot be inside JSON: this is framing
@@ -39,6 +41,10 @@ _LEADING_ZERO = re.compile(rb'(?:^|,)0[0-9]')  # not a JSON integer
 _NULL_IDS = b'"token_ids":null'
 _NOT_ORDINARY = (b'"usage":{', b'"error"')
 TAIL_EVENTS = 8  # at most this many events at a region's end are parsed (finish, usage, [DONE])
+# counting without ids: every event's text is a string (one token unless empty), as the parser counts
+_TEXT = {COMPLETIONS: b'"text":"', CHAT: b'"content":"'}
+_EMPTY_TEXT = {COMPLETIONS: b'"text":""', CHAT: b'"content":""'}
+_PARSER_JUDGES = (b'"tool_calls"', b'"function_call"', b'"reasoning')  # output besides the text
 
 
 @dataclass(slots=True)
@@ -53,9 +59,16 @@ class Run:
     ids: bytes
 
 
-def _ordinary(event: bytes) -> bool:
-    return event.startswith(_EVENT_START) and _NO_FINISH in event and _IDS_KEY in event \
+def _ordinary(event: bytes, with_ids: bool = True) -> bool:
+    return event.startswith(_EVENT_START) and _NO_FINISH in event and (_IDS_KEY in event or not with_ids) \
         and not any(n in event for n in _NOT_ORDINARY)
+
+
+def _framed(fast: Str, events: int) -> bool:
+    """Whether ``fast`` (whole events, starting ``data: {`` and ending with a blank line)
+    is ``events`` events of one line each, every one with ``"finish_reason":null``."""
+    return events > 0 and fast.count(b"\n") == 2 * events and fast.count(_NEXT_EVENT) == events - 1 \
+        and fast.count(_NO_FINISH) == events
 
 
 def scan(region: bytes, null_ids: bool) -> Run | None:
@@ -71,9 +84,7 @@ def scan(region: bytes, null_ids: bool) -> Run | None:
     parts = _IDS.split(region)
     lists = parts[1::2]
     events = len(lists)
-    fast = Str(region)  # a view, no copy
-    if not events or fast.count(b"\n") != 2 * events or fast.count(_NEXT_EVENT) != events - 1 \
-            or fast.count(_NO_FINISH) != events:
+    if not _framed(Str(region), events):  # Str: a view, no copy
         return None
     ids = b",".join(x for x in lists if x) if b"" in lists else b",".join(lists)  # empty lists are rare
     if not _json_integers(ids):
@@ -91,22 +102,41 @@ def _json_integers(ids: bytes) -> bool:
     return not ((b",0" in ids or ids[:1] == b"0") and _LEADING_ZERO.search(ids))
 
 
-def split(region: bytes, null_ids: bool) -> tuple[Run | None, bytes]:
+def count(region: bytes, kind: str) -> Run | None:
+    """``region``'s output tokens for a reader that relays nothing (an endpoint picker's
+    view of a response Envoy relays): by its id lists when every event has one
+    (``scan``), else one token per event whose text is not empty, as the parser counts
+    chunks without ids (``upstream.piece_of``). None when any event is not ordinary, has
+    no string text, or may hold output besides the text (tool calls, reasoning: the
+    parser judges those). The Run's ``client`` and ``ids`` are empty."""
+    if not region.startswith(_EVENT_START) or not region.endswith(EVENT_END):
+        return None
+    fast = Str(region)
+    if fast.count(_IDS_KEY):
+        return scan(region, False)
+    events = fast.count(EVENT_END)
+    if not _framed(fast, events) or fast.count(_TEXT[kind]) != events or any(fast.contains(n) for n in _PARSER_JUDGES):
+        return None
+    return Run(b"", events, events - fast.count(_EMPTY_TEXT[kind]), b"")
+
+
+def split(region: bytes, null_ids: bool, counting: str | None = None) -> tuple[Run | None, bytes]:
     """(the ordinary events ``region`` starts with as a Run, the events after them); a
     stream's last read usually holds a long run and then its finish, usage and
-    ``[DONE]``: only those few are parsed. (None, region) when the run does not scan."""
+    ``[DONE]``: only those few are parsed. (None, region) when the run does not scan.
+    ``counting``: the request kind of a reader that only counts (``count``)."""
     cut = len(region)
     for _ in range(TAIL_EVENTS):
         start = region.rfind(EVENT_END, 0, cut - len(EVENT_END)) + len(EVENT_END)
         start = 0 if start < len(EVENT_END) else start
-        if _ordinary(region[start:cut]):
+        if _ordinary(region[start:cut], counting is None):
             break
         cut = start
         if not cut:
             return None, region
     else:
         return None, region
-    run = scan(region[:cut], null_ids)
+    run = scan(region[:cut], null_ids) if counting is None else count(region[:cut], counting)
     return (run, region[cut:]) if run is not None else (None, region)
 
 

@@ -188,6 +188,7 @@ class StreamLeg:
         self.client_model: str | None = None
         self.null_ids = True  # a verbatim leg's id lists go to the client as null (it did not ask)
         self.fast = False  # read runs of ordinary events by byte searches (set once verbatim)
+        self.counting = False  # only count tokens (a reader that relays nothing: scan.count)
 
     async def open(self, session: aiohttp.ClientSession, timeout: aiohttp.ClientTimeout) -> None:
         try:
@@ -266,7 +267,8 @@ class StreamLeg:
             if whole.startswith(b"\n"):  # the blank line ending the event before
                 whole = whole.lstrip(b"\n")
             k = whole.rfind(EVENT_END) + len(EVENT_END)
-            run, tail = split(whole[:k], self.null_ids) if k >= len(EVENT_END) else (None, b"")
+            run, tail = split(whole[:k], self.null_ids, self.kind if self.counting else None) \
+                if k >= len(EVENT_END) else (None, b"")
             if run is not None:
                 pieces.append(Piece(tokens=run.tokens, run=run))
                 self.received = self.received or run.tokens > 0
