@@ -64,6 +64,10 @@ def test_each_table_renderer_writes_a_markdown_table(results):
                                                        "cpu_s_per_mtok": 12.65}}}})
     table = render("<!--rt overhead:overhead-->\n<!--/rt-->")
     assert "| baton | 8 | 2,655 | 21,242 | 0.374 | 46.73 | 0.71x |" in table
+    assert "paced" not in table  # a run before the paced shape
+    record("overhead", {"rows": {}, "paced": {"baton": {"rps": 210.0, "tok_s": 107520.0, "cpu_ms_per_req": 3.48,
+                                                        "cpu_s_per_mtok": 6.8}}})
+    assert "| baton | 512 paced | 210 | 107,520 | 3.480 | 6.80 | - |" in render("<!--rt overhead:overhead-->\n<!--/rt-->")
     with pytest.raises(ConfigError, match="no table renderer 'nope'"):
         render("<!--rt overhead:nope-->\n<!--/rt-->")
 

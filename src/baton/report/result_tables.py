@@ -54,14 +54,21 @@ def summary_table(data: dict[str, Any]) -> str:
 
 
 def overhead_table(data: dict[str, Any]) -> str:
-    """``benchmarks/gateway_overhead.py --record``: one row per system and stream shape."""
-    rows, out = data["figures"]["rows"], []
-    router = rows.get("vllm-router")
-    for name, shapes in rows.items():
+    """``benchmarks/gateway_overhead.py --record``: one row per system and stream shape, then
+    the paced shape's rows (tokens shown as ``512 paced``) where the run measured it."""
+    figures, out = data["figures"], []
+
+    def add(name: str, tokens: str, r: dict, base: dict | None) -> None:
+        ratio = f"{r['rps'] / base['rps']:.2f}x" if base else "-"
+        out.append([name, tokens, f"{r['rps']:,.0f}", f"{r['tok_s']:,.0f}", f"{r['cpu_ms_per_req']:.3f}",
+                    f"{r['cpu_s_per_mtok']:.2f}", ratio])
+    router = figures["rows"].get("vllm-router")
+    for name, shapes in figures["rows"].items():
         for tokens, r in shapes.items():
-            ratio = f"{r['rps'] / router[tokens]['rps']:.2f}x" if router else "-"
-            out.append([name, tokens, f"{r['rps']:,.0f}", f"{r['tok_s']:,.0f}", f"{r['cpu_ms_per_req']:.3f}",
-                        f"{r['cpu_s_per_mtok']:.2f}", ratio])
+            add(name, tokens, r, router[tokens] if router else None)
+    paced = figures.get("paced") or {}
+    for name, r in paced.items():
+        add(name, "512 paced", r, paced.get("vllm-router"))
     return _md(["system", "tokens", "req/s", "tokens/s", "CPU-ms per request", "CPU-s per million tokens",
                 "x vllm-router"], out)
 
