@@ -137,14 +137,11 @@ def simulated(requests: list[Request], profile: Path, kv_tokens: int,
     return {r.req_id: (r.ttft_s, r.tpot_s, r.e2e_s) for r in result.records if r.finished}
 
 
-SESSION_TURNS = 4.0
-
-
 def sessions_trace(n_sessions: int, session_rate: float = 0.4) -> list[Request]:
     """Multi-turn sessions that fit SmolLM2's 2,048-token context: 4 system prompts of 400
     tokens, about 4 turns each, short answers, 3 s think times (workload/sessions.py)."""
     spec = SessionsSpec(sessions=n_sessions, session_rate=session_rate, system_prompts=4, system_tokens=400,
-                        turns_mean=SESSION_TURNS, user_median=80.0, output_median=40.0, think_s=3.0, tpot_s=0.03,
+                        turns_mean=4.0, user_median=80.0, output_median=40.0, think_s=3.0, tpot_s=0.03,
                         agent_share=0.0, max_context=MAX_LEN - 200)
     return generate_sessions(spec, np.random.default_rng(7))
 
@@ -246,7 +243,7 @@ def run_real(work: Path, n: int, rate_rps: float, compare, prefix_sessions: int 
     "prefix" the sessions trace; "prefix-load" the sessions at 70% of the sustainable rate;
     "fleet" two instances and 1P1D (``fidelity_fleet``). ``sustainable_rps`` skips the rate
     search (a rate measured before). ``loaded`` False drops "loaded"."""
-    from fidelity_fleet import FLEET_LOAD, SESSIONS_AT_LOAD, run_fleet, session_rate_for
+    from fidelity_fleet import FLEET_LOAD, SESSIONS_AT_LOAD, arrival_rate, run_fleet, session_rate_for
     from fidelity_loaded import BUSY_SHARE, Harness, RateSearch, loaded_cases, slo_of
     cases = tuple(c for c in cases if loaded or c != "loaded")
     work.mkdir(parents=True, exist_ok=True)
@@ -292,9 +289,10 @@ def run_real(work: Path, n: int, rate_rps: float, compare, prefix_sessions: int 
         if "prefix-load" in cases:
             rate = FLEET_LOAD * sustainable_rps
             say(f"the prefix-caching case at {FLEET_LOAD:.0%} load ({rate:.2f} req/s)")
-            run = run_prefix(engine_url, gw_url, SESSIONS_AT_LOAD, session_rate_for(rate, SESSION_TURNS))
+            session_rate = session_rate_for(rate, lambda r: sessions_trace(SESSIONS_AT_LOAD, r))
+            run = run_prefix(engine_url, gw_url, SESSIONS_AT_LOAD, session_rate)
             under_load["prefix"] = {**prefix_figures(run, profile, kv, compare, work / "prefix_load_requests.csv"),
-                                    "rate_rps": rate}
+                                    "target_rps": rate, "rate_rps": arrival_rate(run[0])}
     finally:
         for p in procs:
             p.terminate()
