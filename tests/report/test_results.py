@@ -167,3 +167,17 @@ def test_the_cascade_regime_tables(results):
     assert "| `cascade` | 313.60 (313.60, < 300.00) |" in rates
     assert "| ShareGPT-like, `max_num_seqs` 256 | 588.8 | 545.9 | 581.3 | 0.99x |" in render(
         "<!--rt cr:cascade_throughput-->\n<!--/rt-->")
+
+
+def test_the_real_fidelity_table_has_a_row_per_case_that_ran(results):
+    def case(mape, **extra):
+        return {"ttft_mape": mape, "tpot_mape": mape, "e2e_mape": mape, "e2e_p50_ratio": 0.98, "e2e_p90_ratio": 0.95,
+                "e2e_p99_ratio": 0.9, "failed": 0, **extra}
+    record("real", {"real": {"loaded": {"cases": {"70": case(0.05, rate_rps=0.19)},
+                                        "prefix": case(0.1, rate_rps=0.25, target_rps=0.19),
+                                        "fleet": {"rate_rps": 0.38, "colocated": case(0.11), "pd": case(0.2)}}}})
+    table = render("<!--rt real:real_fidelity-->\n<!--/rt-->")
+    assert "| one instance, 70% load | 0.19 | 5.0% | 5.0% | 5.0% | 0.98 / 0.95 / 0.90 | 0 |" in table
+    assert "| one instance, sessions with prefix caching | 0.25 (target 0.19) |" in table
+    assert "| two instances, least-loaded | 0.38 | 11.0% |" in table and "round-robin" not in table
+    assert "| 1 prefill + 1 decode (ExampleConnector) | 0.38 | 20.0% |" in table

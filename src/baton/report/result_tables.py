@@ -279,12 +279,34 @@ def vidur_table(data: dict[str, Any]) -> str:
                 "e2e p50 / p90 / p99", "speed-up whole / in-process"], rows)
 
 
-TABLES: dict[str, Callable[[dict[str, Any]], str]] = {"migration": migration_table, "decode_bound": decode_bound_table,
+def real_fidelity_table(data: dict[str, Any]) -> str:
+    """``benchmarks/fidelity.py --real ... --record NAME``: Baton against real vLLM per case
+    (one instance at each load, the sessions case at load, two instances, 1P1D)."""
+    loaded = data["figures"]["real"]["loaded"]
+    fleet = loaded.get("fleet") or {}
+    cases = [(f"one instance, {key}% load", m) for key, m in (loaded.get("cases") or {}).items()]
+    if loaded.get("prefix"):
+        cases.append(("one instance, sessions with prefix caching", loaded["prefix"]))
+    names = {"colocated": "two instances, least-loaded", "colocated-rr": "two instances, round-robin",
+             "pd": "1 prefill + 1 decode (ExampleConnector)"}
+    cases += [(label, fleet[key]) for key, label in names.items() if key in fleet]
+    rows = []
+    for label, m in cases:
+        rate = m.get("rate_rps", fleet.get("rate_rps"))
+        target = f" (target {m['target_rps']:.2f})" if m.get("target_rps") is not None else ""
+        rows.append([label, f"{rate:.2f}{target}", *(f"{m[f'{k}_mape'] * 100:.1f}%" for k in ("ttft", "tpot", "e2e")),
+                     " / ".join(f"{m[f'e2e_p{q}_ratio']:.2f}" for q in (50, 90, 99)), str(m["failed"])])
+    return _md(["case", "req/s", "TTFT MAPE", "TPOT MAPE", "e2e MAPE", "e2e p50 / p90 / p99 (Baton / real)",
+                "failed"], rows)
+
+
+TABLES: dict[str, Callable[[dict[str, Any]], str]] = {"real_fidelity": real_fidelity_table, "migration": migration_table, "decode_bound": decode_bound_table,
                                                       "combined": combined_table, "vidur": vidur_table,
                                                       "cache_mooncake": cache_mooncake_table,
                                                       "decisions": decisions_table,
                                                       "cascade_rates": cascade_rates_table,
-                                                      "cascade_throughput": cascade_throughput_table,"cache_rates": cache_rates_table, "sweep": sweep_table, "cache_fixed": cache_fixed_table,
+                                                      "cascade_throughput": cascade_throughput_table,
+                                                      "cache_rates": cache_rates_table, "sweep": sweep_table, "cache_fixed": cache_fixed_table,
                                                       "claims": claims_table, "demo": demo_table,
                                                       "summary": summary_table, "overhead": overhead_table,
                                                       "sustainable": sustainable_table}
