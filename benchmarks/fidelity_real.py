@@ -326,9 +326,10 @@ def print_real(real: dict) -> None:
         m = loaded["prefix"]
         _row("real, prefix 70%", m, f" hits: vLLM {m['vllm_hits_tokens']:.0f}, Baton {m['baton_hits_tokens']:.0f}{busy}")
     fleet = loaded.get("fleet") or {}
-    for key in ("colocated", "colocated-rr", "pd"):
+    for key, label in (("colocated", "real, 2x least-ld"), ("colocated-rr", "real, 2x round-rob"),
+                       ("pd", "real, 1P1D")):
         if key in fleet:
-            _row(f"real, 2x {key}"[:18], fleet[key], busy)
+            _row(label, fleet[key], busy)
     if "ranking" in fleet:
         r = fleet["ranking"]
         print(f"ranking by mean e2e (colocated minus colocated-rr): real {r['real']['mean_s']:+.3f} s "
