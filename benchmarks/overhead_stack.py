@@ -135,8 +135,10 @@ def _router(tmp: Path, binary: str | None, mocks: list[Proc], name: str) -> Proc
     if not binary:
         return None
     port = free_port()
+    # each router its own metrics port (two on the default one: the second cannot start)
     return Proc([binary, "--host", "127.0.0.1", "--port", str(port), "--policy", "round_robin",
-                 "--worker-urls", *[m.url for m in mocks]], port, tmp / f"{name}.log")
+                 "--prometheus-port", str(free_port()), "--worker-urls", *[m.url for m in mocks]],
+                port, tmp / f"{name}.log")
 
 
 def start(tmp: Path, binary: str | None) -> tuple[list, Server, Server, Server, Proc, Proc | None]:
