@@ -181,3 +181,27 @@ def test_the_real_fidelity_table_has_a_row_per_case_that_ran(results):
     assert "| one instance, sessions with prefix caching | 0.25 (target 0.19) |" in table
     assert "| two instances, least-loaded | 0.38 | 11.0% |" in table and "round-robin" not in table
     assert "| 1 prefill + 1 decode (ExampleConnector) | 0.38 | 20.0% |" in table
+
+
+def test_a_record_names_the_commit_its_run_started_at(results, tmp_path, monkeypatch):
+    """A commit that lands while a long run goes on is not the run's code."""
+    import subprocess
+    import time
+
+    from baton.report import results as module
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    now = int(time.time())
+
+    def commit(message: str, at: int) -> str:
+        env = {"GIT_AUTHOR_DATE": f"{at} +0000", "GIT_COMMITTER_DATE": f"{at} +0000", "GIT_AUTHOR_NAME": "t",
+               "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"}
+        subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", message], cwd=repo, env=env, check=True)
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    before, during = commit("before the run", now - 1000), commit("during the run", now - 10)
+    monkeypatch.setattr(module, "ROOT", repo)
+    assert module.run_commit(100.0) == before
+    assert module.run_commit(1.0) == during and module.run_commit(None) == during
+    assert json.loads(record("long", {"x": 1}, seconds=100.0).read_text())["commit"] == before

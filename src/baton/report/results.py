@@ -1,8 +1,8 @@
 """Published figures from one source: result files in the repository's ``results/``.
 
 A command run with ``--record`` (``baton demo``, ``baton reproduce``, the benchmarks) writes
-``results/<name>.json``: the figures, the command line, the commit (and whether the tree
-had changes), the machine and how long it took. The docs and the README quote those
+``results/<name>.json``: the figures, the command line, the commit the run started at (and
+whether the tree had changes when it ended), the machine and how long it took. The docs and the README quote those
 files through markers that ``scripts/render_results.py`` fills in, and
 ``tests/docs/test_results.py`` fails on a marker whose text is not what its file says, and
 on a figure written by hand inside a ``<!--measured-->`` region.
@@ -51,6 +51,18 @@ def _git(*args: str) -> str:
     return out.stdout.strip() if out.returncode == 0 else ""
 
 
+def run_commit(seconds: float | None) -> str:
+    """The commit a run of ``seconds`` that ends now started at: the newest commit on HEAD
+    committed before its start (commits can land while a long benchmark runs; its code is
+    the start's); HEAD when the run's length is not known."""
+    if seconds is not None:
+        start = int(time.time() - seconds)
+        found = _git("rev-list", "-1", f"--before={start}", "HEAD")
+        if found:
+            return _git("rev-parse", "--short", found) or found[:7]
+    return _git("rev-parse", "--short", "HEAD") or "unknown"
+
+
 def machine() -> dict[str, Any]:
     """What the figures were measured on."""
     return {"cpus": os.cpu_count(), "platform": platform.platform(), "processor": platform.machine(),
@@ -66,7 +78,7 @@ def record(name: str, figures: dict[str, Any], seconds: float | None = None,
     out = results_dir()
     out.mkdir(parents=True, exist_ok=True)
     data = {"name": name, "command": command or " ".join(["baton", *sys.argv[1:]]),
-            "commit": _git("rev-parse", "--short", "HEAD") or "unknown",
+            "commit": run_commit(seconds),
             "dirty": bool(_git("status", "--porcelain", "--untracked-files=no", "--", "src", "benchmarks")),
             "machine": machine(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "seconds": None if seconds is None else round(seconds, 1), "figures": _finite(figures)}
