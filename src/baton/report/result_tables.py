@@ -300,13 +300,14 @@ def real_fidelity_table(data: dict[str, Any]) -> str:
                 "failed"], rows)
 
 
-TABLES: dict[str, Callable[[dict[str, Any]], str]] = {"real_fidelity": real_fidelity_table, "migration": migration_table, "decode_bound": decode_bound_table,
+TABLES: dict[str, Callable[[dict[str, Any]], str]] = {"migration": migration_table, "decode_bound": decode_bound_table,
                                                       "combined": combined_table, "vidur": vidur_table,
                                                       "cache_mooncake": cache_mooncake_table,
                                                       "decisions": decisions_table,
                                                       "cascade_rates": cascade_rates_table,
                                                       "cascade_throughput": cascade_throughput_table,
-                                                      "cache_rates": cache_rates_table, "sweep": sweep_table, "cache_fixed": cache_fixed_table,
+                                                      "cache_rates": cache_rates_table, "sweep": sweep_table,
+                                                      "cache_fixed": cache_fixed_table,
                                                       "claims": claims_table, "demo": demo_table,
                                                       "summary": summary_table, "overhead": overhead_table,
-                                                      "sustainable": sustainable_table}
+                                                      "sustainable": sustainable_table, "real_fidelity": real_fidelity_table}

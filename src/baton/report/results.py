@@ -55,12 +55,8 @@ def run_commit(seconds: float | None) -> str:
     """The commit a run of ``seconds`` that ends now started at: the newest commit on HEAD
     committed before its start (commits can land while a long benchmark runs; its code is
     the start's); HEAD when the run's length is not known."""
-    if seconds is not None:
-        start = int(time.time() - seconds)
-        found = _git("rev-list", "-1", f"--before={start}", "HEAD")
-        if found:
-            return _git("rev-parse", "--short", found) or found[:7]
-    return _git("rev-parse", "--short", "HEAD") or "unknown"
+    before = [] if seconds is None else [f"--before={math.ceil(time.time() - seconds)}"]
+    return _git("log", "-1", "--format=%h", *before, "HEAD") or _git("log", "-1", "--format=%h", "HEAD") or "unknown"
 
 
 def machine() -> dict[str, Any]:
