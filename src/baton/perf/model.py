@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -120,6 +120,16 @@ class PerfModel(ABC):
     @abstractmethod
     def iteration_time_s(self, shape: BatchShape) -> float:
         """Duration of one engine iteration with this batch, in seconds."""
+
+    def chunk_time_fn(self, n_decodes: int, decode_ctx_tokens: int,
+                      prompt_tokens: int = 0) -> Callable[[int], float]:
+        """x -> the iteration time (s) of a prefill chunk of x tokens at offset
+        ``max(0, prompt_tokens - x)`` beside ``n_decodes`` decodes of ``decode_ctx_tokens``
+        context in all: ``iteration_time_s(prefill_shape(...))``, the same floats. A chunk
+        search asks it many times for one batch; a model may fold what x leaves alone."""
+        def chunk_time_s(x: int) -> float:
+            return self.iteration_time_s(prefill_shape(x, max(0, prompt_tokens - x), n_decodes, decode_ctx_tokens))
+        return chunk_time_s
 
     def kv_tokens_for(self, flags: "MemoryFlags") -> int:
         """KV capacity of one instance under these engine flags; a model without a

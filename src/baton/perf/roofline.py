@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from baton.core.errors import ConfigError
@@ -131,6 +132,35 @@ class RooflineModel(PerfModel):
         attention_s = (self._prefill_attn_s(shape) + self._decode_attn_s(shape)
                        + self.model.n_layers * self.eff.attn_launch_s)
         return linear_s + attention_s + allreduce_s + self.eff.iteration_overhead_s
+
+    def chunk_time_fn(self, n_decodes: int, decode_ctx_tokens: int,
+                      prompt_tokens: int = 0) -> Callable[[int], float]:
+        """``iteration_time_s(prefill_shape(x, max(0, prompt_tokens - x), n_decodes,
+        decode_ctx_tokens))`` as a function of x (s): the decode attention and the
+        constants are computed once, every term in the same operations and order, so the
+        floats are the same (a chunk search asks a few times per decode instance)."""
+        m, eff = self.model, self.eff
+        decode_s = self._decode_attn_s(BatchShape(n_decodes=n_decodes, decode_ctx_tokens=decode_ctx_tokens))
+        launch_s, overhead_s = m.n_layers * eff.attn_launch_s, eff.iteration_overhead_s
+        flops_per_pair = 4.0 * m.n_layers * m.n_heads * m.head_dim / self.tp
+        attn_compute, diag_eff = eff.attn_compute, eff.attn_diag_compute or eff.attn_compute
+        attn_flops, chunk_s = self._attn_flops, m.n_layers * eff.prefill_chunk_s
+        token_terms, by_tokens = self._token_terms, self._by_tokens
+
+        def chunk_time_s(x: int) -> float:
+            tokens = x + n_decodes
+            if tokens == 0:
+                return 0.0
+            terms = by_tokens.get(tokens) or token_terms(tokens)
+            if x:  # _prefill_attn_s of one chunk: offset pairs, then its causal triangle
+                pairs = x * (max(0, prompt_tokens - x) + (x + 1) / 2.0)
+                diag = min(x * (x + 1) / 2.0, pairs)
+                prefill_s = (flops_per_pair * ((pairs - diag) / attn_compute + diag / diag_eff)
+                             / attn_flops + chunk_s)
+            else:
+                prefill_s = 0.0
+            return terms[0] + (prefill_s + decode_s + launch_s) + terms[1] + overhead_s
+        return chunk_time_s
 
     # --- per-layer operator times, for checks against measured operator profiles -------
     def mlp_layer_s(self, tokens: int) -> float:

@@ -56,7 +56,6 @@ from baton.core.decisions import ArrivalPlan, Decision, Deflect
 from baton.core.request import Phase, RequestState
 from baton.core.settings import setting
 from baton.core.view import ClusterView
-from baton.perf.model import prefill_shape
 from baton.policies.base import PolicyContext, Stage, params_for
 from baton.policies.prefill_time import PrefillPredictor
 
@@ -119,6 +118,7 @@ class Kairos(Stage):
         # the last X* found: the next search starts there (an arrival searches every decode
         # instance for one prompt, and their loads, hence their X*, are alike)
         self._last_chunk: int | None = None
+        self._slope_s: float | None = None  # iteration time per chunk token near the last X* (s)
         # decode instances another stage owns at the moment (a composed scheduler's conflict
         # rules: one being flipped takes no deflection); none when Kairos runs alone
         self.exclude: frozenset[int] = frozenset()
@@ -145,10 +145,8 @@ class Kairos(Stage):
 
     def _search_chunk(self, view: ClusterView, n: int, prompt_tokens: int = 0) -> tuple[int, float]:
         perf, inst = self.context.perf, view.instance(n)
-        decodes, ctx = inst.decodes.n + len(inst.incoming), int(view.running_tokens(n))
-
-        def iteration(x: int) -> float:
-            return perf.iteration_time_s(prefill_shape(x, max(0, prompt_tokens - x), decodes, ctx))
+        iteration = perf.chunk_time_fn(inst.decodes.n + len(inst.incoming), int(view.running_tokens(n)),
+                                       prompt_tokens)
         found = None if self.fixed_chunk else self._near(iteration, self._last_chunk)
         if found is None:
             found = self._bracketed(iteration)
@@ -158,28 +156,46 @@ class Kairos(Stage):
 
     def _near(self, iteration, x: int | None) -> tuple[int, float] | None:
         """X* searched from ``x`` (the last answer, for another instance or an earlier
-        moment: close to this one): steps of 1, 4, 16, ... away from it until the answer is bracketed, then
-        the bracketed search. None without a last answer. Iteration time grows with the
-        chunk, so the largest fitting chunk is the same whichever search finds it."""
+        moment: close to this one). The first probe goes where the last search's slope (s
+        a token) puts the SLO crossing, then steps of 1, 4, 16, ... away until the answer is
+        bracketed, then the bracketed search. None without a last answer. Iteration time
+        grows with the chunk, so the largest fitting chunk is the same whichever probes
+        find it; better guesses only mean fewer of them."""
         lo, hi, slo = self.min_chunk, self.max_chunk, self.tbt_slo_s
         if x is None or not lo <= x <= hi:
             return None
-        t_x, step = iteration(x), 1
+        x0, t_x = x, iteration(x)
+        t0, step = t_x, self._first_step(t_x)
         if t_x <= slo:  # X* is x or above: find a chunk that does not fit
             while x < hi:
                 y = min(hi, x + step)
                 t_y = iteration(y)
                 if t_y > slo:
-                    return self._narrowed(iteration, x, t_x, y, t_y)
-                x, t_x, step = y, t_y, step * 4
+                    return self._learned(x0, t0, self._narrowed(iteration, x, t_x, y, t_y))
+                x, t_x, step = y, t_y, 1 if step > 1 and x == x0 else step * 4
             return x, t_x
         while x > lo:  # X* is below x: find a chunk that fits
             y = max(lo, x - step)
             t_y = iteration(y)
             if t_y <= slo:
-                return self._narrowed(iteration, y, t_y, x, t_x)
-            x, t_x, step = y, t_y, step * 4
+                return self._learned(x0, t0, self._narrowed(iteration, y, t_y, x, t_x))
+            x, t_x, step = y, t_y, 1 if step > 1 and x == x0 else step * 4
         return 0, math.inf
+
+    def _first_step(self, t_x: float) -> int:
+        """Tokens from the start to the chunk just past the predicted SLO crossing (1
+        without a slope yet)."""
+        if self._slope_s is None:
+            return 1
+        return max(1, int(abs(self.tbt_slo_s - t_x) / self._slope_s) + 1)
+
+    def _learned(self, x0: int, t0: float, found: tuple[int, float]) -> tuple[int, float]:
+        """Keep the slope between the search's start and its answer (far enough apart to
+        say something) for the next search's first probe."""
+        x, t = found
+        if abs(x - x0) >= 8 and t != t0:
+            self._slope_s = abs((t - t0) / (x - x0))
+        return found
 
     def _bracketed(self, iteration) -> tuple[int, float]:
         """X* between the smallest and the largest chunk: (0, inf) when even the smallest
@@ -194,16 +210,25 @@ class Kairos(Stage):
 
     def _narrowed(self, iteration, lo: int, t_lo: float, hi: int, t_hi: float) -> tuple[int, float]:
         """X* in a bracket (``lo`` fits, ``hi`` does not). Iteration time is nearly affine
-        in the chunk: interpolate, then keep the bracket with the probe; a few evaluations
-        instead of ~11."""
+        in the chunk: interpolate, then keep the bracket with the probe; a guess within a
+        token of X* is followed by a probe of the next chunk, which closes the bracket: two
+        or three evaluations instead of ~11. Where the time jumps (the roofline's corners,
+        a model's steps) interpolation lands beside the same end again and again: after two
+        probes that moved the same end the rest of the search halves the bracket, so no
+        search takes more than about log2 of it beyond those two."""
+        slo, last, halving = self.tbt_slo_s, None, False
         while hi - lo > 1:
-            guess = lo + (self.tbt_slo_s - t_lo) / (t_hi - t_lo) * (hi - lo)
-            mid = min(hi - 1, max(lo + 1, int(guess)))
+            if halving:
+                mid = (lo + hi) // 2
+            else:
+                guess = lo + (slo - t_lo) / (t_hi - t_lo) * (hi - lo)
+                mid = min(hi - 1, max(lo + 1, int(guess)))
             t_mid = iteration(mid)
-            if t_mid <= self.tbt_slo_s:
+            fits = t_mid <= slo
+            halving = halving or fits is last
+            last = fits
+            if fits:
                 lo, t_lo = mid, t_mid
-                if hi - lo > 1 and iteration(lo + 1) > self.tbt_slo_s:
-                    break
             else:
                 hi, t_hi = mid, t_mid
         return lo, t_lo
