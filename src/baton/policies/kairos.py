@@ -13,8 +13,9 @@ The summary gives no formulas beyond the deflection condition; Baton's choices:
 - **TTFT on decode instance n**: X* is the largest chunk (at most ``max_chunk_tokens``,
   the engine's token budget) such that one iteration of n's current decodes (running and
   arriving, with their contexts) plus a chunk of X* tokens stays within the TBT SLO,
-  found by bisection on the perf model; the chunk's attention to the prompt's earlier
-  chunks is left out of that check (small next to the linear layers at these lengths;
+  found by a bracketed search on the perf model (interpolation, halving where the time
+  jumps; the largest fitting chunk whatever the probes); the chunk's attention to the
+  prompt's earlier chunks is left out of that check (small next to the linear layers at these lengths;
   ``chunk_attention: true``, Baton's, sizes the chunk for the prompt's last chunk with
   that attention counted; measured in the combined scheduler it did not remove the TPOT
   misses of deflection on the Azure code trace, 18% with and 19% without, at 5.4 req/s on
