@@ -53,6 +53,7 @@ from baton.core.info import InfoModel, ViewMode  # noqa: E402
 from baton.sim import ClusterSpec, EngineConfig, simulate  # noqa: E402
 from baton.workload import load_trace, source_engine  # noqa: E402
 from fidelity_real import CASES as REAL_CASES, print_real, real_keys  # noqa: E402
+from fidelity_fleet import FLEET_CASES  # noqa: E402
 from vidur_runner import VidurCase, ensure_hub, ensure_vidur, run_vidur, vidur_latencies  # noqa: E402
 
 LLAMA70 = "meta-llama/Llama-2-70b-hf"
@@ -211,6 +212,8 @@ def main() -> None:
                    help="skip the real engine's rate search and its 50/70/85%% load cases")
     p.add_argument("--real-cases", default=",".join(REAL_CASES),
                    help="the real-engine cases to run (default all: %(default)s)")
+    p.add_argument("--fleet-cases", default=None, metavar="A,B",
+                   help="with the fleet case: which of colocated, colocated-rr, pd (default all)")
     p.add_argument("--real-sustainable", type=float, metavar="RPS",
                    help="the engine's sustainable rate, measured before (skips the rate search)")
     p.add_argument("--work", default=None, help="scratch folder for Vidur's outputs (default: a temporary one)")
@@ -230,8 +233,12 @@ def main() -> None:
         if set(cases) - set(REAL_CASES):
             sys.exit(f"fidelity: unknown real case(s) {', '.join(sorted(set(cases) - set(REAL_CASES)))}; "
                      f"known: {', '.join(REAL_CASES)}")
+        fleet = tuple(args.fleet_cases.split(",")) if args.fleet_cases else None
+        if fleet and set(fleet) - set(FLEET_CASES):
+            sys.exit(f"fidelity: unknown fleet case(s) {', '.join(sorted(set(fleet) - set(FLEET_CASES)))}; "
+                     f"known: {', '.join(FLEET_CASES)}")
         real = run_real(work / "real", args.real_requests, args.real_rate, compare, loaded=not args.no_loaded,
-                        cases=cases, sustainable_rps=args.real_sustainable)
+                        cases=cases, sustainable_rps=args.real_sustainable, fleet_kinds=fleet)
     rows = []
     if not args.no_vidur:
         python = ensure_vidur()

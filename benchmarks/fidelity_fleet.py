@@ -7,7 +7,9 @@
   instance's sustainable rate, and simulated on two mixed instances with the profile;
 - **1P1D**: the same two pinned instances as a prefill and a decode with the
   ExampleConnector (the KV connector ``make real-vllm`` uses: KV through files in a shared
-  folder), policy ``least-loaded``, at the same rate, simulated as 1 prefill + 1 decode;
+  folder), policy ``least-loaded``, at the same rate, simulated as 1 prefill + 1 decode
+  over a link priced by the pair's own handoff, measured alone first
+  (``fidelity_handoff``; the figures with the default link are kept beside);
 - **prefix at load**: the multi-turn sessions trace on the one instance, with sessions
   arriving so that requests come at ``FLEET_LOAD`` of its sustainable rate.
 
@@ -31,6 +33,7 @@ import numpy as np
 
 from baton.core.request import Request
 from baton.gateway.replay import replay
+from fidelity_handoff import fit_handoff, handoff_trace, link_for
 
 FLEET_LOAD = 0.7
 TWO_POLICIES = ("colocated", "colocated-rr")  # least-loaded and round-robin, colocated
@@ -66,9 +69,11 @@ def cores() -> tuple[int | None, int | None]:
     return (mine[0], mine[1]) if len(mine) >= 2 else (None, None)
 
 
-def fleet_case(work: Path, roles: str, policy: str, requests: list[Request], tools, say: Callable[[str], None]):
+def fleet_case(work: Path, roles: str, policy: str, requests: list[Request], tools, say: Callable[[str], None],
+               before: list[Request] | None = None):
     """Start two pinned instances (``roles``: "mixed" or "pd") and a gateway with
-    ``policy``, replay ``requests``, stop them; (the records, seconds)."""
+    ``policy``, replay ``before`` (if given) and then ``requests``, stop them; (the records
+    of ``before``, those of ``requests``, seconds)."""
     name = f"{roles}-{policy}"
     kv_dir = work / f"{name}-kv" if roles == "pd" else None
     procs = []
@@ -82,36 +87,52 @@ def fleet_case(work: Path, roles: str, policy: str, requests: list[Request], too
                    for i, (_, url) in enumerate(procs)]
         gateway = tools.start_gateway(work, engines, tools.profile, policy, f"{name}-gateway")
         procs.append(gateway)
-        say(f"{name}: engines and gateway ready after {time.monotonic() - t0:.0f} s; replaying {len(requests)} requests")
+        first = []
+        if before:
+            say(f"{name}: engines and gateway ready after {time.monotonic() - t0:.0f} s; {len(before)} requests alone")
+            first = asyncio.run(replay(gateway[1], before, model="smollm2", timeout_s=900))
+        say(f"{name}: ready after {time.monotonic() - t0:.0f} s; replaying {len(requests)} requests")
         live = asyncio.run(replay(gateway[1], requests, model="smollm2", timeout_s=900))
     finally:
         for proc, _ in procs:
             proc.terminate()
         for proc, _ in procs:
             proc.wait(60)
-    return live, time.monotonic() - t0
+    return first, live, time.monotonic() - t0
 
 
-def run_fleet(work: Path, sustainable_rps: float, tools, say: Callable[[str], None]) -> dict:
-    """The two-instance cases (colocated under both policies, and 1P1D), each compared
-    request by request with its simulation; ``tools``: fidelity_real's helpers bound to
-    this run (start_vllm, start_gateway, profile, simulate, compare, paired, write_pairs)."""
+FLEET_CASES = (*TWO_POLICIES, "pd")
+
+
+def run_fleet(work: Path, sustainable_rps: float, tools, say: Callable[[str], None],
+              kinds: tuple[str, ...] = FLEET_CASES) -> dict:
+    """The two-instance cases (``kinds`` of ``FLEET_CASES``: colocated under both
+    policies, and 1P1D), each compared request by request with its simulation; ``tools``:
+    fidelity_real's helpers bound to this run (start_vllm, start_gateway, profile,
+    kv_bytes_per_token, simulate, compare, paired, write_pairs)."""
     from fidelity_loaded import CASE_SPAN_S, poisson_trace
     rate = FLEET_LOAD * 2 * sustainable_rps
     requests = poisson_trace(rate, CASE_SPAN_S, seed=53, least=100)
     out: dict = {"rate_rps": rate, "requests": len(requests), "cores": list(cores())}
     real_of, sim_of = {}, {}
-    for roles, policy, sim_roles in [("mixed", p, (0, 0, 2)) for p in TWO_POLICIES] + [("pd", "least-loaded", (1, 1, 0))]:
-        live, seconds = fleet_case(work, roles, policy, requests, tools, say)
+    for key in kinds:
+        roles, policy, sim_roles = ("pd", "least-loaded", (1, 1, 0)) if key == "pd" else ("mixed", key, (0, 0, 2))
+        calibration = handoff_trace() if key == "pd" else None
+        first, live, seconds = fleet_case(work, roles, policy, requests, tools, say, calibration)
         real, failed = tools.paired(live, requests)
-        sim = tools.simulate(requests, sim_roles, policy)
-        key = "pd" if roles == "pd" else policy
+        link = None
+        if calibration:
+            out["handoff"], link = calibrated_link(calibration, first, tools, say)
+            out["pd_default_link"] = tools.compare(real, tools.simulate(requests, sim_roles, policy, None))
+        sim = tools.simulate(requests, sim_roles, policy, link)
         tools.write_pairs(work / f"fleet_{key}_requests.csv", requests, real, sim)
         figures = tools.compare(real, sim)
         figures.update(failed=failed, seconds=round(seconds))
         out[key], real_of[key], sim_of[key] = figures, real, sim
         say(f"{key} at {rate:.2f} req/s: TTFT MAPE {figures['ttft_mape']:.1%}, TPOT {figures['tpot_mape']:.1%}, "
             f"e2e {figures['e2e_mape']:.1%} ({failed} failed)")
+    if not set(TWO_POLICIES) <= set(real_of):
+        return out
     out["ranking"] = ranking(real_of, sim_of)
     r = out["ranking"]
     say(f"ranking (mean e2e, {TWO_POLICIES[0]} minus {TWO_POLICIES[1]}): real {r['real']['mean_s']:+.3f} s "
@@ -119,6 +140,20 @@ def run_fleet(work: Path, sustainable_rps: float, tools, say: Callable[[str], No
         f"[{r['sim']['lo_s']:+.3f}, {r['sim']['hi_s']:+.3f}]: "
         + ("agrees" if r["agrees"] else "disagrees") + ("" if r["real_decided"] else " (the real runs do not decide it)"))
     return out
+
+
+def calibrated_link(calibration: list[Request], live, tools, say: Callable[[str], None]) -> tuple[dict, dict]:
+    """The handoff fitted from the calibration's answers (``fidelity_handoff``) and the link
+    that prices it: (the figures, the link's ClusterSpec fields)."""
+    real, failed = tools.paired(live, calibration)
+    fit = fit_handoff(calibration, real, tools.simulate(calibration, (1, 1, 0), "least-loaded", None))
+    link = link_for(fit["fixed_s"], fit["per_token_s"], tools.kv_bytes_per_token)
+    with_link = tools.compare(real, tools.simulate(calibration, (1, 1, 0), "least-loaded", link))
+    say(f"handoff alone: {fit['fixed_s'] * 1000:.0f} ms + {fit['per_token_s'] * 1000:.3f} ms a prompt token "
+        f"(fit error {fit['fit_mae_s'] * 1000:.0f} ms over {fit['points']} requests, {failed} failed): a link of "
+        f"{link['nic_gbps']:.3f} Gb/s and {link['nic_latency_s'] * 1000:.0f} ms; the calibration's TTFT MAPE with it "
+        f"{with_link['ttft_mape']:.1%}")
+    return {**fit, **link, "failed": failed, "calibration_ttft_mape": with_link["ttft_mape"]}, link
 
 
 def arrival_rate(requests: list[Request]) -> float:

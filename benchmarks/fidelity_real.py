@@ -124,13 +124,15 @@ def trace(n: int, rate_rps: float) -> list[Request]:
 
 def simulated(requests: list[Request], profile: Path, kv_tokens: int,
               hits: list[float] | None = None, roles: tuple[int, int, int] = (0, 0, 1),
-              policy: str = "colocated-rr") -> dict[int, tuple[float, float, float]]:
+              policy: str = "colocated-rr", link: dict | None = None) -> dict[int, tuple[float, float, float]]:
     """Per request (TTFT, TPOT, e2e) simulated with the profile on ``roles`` (prefill,
-    decode, mixed instances; default one mixed) under ``policy``; the prefix-cache hits
+    decode, mixed instances; default one mixed) under ``policy``, over ``link``
+    (``nic_gbps`` and ``nic_latency_s``; default the cluster's); the prefix-cache hits
     (tokens) are appended to ``hits``."""
     engine = EngineConfig(max_num_batched_tokens=BUDGET_TOKENS, max_num_seqs=MAX_SEQS, block_size=128,
                           max_model_len=MAX_LEN, kv_tokens=kv_tokens)
-    cluster = ClusterSpec(prefill=roles[0], decode=roles[1], mixed=roles[2], preset=str(profile), engine=engine)
+    cluster = ClusterSpec(prefill=roles[0], decode=roles[1], mixed=roles[2], preset=str(profile), engine=engine,
+                          **(link or {}))
     result = simulate(requests, cluster, policy, info=InfoModel(ViewMode.EXACT))
     if hits is not None:
         hits.append(float(sum(s.hits for s in result.prefix_cache.values())))
@@ -236,14 +238,17 @@ def _profiled(engine_url: str, vllm: subprocess.Popen, work: Path, t0: float):
 
 
 def run_real(work: Path, n: int, rate_rps: float, compare, prefix_sessions: int = 30, loaded: bool = True,
-             cases: tuple[str, ...] = CASES, sustainable_rps: float | None = None) -> dict:
+             cases: tuple[str, ...] = CASES, sustainable_rps: float | None = None,
+             fleet_kinds: tuple[str, ...] | None = None) -> dict:
     """Profile, replay and simulate; ``compare`` is fidelity.py's per-request comparison.
     ``cases`` (of ``CASES``): "light" the ``n``-request trace at ``rate_rps``; "loaded" the
     engine's sustainable rate and the cases at 50/70/85% of it (``fidelity_loaded``);
     "prefix" the sessions trace; "prefix-load" the sessions at 70% of the sustainable rate;
     "fleet" two instances and 1P1D (``fidelity_fleet``). ``sustainable_rps`` skips the rate
-    search (a rate measured before). ``loaded`` False drops "loaded"."""
-    from fidelity_fleet import FLEET_LOAD, SESSIONS_AT_LOAD, arrival_rate, run_fleet, session_rate_for
+    search (a rate measured before); ``fleet_kinds`` picks fleet cases (default all of
+    ``FLEET_CASES``). ``loaded`` False drops "loaded"."""
+    from fidelity_fleet import FLEET_CASES, FLEET_LOAD, SESSIONS_AT_LOAD, arrival_rate, run_fleet, session_rate_for
+    fleet_kinds = fleet_kinds or FLEET_CASES
     from fidelity_loaded import BUSY_SHARE, Harness, RateSearch, loaded_cases, slo_of
     cases = tuple(c for c in cases if loaded or c != "loaded")
     work.mkdir(parents=True, exist_ok=True)
@@ -300,9 +305,11 @@ def run_real(work: Path, n: int, rate_rps: float, compare, prefix_sessions: int 
             p.wait(30)
     if "fleet" in cases:
         tools = SimpleNamespace(start_vllm=start_vllm, start_gateway=start_gateway, profile=profile,
-                                simulate=lambda reqs, roles, policy: simulated(reqs, profile, kv, None, roles, policy),
+                                kv_bytes_per_token=FittedModel.from_profile(profile).kv_bytes_per_token,
+                                simulate=lambda reqs, roles, policy, link: simulated(reqs, profile, kv, None, roles,
+                                                                                     policy, link),
                                 compare=compare, paired=_paired, write_pairs=write_pairs)
-        under_load["fleet"] = run_fleet(work, sustainable_rps, tools, say)
+        under_load["fleet"] = run_fleet(work, sustainable_rps, tools, say, fleet_kinds)
     out.update(loaded=under_load, seconds=round(time.monotonic() - t0))
     return out
 
@@ -327,9 +334,13 @@ def print_real(real: dict) -> None:
         _row("real, prefix 70%", m, f" hits: vLLM {m['vllm_hits_tokens']:.0f}, Baton {m['baton_hits_tokens']:.0f}{busy}")
     fleet = loaded.get("fleet") or {}
     for key, label in (("colocated", "real, 2x least-ld"), ("colocated-rr", "real, 2x round-rob"),
-                       ("pd", "real, 1P1D")):
+                       ("pd", "real, 1P1D"), ("pd_default_link", "1P1D, NIC link")):
         if key in fleet:
             _row(label, fleet[key], busy)
+    if "handoff" in fleet:
+        h = fleet["handoff"]
+        print(f"1P1D handoff measured alone: {h['fixed_s'] * 1000:.0f} ms + {h['per_token_s'] * 1000:.3f} ms a "
+              f"prompt token: simulated over {h['nic_gbps']:.3f} Gb/s, {h['nic_latency_s'] * 1000:.0f} ms")
     if "ranking" in fleet:
         r = fleet["ranking"]
         print(f"ranking by mean e2e (colocated minus colocated-rr): real {r['real']['mean_s']:+.3f} s "
@@ -346,6 +357,7 @@ def real_keys(real: dict | None) -> dict:
     return {**{f"real{key}_{k}_mape": m[f"{k}_mape"] for key, m in cases.items() for k in ("ttft", "tpot", "e2e")},
             "two_instance_e2e_mape": max(two) if two else None,
             "pd_e2e_mape": fleet["pd"]["e2e_mape"] if "pd" in fleet else None,
+            "pd_default_link_e2e_mape": fleet["pd_default_link"]["e2e_mape"] if "pd_default_link" in fleet else None,
             "ranking_agrees": fleet["ranking"]["agrees"] if "ranking" in fleet else None,
             "prefix70_ttft_mape": prefix.get("ttft_mape"), "prefix70_hits_error": prefix.get("hits_error"),
             "real_sustainable_rps": loaded.get("sustainable_rps"), "real_profile_busy": (real or {}).get("profile_busy")}

@@ -1,5 +1,6 @@
 """The real-engine fidelity benchmark's pure parts: the paired ranking and its interval,
-the sessions rate for a load, and the JSON keys issue 53 names."""
+the sessions rate for a load, the 1P1D handoff's calibration (its fit and the link that
+prices it, checked through a real simulation), and the JSON keys issue 53 names."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from fidelity_fleet import arrival_rate, paired_difference, ranking, session_rate_for  # noqa: E402
+from fidelity_handoff import fit_handoff, handoff_trace, link_for  # noqa: E402
 from fidelity_real import real_keys, sessions_trace  # noqa: E402
 
 
@@ -54,10 +56,52 @@ def test_the_json_keys_are_issue_53s_and_null_where_a_case_did_not_run():
         "sustainable_rps": 0.35, "cases": {"70": case(0.04), "85": case(0.06)},
         "prefix": {"ttft_mape": 0.12, "hits_error": 0.02},
         "fleet": {"colocated": case(0.08), "colocated-rr": case(0.11), "pd": case(0.2),
-                  "ranking": {"agrees": True}}}}
+                  "pd_default_link": case(0.3), "ranking": {"agrees": True}}}}
     keys = real_keys(real)
     assert (keys["real70_e2e_mape"], keys["real85_e2e_mape"], keys["two_instance_e2e_mape"], keys["pd_e2e_mape"],
             keys["ranking_agrees"], keys["prefix70_ttft_mape"], keys["prefix70_hits_error"]) == \
         (0.04, 0.06, 0.11, 0.2, True, 0.12, 0.02)
+    assert keys["pd_default_link_e2e_mape"] == 0.3
     empty = real_keys(None)
-    assert empty["two_instance_e2e_mape"] is None and empty["ranking_agrees"] is None and "real70_e2e_mape" not in empty
+    assert empty["pd_default_link_e2e_mape"] is None and empty["two_instance_e2e_mape"] is None and empty["ranking_agrees"] is None and "real70_e2e_mape" not in empty
+
+
+FITS = [  # (fixed s, s a prompt token) the real pair adds, and what the fit keeps
+    ("a fixed cost and a rate", 0.4, 0.0004, 0.4, 0.0004),
+    ("no fixed cost", 0.0, 0.001, 0.0, 0.001),
+    ("a faster real pair: nothing to add, never a negative term", -0.05, -0.0001, 0.0, 0.0),
+    ("a negative rate: the fixed cost alone", 0.3, -0.00005, None, 0.0),
+]
+
+
+@pytest.mark.parametrize("name,fixed,rate,want_fixed,want_rate", FITS, ids=[f[0] for f in FITS])
+def test_the_handoff_fit_is_what_the_real_pair_adds_and_never_negative(name, fixed, rate, want_fixed, want_rate):
+    requests = handoff_trace()
+    sim = {r.req_id: (0.1 + 1e-4 * r.prompt_tokens, 0.01, 1.0) for r in requests}
+    real = {r.req_id: (sim[r.req_id][0] + fixed + rate * r.prompt_tokens, 0.01, 1.0) for r in requests[1:]}
+    fit = fit_handoff(requests, real, sim)
+    assert fit["points"] == len(requests) - 1  # the unanswered one is left out
+    assert fit["per_token_s"] == pytest.approx(want_rate, abs=1e-12)
+    if want_fixed is not None:
+        assert fit["fixed_s"] == pytest.approx(want_fixed, abs=1e-9)
+    assert fit["fixed_s"] >= 0 and fit["per_token_s"] >= 0
+    with pytest.raises(ValueError, match="two answered"):
+        fit_handoff(requests, {}, sim)
+
+
+def test_a_calibrated_link_adds_the_fitted_handoff_to_a_simulated_requests_ttft():
+    """Through the simulator itself: one request alone on 1P1D, over the default link and
+    over the link fitted for 0.4 s + 0.5 ms a prompt token, differ by exactly that."""
+    from baton.core.request import Request
+    from baton.perf.presets import build
+    from baton.sim import ClusterSpec, simulate
+    preset = "llama-3.1-8b@a100-80g"
+    kvb = build(preset).kv_bytes_per_token
+    link = link_for(0.4, 0.0005, kvb)
+    assert link["nic_latency_s"] == pytest.approx(ClusterSpec().nic_latency_s + 0.4)
+    for tokens in (100, 1500):
+        ttft = [simulate([Request(0, 0.0, tokens, 4)], ClusterSpec(prefill=1, decode=1, preset=preset, **extra),
+                         "least-loaded").records[0].ttft_s for extra in ({}, link)]
+        assert ttft[1] - ttft[0] == pytest.approx(0.4 + 0.0005 * tokens, rel=1e-6)
+    assert [r.prompt_tokens for r in handoff_trace()] == [64, 256, 512, 1024, 1536] * 2
+    assert all(r.output_tokens > 1 for r in handoff_trace())  # a one-token answer has no handoff
