@@ -38,7 +38,7 @@ from baton.core.info import InfoModel, ViewMode
 from baton.core.request import Request
 from baton.gateway.replay import replay
 from baton.perf.fitted import FittedModel
-from baton.profiling.fit import fit_errors
+from baton.profiling.fit import fit_errors, repeat_spread
 from baton.profiling.grid import ProfileGrid, write_profile
 from baton.profiling.live import profile_engine
 from baton.sim import ClusterSpec, EngineConfig, simulate
@@ -229,12 +229,14 @@ def _profiled(engine_url: str, vllm: subprocess.Popen, work: Path, t0: float):
     busy_share = busy.stop()
     profile = work / "profile.csv"
     write_profile(profile, rows, facts, {"max_num_batched_tokens": BUDGET_TOKENS})
-    fit = fit_errors(rows, FittedModel.from_profile(profile))
+    fit, spread = fit_errors(rows, FittedModel.from_profile(profile)), repeat_spread(rows)
     print(f"fidelity: profiled in {time.monotonic() - t0:.0f} s; fit MAPE "
           + ", ".join(f"{k} {v['mape']:.1%}" for k, v in fit.items())
+          + "; repeats of one point apart by " + ", ".join(f"{k} {v['median']:.1%} (worst {v['max']:.0%})"
+                                                          for k, v in spread.items())
           + f"; other processes used {busy_share:.0%} of the machine meanwhile"
           + (" (BUSY: figures on this profile are marked)" if busy_share > BUSY_SHARE else ""), flush=True)
-    return facts, rows, profile, fit, busy_share
+    return facts, rows, profile, fit, busy_share, spread
 
 
 def run_real(work: Path, n: int, rate_rps: float, compare, prefix_sessions: int = 30, loaded: bool = True,
@@ -260,9 +262,10 @@ def run_real(work: Path, n: int, rate_rps: float, compare, prefix_sessions: int 
         vllm, engine_url = start_vllm(work)
         procs.append(vllm)
         say(f"vLLM ready after {time.monotonic() - t0:.0f} s; profiling")
-        facts, rows, profile, fit, busy_share = _profiled(engine_url, vllm, work, t0)
+        facts, rows, profile, fit, busy_share, spread = _profiled(engine_url, vllm, work, t0)
         kv = facts.kv_capacity_tokens
         out.update(profile_rows=len(rows), profile_fit_mape={k: v["mape"] for k, v in fit.items()},
+                   profile_repeat_spread={k: v["median"] for k, v in spread.items()},
                    profile_busy_share=busy_share, profile_busy=busy_share > BUSY_SHARE)
         gateway, gw_url = start_gateway(work, engine_url, profile)
         procs.append(gateway)

@@ -175,8 +175,8 @@ def cmd_workload_stats(args: argparse.Namespace) -> None:
     fig = workload_figure(np.array([r.prompt_tokens for r in requests]), np.array([r.output_tokens for r in requests]),
                           np.array([r.arrival_s for r in requests]), f"Workload {name}")
     rows = [[k, f"{v:,.3f}".rstrip("0").rstrip(".")] for k, v in stats.items()]
-    path = write_report(args.out, Report(f"Workload statistics: {name}", figures=[fig],
-                                         extra_tables=[("Statistics", ["metric", "value"], rows)]), stem="workload")
+    write_report(args.out, Report(f"Workload statistics: {name}", figures=[fig],
+                 extra_tables=[("Statistics", ["metric", "value"], rows)]), stem="workload")
     if args.json:
         emit_json({name: clean(stats)})
         return
@@ -215,7 +215,7 @@ def cmd_profile(args: argparse.Namespace) -> None:
     import asyncio
 
     from baton.perf.fitted import FittedModel
-    from baton.profiling.fit import fit_errors
+    from baton.profiling.fit import fit_errors, repeat_spread
     from baton.profiling.grid import ProfileGrid, write_profile
     from baton.profiling.live import profile_engine
     if args.kind == "qoe":
@@ -240,6 +240,9 @@ def cmd_profile(args: argparse.Namespace) -> None:
         model = FittedModel.from_profile(out)
         for kind, err in fit_errors(rows, model).items():
             print(f"fit on {kind} rows: {err['rows']} rows, MAPE {err['mape']:.1%}, worst {err['max']:.1%}")
+    for kind, spread in repeat_spread(rows).items():
+        print(f"repeats of one {kind} point differ by {spread['median']:.1%} at the median, {spread['max']:.1%} at "
+              f"worst ({spread['points']} points): a fit cannot be closer than this machine repeats itself")
 
 
 def _profile_qoe(args: argparse.Namespace) -> None:
