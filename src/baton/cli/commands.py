@@ -176,7 +176,7 @@ def cmd_workload_stats(args: argparse.Namespace) -> None:
                           np.array([r.arrival_s for r in requests]), f"Workload {name}")
     rows = [[k, f"{v:,.3f}".rstrip("0").rstrip(".")] for k, v in stats.items()]
     write_report(args.out, Report(f"Workload statistics: {name}", figures=[fig],
-                 extra_tables=[("Statistics", ["metric", "value"], rows)]), stem="workload")
+                                  extra_tables=[("Statistics", ["metric", "value"], rows)]), stem="workload")
     if args.json:
         emit_json({name: clean(stats)})
         return
