@@ -123,7 +123,8 @@ def run_fleet(work: Path, sustainable_rps: float, tools, say: Callable[[str], No
         link = None
         if calibration:
             out["handoff"], link = calibrated_link(calibration, first, tools, say)
-            out["pd_default_link"] = tools.compare(real, tools.simulate(requests, sim_roles, policy, None))
+            out["pd_default_link"] = {**tools.compare(real, tools.simulate(requests, sim_roles, policy, None)),
+                                      "failed": failed}
         sim = tools.simulate(requests, sim_roles, policy, link)
         tools.write_pairs(work / f"fleet_{key}_requests.csv", requests, real, sim)
         figures = tools.compare(real, sim)

@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from fidelity_fleet import arrival_rate, paired_difference, ranking, session_rate_for  # noqa: E402
 from fidelity_handoff import fit_handoff, handoff_trace, link_for  # noqa: E402
-from fidelity_real import real_keys, sessions_trace  # noqa: E402
+from fidelity_real import print_real, real_keys, sessions_trace  # noqa: E402
 
 
 def _runs(e2e: list[float]) -> dict[int, tuple[float, float, float]]:
@@ -105,3 +105,50 @@ def test_a_calibrated_link_adds_the_fitted_handoff_to_a_simulated_requests_ttft(
         assert ttft[1] - ttft[0] == pytest.approx(0.4 + 0.0005 * tokens, rel=1e-6)
     assert [r.prompt_tokens for r in handoff_trace()] == [64, 256, 512, 1024, 1536] * 2
     assert all(r.output_tokens > 1 for r in handoff_trace())  # a one-token answer has no handoff
+
+
+def test_the_real_rows_print_every_fleet_case_and_the_handoff(capsys):
+    def case():
+        return {"ttft_mape": 0.1, "tpot_mape": 0.05, "e2e_mape": 0.2, "failed": 0,
+                **{f"{k}_p{q}_ratio": 1.0 for k in ("ttft", "tpot", "e2e") for q in (50, 90, 99)}}
+    fleet = {"rate_rps": 0.38, "pd": case(), "pd_default_link": case(),
+             "handoff": {"fixed_s": 0.164, "per_token_s": 0.000573, "nic_gbps": 0.32, "nic_latency_s": 0.164}}
+    print_real({"loaded": {"fleet": fleet}})
+    out = capsys.readouterr().out
+    assert "real, 1P1D" in out and "1P1D, NIC link" in out and "164 ms + 0.573 ms" in out
+
+
+def test_the_pd_case_calibrates_its_link_and_reports_both_links(monkeypatch, capsys):
+    """run_fleet's 1P1D path with the engines replaced by canned answers: the calibration's
+    handoff is fitted, the loaded trace is simulated over its link and over the default
+    one, and the rows print."""
+    import types
+
+    import fidelity_fleet
+    from baton.core.request import Request
+
+    def answers(reqs, extra_s):  # replay records: 0.5 s + what the pair adds, before the tokens
+        return [types.SimpleNamespace(req_id=r.req_id, status=200, ttft_s=0.5 + extra_s(r), e2e_s=2.0 + extra_s(r))
+                for r in reqs]
+    monkeypatch.setattr(fidelity_fleet, "fleet_case", lambda work, roles, policy, reqs, tools, say, before: (
+        answers(before, lambda r: 0.2 + 0.0005 * r.prompt_tokens), answers(reqs, lambda r: 0.3), 1.0))
+    calls = []
+
+    def simulate(reqs, roles, policy, link):
+        calls.append((len(reqs), roles, link))
+        return {r.req_id: (0.5 + (0.2 + 0.0005 * r.prompt_tokens if link else 0.0), 0.01, 2.0) for r in reqs}
+
+    def compare(real, sim):
+        return {"ttft_mape": 0.0, "tpot_mape": 0.0, "e2e_mape": 0.0,
+                **{f"{k}_p{q}_ratio": 1.0 for k in ("ttft", "tpot", "e2e") for q in (50, 90, 99)}}
+    from fidelity_real import _paired
+    tools = types.SimpleNamespace(kv_bytes_per_token=23_040, simulate=simulate, compare=compare, paired=_paired,
+                                  write_pairs=lambda *a: None)
+    monkeypatch.setattr("fidelity_loaded.poisson_trace", lambda rate, span, seed, least: [
+        Request(i, float(i), 300, 20) for i in range(5)])
+    out = fidelity_fleet.run_fleet(Path("/nonexistent"), 0.27, tools, lambda m: None, kinds=("pd",))
+    assert out["handoff"]["fixed_s"] == pytest.approx(0.2) and out["handoff"]["per_token_s"] == pytest.approx(0.0005)
+    assert {"pd", "pd_default_link"} <= set(out) and "ranking" not in out
+    assert [c[2] is None for c in calls] == [True, False, True, False]  # calibration x2, then the trace x2
+    print_real({"loaded": {"fleet": out}})
+    assert "1P1D, NIC link" in capsys.readouterr().out
