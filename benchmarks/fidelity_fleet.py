@@ -73,7 +73,10 @@ def fleet_case(work: Path, roles: str, policy: str, requests: list[Request], too
                before: list[Request] | None = None):
     """Start two pinned instances (``roles``: "mixed" or "pd") and a gateway with
     ``policy``, replay ``before`` (if given) and then ``requests``, stop them; (the records
-    of ``before``, those of ``requests``, seconds)."""
+    of ``before``, those of ``requests``, seconds, and per process group (the engines, the
+    gateway) its CPU seconds and the seconds its threads waited for a CPU during
+    ``requests``: ``cpu_waits``)."""
+    from fidelity_loaded import group_schedstat
     name = f"{roles}-{policy}"
     kv_dir = work / f"{name}-kv" if roles == "pd" else None
     procs = []
@@ -92,13 +95,27 @@ def fleet_case(work: Path, roles: str, policy: str, requests: list[Request], too
             say(f"{name}: engines and gateway ready after {time.monotonic() - t0:.0f} s; {len(before)} requests alone")
             first = asyncio.run(replay(gateway[1], before, model="smollm2", timeout_s=900))
         say(f"{name}: ready after {time.monotonic() - t0:.0f} s; replaying {len(requests)} requests")
+        names = [*(e["name"] for e in engines), "gateway"]
+        before_run = [group_schedstat(proc.pid) for proc, _ in procs]
         live = asyncio.run(replay(gateway[1], requests, model="smollm2", timeout_s=900))
+        waits = cpu_waits(names, before_run, [group_schedstat(proc.pid) for proc, _ in procs])
     finally:
         for proc, _ in procs:
             proc.terminate()
         for proc, _ in procs:
             proc.wait(60)
-    return first, live, time.monotonic() - t0
+    return first, live, time.monotonic() - t0, waits
+
+
+def cpu_waits(names: list[str], before: list[tuple[float, float]],
+              after: list[tuple[float, float]]) -> dict[str, dict[str, float]]:
+    """Per process group: CPU seconds, seconds runnable but waiting for a CPU, and the
+    wait's share of the two, between two ``group_schedstat`` samples."""
+    out = {}
+    for name, (run0, wait0), (run1, wait1) in zip(names, before, after):
+        cpu_s, wait_s = run1 - run0, wait1 - wait0
+        out[name] = {"cpu_s": cpu_s, "wait_s": wait_s, "wait_share": wait_s / (cpu_s + wait_s) if cpu_s + wait_s else 0.0}
+    return out
 
 
 FLEET_CASES = (*TWO_POLICIES, "pd")
@@ -118,7 +135,7 @@ def run_fleet(work: Path, sustainable_rps: float, tools, say: Callable[[str], No
     for key in kinds:
         roles, policy, sim_roles = ("pd", "least-loaded", (1, 1, 0)) if key == "pd" else ("mixed", key, (0, 0, 2))
         calibration = handoff_trace() if key == "pd" else None
-        first, live, seconds = fleet_case(work, roles, policy, requests, tools, say, calibration)
+        first, live, seconds, waits = fleet_case(work, roles, policy, requests, tools, say, calibration)
         real, failed = tools.paired(live, requests)
         link = None
         if calibration:
@@ -128,10 +145,11 @@ def run_fleet(work: Path, sustainable_rps: float, tools, say: Callable[[str], No
         sim = tools.simulate(requests, sim_roles, policy, link)
         tools.write_pairs(work / f"fleet_{key}_requests.csv", requests, real, sim)
         figures = tools.compare(real, sim)
-        figures.update(failed=failed, seconds=round(seconds))
+        figures.update(failed=failed, seconds=round(seconds), cpu_waits=waits)
         out[key], real_of[key], sim_of[key] = figures, real, sim
         say(f"{key} at {rate:.2f} req/s: TTFT MAPE {figures['ttft_mape']:.1%}, TPOT {figures['tpot_mape']:.1%}, "
-            f"e2e {figures['e2e_mape']:.1%} ({failed} failed)")
+            f"e2e {figures['e2e_mape']:.1%} ({failed} failed); waiting for a CPU: "
+            + ", ".join(f"{n} {w['wait_share']:.0%} of {w['cpu_s'] + w['wait_s']:.0f} s" for n, w in waits.items()))
     if not set(TWO_POLICIES) <= set(real_of):
         return out
     out["ranking"] = ranking(real_of, sim_of)

@@ -173,6 +173,23 @@ def group_jiffies(pgid: int) -> int:
     return total
 
 
+def group_schedstat(pgid: int) -> tuple[float, float]:
+    """(seconds on a CPU, seconds runnable but waiting for one) summed over the threads of
+    every live process in group ``pgid`` (/proc/PID/task/TID/schedstat: the scheduler's own
+    accounting, so the wait is time other work held the CPU the thread could run on)."""
+    run_ns = wait_ns = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[2]) != pgid:
+                continue
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                fields = Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()
+                run_ns, wait_ns = run_ns + int(fields[0]), wait_ns + int(fields[1])
+        except OSError:
+            continue
+    return run_ns / 1e9, wait_ns / 1e9
+
+
 def machine_busy_jiffies() -> int:
     """All CPUs' busy jiffies (user, nice, system, irq, softirq, steal) from /proc/stat."""
     f = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]

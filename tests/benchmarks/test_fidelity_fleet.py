@@ -131,7 +131,8 @@ def test_the_pd_case_calibrates_its_link_and_reports_both_links(monkeypatch, cap
         return [types.SimpleNamespace(req_id=r.req_id, status=200, ttft_s=0.5 + extra_s(r), e2e_s=2.0 + extra_s(r))
                 for r in reqs]
     monkeypatch.setattr(fidelity_fleet, "fleet_case", lambda work, roles, policy, reqs, tools, say, before: (
-        answers(before, lambda r: 0.2 + 0.0005 * r.prompt_tokens), answers(reqs, lambda r: 0.3), 1.0))
+        answers(before, lambda r: 0.2 + 0.0005 * r.prompt_tokens), answers(reqs, lambda r: 0.3), 1.0,
+        fidelity_fleet.cpu_waits(["e0", "e1", "gateway"], [(1.0, 0.5)] * 3, [(3.0, 1.0), (2.0, 0.5), (1.5, 0.5)])))
     calls = []
 
     def simulate(reqs, roles, policy, link):
@@ -149,6 +150,8 @@ def test_the_pd_case_calibrates_its_link_and_reports_both_links(monkeypatch, cap
     out = fidelity_fleet.run_fleet(Path("/nonexistent"), 0.27, tools, lambda m: None, kinds=("pd",))
     assert out["handoff"]["fixed_s"] == pytest.approx(0.2) and out["handoff"]["per_token_s"] == pytest.approx(0.0005)
     assert {"pd", "pd_default_link"} <= set(out) and "ranking" not in out
+    waits = out["pd"]["cpu_waits"]
+    assert waits["e0"] == {"cpu_s": 2.0, "wait_s": 0.5, "wait_share": 0.2} and waits["e1"]["wait_share"] == 0.0
     assert [c[2] is None for c in calls] == [True, False, True, False]  # calibration x2, then the trace x2
     print_real({"loaded": {"fleet": out}})
     assert "1P1D, NIC link" in capsys.readouterr().out
