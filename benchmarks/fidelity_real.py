@@ -250,8 +250,8 @@ def run_real(work: Path, n: int, rate_rps: float, compare, prefix_sessions: int 
     search (a rate measured before); ``fleet_kinds`` picks fleet cases (default all of
     ``FLEET_CASES``). ``loaded`` False drops "loaded"."""
     from fidelity_fleet import FLEET_CASES, FLEET_LOAD, SESSIONS_AT_LOAD, arrival_rate, run_fleet, session_rate_for
-    fleet_kinds = fleet_kinds or FLEET_CASES
     from fidelity_loaded import BUSY_SHARE, Harness, RateSearch, loaded_cases, slo_of
+    fleet_kinds = fleet_kinds or FLEET_CASES
     cases = tuple(c for c in cases if loaded or c != "loaded")
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()

@@ -15,9 +15,9 @@ The summary gives no formulas beyond the deflection condition; Baton's choices:
   arriving, with their contexts) plus a chunk of X* tokens stays within the TBT SLO,
   found by a bracketed search on the perf model (interpolation, halving where the time
   jumps; the largest fitting chunk whatever the probes); the chunk's attention to the
-  prompt's earlier chunks is left out of that check (small next to the linear layers at these lengths;
-  ``chunk_attention: true``, Baton's, sizes the chunk for the prompt's last chunk with
-  that attention counted; measured in the combined scheduler it did not remove the TPOT
+  prompt's earlier chunks is left out of that check (small next to the linear layers at
+  these lengths; ``chunk_attention: true``, Baton's, sizes the chunk for the prompt's last
+  chunk with that attention counted; measured in the combined scheduler it did not remove the TPOT
   misses of deflection on the Azure code trace, 18% with and 19% without, at 5.4 req/s on
   4P4D with the TBT budget at the TPOT SLO: those come from decodes that join the batch
   after the deflection was admitted; on the Mooncake trace's 12k-token prompts the
