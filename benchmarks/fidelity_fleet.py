@@ -114,7 +114,8 @@ def cpu_waits(names: list[str], before: list[tuple[float, float]],
     out = {}
     for name, (run0, wait0), (run1, wait1) in zip(names, before, after):
         cpu_s, wait_s = run1 - run0, wait1 - wait0
-        out[name] = {"cpu_s": cpu_s, "wait_s": wait_s, "wait_share": wait_s / (cpu_s + wait_s) if cpu_s + wait_s else 0.0}
+        share = wait_s / (cpu_s + wait_s) if cpu_s + wait_s else 0.0
+        out[name] = {"cpu_s": cpu_s, "wait_s": wait_s, "wait_share": share}
     return out
 
 
