@@ -22,6 +22,7 @@ itself passes to ``loop.create_server``, and ``request.transport`` names the con
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import socket
@@ -165,6 +166,23 @@ def listener_settings(config: GatewayConfig) -> dict:
             "access_log": logging.getLogger("baton.access") if config.access_log else None}
 
 
+# Python's default first-generation threshold (700 new objects) ran a collection every 15 or
+# so 8-token requests here, 0.2 ms each and 0.5 ms for the second generation, about 8% of the
+# gateway's CPU and a pause in the tail of every client's latency; a request's objects are
+# freed by reference counting long before a collection could find them. At 20,000 a
+# collection runs every few thousand requests (about 3 ms).
+GEN0_THRESHOLD_OBJECTS = 20_000
+
+
+def settle_collector() -> None:
+    """Once the app has started: what start-up built (modules, the policy, the config)
+    frozen out of the collector's reach, so the rare full collection walks only what
+    serving made; then the higher first-generation threshold."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GEN0_THRESHOLD_OBJECTS, *gc.get_threshold()[1:])
+
+
 def serve_app(app: web.Application, host: str, port: int, limits: HeadLimits, keepalive_timeout_s: float,
               access_log: Any = None, reuse_port: bool = False) -> None:
     """Serve ``app`` until SIGINT or SIGTERM (uvloop when installed), every connection
@@ -194,6 +212,7 @@ async def _serve(app: web.Application, clock: HeadClock, host: str, port: int, k
     runner = web.AppRunner(app, handler_cancellation=True, keepalive_timeout=keepalive_timeout_s,
                            access_log=access_log)
     await runner.setup()
+    settle_collector()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
