@@ -77,10 +77,11 @@ def checked_reads(monkeypatch):
     ("arrow", ClusterSpec(prefill=2, decode=2, engine=EngineConfig(512, 32, 16), nic_gbps=10)),
     ("combined", ClusterSpec(prefill=2, decode=3, engine=EngineConfig(512, 32, 16), nic_gbps=10)),
     ("kairos", ClusterSpec(prefill=1, decode=3, engine=EngineConfig(512, 32, 16), nic_gbps=10)),
-    # more candidates than the scalar cut-off: the vectorised closed form
-    ("least-loaded", ClusterSpec(prefill=26, decode=30, engine=EngineConfig(512, 32, 16), nic_gbps=10)),
-    # mixed instances above the cut-off: prefill iterations planned together (listed times)
-    ("least-loaded", ClusterSpec(prefill=0, decode=0, mixed=30, engine=EngineConfig(512, 32, 16))),
+    # more candidates than the view's scalar cut-offs (prefill loads above 8 instances, least
+    # token load above 32): the vectorised closed form
+    ("least-loaded", ClusterSpec(prefill=26, decode=40, engine=EngineConfig(512, 32, 16), nic_gbps=10)),
+    # mixed instances above the cut-offs: prefill iterations planned together (listed times)
+    ("least-loaded", ClusterSpec(prefill=0, decode=0, mixed=40, engine=EngineConfig(512, 32, 16))),
     # more decode candidates than the pruning cut-off: least load by lower bounds
     ("least-loaded", ClusterSpec(prefill=2, decode=140, engine=EngineConfig(512, 32, 16), nic_gbps=10)),
 ])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from urllib.parse import urlparse
 
 
@@ -15,6 +16,7 @@ def public_url(url: str) -> str:
     return parts._replace(netloc=netloc).geturl()
 
 
+@lru_cache(maxsize=4096)  # read per engine several times a request (the picker's pick, fallbacks, served endpoint)
 def endpoint_address(url: str) -> str:
     """``host:port`` of a base URL, as a data plane names endpoints (GIE's EPP protocol)."""
     parts = urlparse(url)
