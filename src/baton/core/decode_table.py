@@ -11,6 +11,7 @@ below ``SMALL_ROWS``; every operation gives the same integers either way.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from operator import sub
 
 import numpy as np
 
@@ -18,10 +19,6 @@ _COLUMNS = ("req_id", "ctx", "generated", "stop_at", "admit_seq", "blocks", "wat
             "joined_us", "joined_generated")
 LARGE_ROWS = 48  # above it the columns are numpy arrays
 SMALL_ROWS = 24  # at or below it they go back to lists
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return -((-a) // b)
 
 
 class DecodeTable:
@@ -184,17 +181,17 @@ class DecodeTable:
         """KV blocks the rows lack to hold their context plus ``extra_ctx`` tokens."""
         if not self.n:
             return 0
-        if self._py is not None:
-            return sum(max(0, _ceil_div(c + extra_ctx, block_size) - b)
-                       for c, b in zip(self._py["ctx"], self._py["blocks"]))
+        if self._py is not None:  # the ceiling division inline: a call per row cost more than the row
+            short = [-((-(c + extra_ctx)) // block_size) - b for c, b in zip(self._py["ctx"], self._py["blocks"])]
+            return sum(k for k in short if k > 0)
         need = -((-(self._mutable("ctx") + extra_ctx)) // block_size) - self._mutable("blocks")
         return int(np.maximum(need, 0).sum())
 
     def fill_blocks(self, block_size: int, extra_ctx: int = 0) -> None:
         """Give every row the blocks for its context plus ``extra_ctx`` tokens."""
         if self._py is not None:
-            self._py["blocks"] = [max(b, _ceil_div(c + extra_ctx, block_size))
-                                  for c, b in zip(self._py["ctx"], self._py["blocks"])]
+            need = [-((-(c + extra_ctx)) // block_size) for c in self._py["ctx"]]
+            self._py["blocks"] = [b if b >= k else k for k, b in zip(need, self._py["blocks"])]
             self._views.pop("blocks", None)
         elif self.n:
             blocks = self._mutable("blocks")
@@ -205,8 +202,8 @@ class DecodeTable:
         the watch)."""
         if self._py is not None:
             py = self._py
-            done = min(s - g for s, g in zip(py["stop_at"], py["generated"]))
-            watch = min(w - c for w, c in zip(py["watch_ctx"], py["ctx"]))
+            done = min(map(sub, py["stop_at"], py["generated"]))
+            watch = min(map(sub, py["watch_ctx"], py["ctx"]))
         else:
             done = int((self._mutable("stop_at") - self._mutable("generated")).min())
             watch = int((self._mutable("watch_ctx") - self._mutable("ctx")).min())
