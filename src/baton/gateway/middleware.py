@@ -16,7 +16,9 @@ from baton.gateway.ratelog import RateLimitedLog
 from baton.protocol.errors import ApiError
 
 log = logging.getLogger("baton.gateway")
-ERROR_TYPE = "baton_error_type"  # where a response carries its OpenAI error type, for the count
+# where a response carries its OpenAI error type, for the count (a typed key where aiohttp has
+# them: a plain string key draws a NotAppKeyWarning on every refused request)
+ERROR_TYPE = web.ResponseKey("baton_error_type", str) if hasattr(web, "ResponseKey") else "baton_error_type"
 CLIENT = "baton_client"  # who a request counts against (gateway.admission): its API key, else its address
 
 
