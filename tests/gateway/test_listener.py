@@ -99,9 +99,9 @@ def test_the_old_single_timer_key_names_its_two_successors():
 
 def test_serving_freezes_start_up_objects_and_collects_rarely():
     """``settle_collector`` (run once the app has started; in a child interpreter, so this
-    test process keeps its own collector): start-up's objects are frozen, and a request's
-    worth of short-lived containers a few hundred times over runs no collection, where
-    Python's defaults ran one every 700 objects."""
+    test process keeps its own collector): start-up's objects are frozen, and 10,000 new
+    containers (half the threshold) run no collection, where Python's defaults ran one
+    every 700 objects."""
     import subprocess
     import sys
     code = ("import gc; from baton.gateway.listener import settle_collector, GEN0_THRESHOLD_OBJECTS as T\n"
