@@ -136,10 +136,12 @@ def test_an_unmarked_mutation_is_visible_as_a_stale_column():
     """The check above is not vacuous: writing a load term behind the columns' back
     leaves them stale."""
     insts = {0: _instance(0, (100,))}
-    view = ClusterView(insts, {})
-    assert view.token_loads([0]).tolist() == [100]
+    view, cols = ClusterView(insts, {}), LoadColumns(insts)
+    assert cols.token_loads(cols.slots([0]), 0.0).tolist() == [100]
     insts[0].incoming_tokens += 50  # not through add_incoming: no touch
-    assert view.token_loads([0]).tolist() == [100] != [view.token_load(0)]
+    assert cols.token_loads(cols.slots([0]), 0.0).tolist() == [100] != [view.token_load(0)]
+    # a few instances are read one by one (the view's small-table path): never stale
+    assert view.token_loads([0]).tolist() == [150]
     assert np.array_equal(view.prefill_loads([0]), [view.prefill_load(0)])
 
 

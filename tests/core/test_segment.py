@@ -52,3 +52,15 @@ def test_listed_iteration_times_set_iterations_done_and_block_growth():
     assert [seg.block_growth(k) for k in range(4)] == [0, 32, 64, 80]
     seg.max_iters = 2  # cut after the second iteration
     assert seg.iterations_done(10.0) == 2
+
+
+@pytest.mark.parametrize("listed", [False, True])
+def test_a_cut_is_seen_by_a_read_at_the_same_instant(listed):
+    """iterations_done keeps its last answer for readers at the same instant; a cut made
+    between two such reads must still change the answer."""
+    iters = (0.01,) * 6
+    ends = tuple(float(e) for e in np.cumsum(iters))
+    seg = Segment(0.0, 0.01, 0.0, 6, iters_s=iters if listed else (), ends_s=ends if listed else ())
+    assert seg.iterations_done(0.045) == 4 == seg.iterations_done(0.045)
+    seg.max_iters = 2
+    assert seg.iterations_done(0.045) == 2

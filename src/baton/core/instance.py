@@ -55,6 +55,11 @@ class Segment:
     iters_s: tuple[float, ...] = ()
     ends_s: tuple[float, ...] = ()
     prefill_blocks: tuple[int, ...] = ()
+    # the last answer of iterations_done (many readers ask at one moment) and the cut it
+    # was read under (cut_segment shortens a running segment; nothing else changes one)
+    done_at_s: float = field(default=-math.inf, repr=False, compare=False)
+    done_k: int = field(default=0, repr=False, compare=False)
+    done_top: int = field(default=-1, repr=False, compare=False)
 
     def block_growth(self, k: int) -> int:
         """Extra KV blocks the running work holds once iteration k is under way
@@ -78,9 +83,18 @@ class Segment:
 
     def iterations_done(self, now_s: float) -> int:
         """Iterations completed by ``now_s`` (an iteration ending exactly at now counts)."""
+        if now_s == self.done_at_s and self.max_iters == self.done_top:
+            return self.done_k
         if self.ends_s:  # times, not durations: an end event's own time counts that iteration
-            return bisect.bisect_right(self.ends_s, now_s, 0, self.max_iters)
-        dt = now_s - self.start_s
+            k = bisect.bisect_right(self.ends_s, now_s, 0, self.max_iters)
+        else:
+            k = self._affine_done(now_s - self.start_s)
+        self.done_at_s, self.done_k, self.done_top = now_s, k, self.max_iters
+        return k
+
+    def _affine_done(self, dt: float) -> int:
+        """Iterations of the affine form done within ``dt`` s of the start: the quadratic's
+        root, then corrected by the exact sums (the root's rounding can be one off)."""
         if dt <= 0.0:
             return 0
         a, b = self.slope_s / 2.0, self.iter0_s - self.slope_s / 2.0
@@ -88,10 +102,12 @@ class Segment:
             k = int((-b + math.sqrt(b * b + 4.0 * a * dt)) / (2.0 * a))
         else:
             k = int(dt / self.iter0_s)
-        k = max(0, min(k, self.max_iters))
-        while k > 0 and self.elapsed_s(k) > dt:
+        top, iter0, slope = self.max_iters, self.iter0_s, self.slope_s
+        k = 0 if k < 0 else (top if k > top else k)
+        # elapsed_s(k) written out (no ends_s here), the same operations in the same order
+        while k > 0 and k * iter0 + slope * k * (k - 1) / 2.0 > dt:
             k -= 1
-        while k < self.max_iters and self.elapsed_s(k + 1) <= dt:
+        while k < top and (k + 1) * iter0 + slope * (k + 1) * k / 2.0 <= dt:
             k += 1
         return k
 

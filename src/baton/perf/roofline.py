@@ -140,7 +140,10 @@ class RooflineModel(PerfModel):
         constants are computed once, every term in the same operations and order, so the
         floats are the same (a chunk search asks a few times per decode instance)."""
         m, eff = self.model, self.eff
-        decode_s = self._decode_attn_s(BatchShape(n_decodes=n_decodes, decode_ctx_tokens=decode_ctx_tokens))
+        # _decode_attn_s of these decodes at no length spread (a shape's default), inline
+        het = 1.0 + eff.heterogeneity * min(0.0, eff.heterogeneity_cap)
+        decode_s = (self.kv_bytes_per_token * decode_ctx_tokens * het / self.tp
+                    / (self.hardware.hbm_bytes_per_s * eff.attn_memory) + m.n_layers * eff.attn_per_seq_s * n_decodes)
         launch_s, overhead_s = m.n_layers * eff.attn_launch_s, eff.iteration_overhead_s
         flops_per_pair = 4.0 * m.n_layers * m.n_heads * m.head_dim / self.tp
         attn_compute, diag_eff = eff.attn_compute, eff.attn_diag_compute or eff.attn_compute
