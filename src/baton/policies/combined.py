@@ -73,6 +73,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from baton.core.decisions import ArrivalPlan, Decision, Deflect
 from baton.core.events import Observation
 from baton.core.request import RequestState
@@ -254,10 +256,11 @@ class Combined(Stage):
             if inst.role.decodes and inst.healthy:
                 return src
         ids = view.decode_ids
-        by_load = view.least_token_load(ids)
-        if self.decode_binding == "token-load":
-            return by_load
-        choice = bind_by_iteration(view, self.context.perf, request, ids, self.chunk_tokens)
+        if self.decode_binding == "token-load" or not ids:
+            return view.least_token_load(ids)
+        loads = view.token_loads(ids)
+        by_load = int(ids[int(np.argmin(loads))])  # least_token_load's pick: the first of equals
+        choice = bind_by_iteration(view, self.context.perf, request, ids, self.chunk_tokens, loads)
         self.counts["bindings"] += 1
         self.counts["bindings_off_token_load"] += choice != by_load
         return choice

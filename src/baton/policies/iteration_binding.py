@@ -14,6 +14,8 @@ to the lower token load, then the lower id.
 
 from __future__ import annotations
 
+import numpy as np
+
 from baton.core.request import RequestState
 from baton.core.view import ClusterView
 from baton.perf.model import PerfModel, prefill_shape
@@ -29,12 +31,13 @@ def projected_iteration_s(view: ClusterView, perf: PerfModel, instance_id: int, 
 
 
 def bind_by_iteration(view: ClusterView, perf: PerfModel, request: RequestState, ids: list[int],
-                      chunk_tokens: int) -> int | None:
-    """The instance of ``ids`` whose projected iteration with the request is shortest."""
+                      chunk_tokens: int, loads: np.ndarray | None = None) -> int | None:
+    """The instance of ``ids`` whose projected iteration with the request is shortest
+    (``loads``: their ``token_loads`` where the caller has read them)."""
     if not ids:
         return None
     ctx = view.context_tokens(request.req_id)
-    loads = view.token_loads(ids)
+    loads = view.token_loads(ids) if loads is None else loads
     best, best_key = None, None
     for i, load in zip(ids, loads.tolist()):
         inst = view.instance(i)
