@@ -156,8 +156,10 @@ class RooflineModel(PerfModel):
                 return 0.0
             terms = by_tokens.get(tokens) or token_terms(tokens)
             if x:  # _prefill_attn_s of one chunk: offset pairs, then its causal triangle
-                pairs = x * (max(0, prompt_tokens - x) + (x + 1) / 2.0)
-                diag = min(x * (x + 1) / 2.0, pairs)
+                off = prompt_tokens - x  # max(0, .) and min(., .) as conditionals: a search calls this
+                pairs = x * ((off if off > 0 else 0) + (x + 1) / 2.0)
+                tri = x * (x + 1) / 2.0
+                diag = pairs if pairs < tri else tri
                 prefill_s = (flops_per_pair * ((pairs - diag) / attn_compute + diag / diag_eff)
                              / attn_flops + chunk_s)
             else:

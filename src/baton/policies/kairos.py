@@ -222,8 +222,8 @@ class Kairos(Stage):
             if halving:
                 mid = (lo + hi) // 2
             else:
-                guess = lo + (slo - t_lo) / (t_hi - t_lo) * (hi - lo)
-                mid = min(hi - 1, max(lo + 1, int(guess)))
+                guess = int(lo + (slo - t_lo) / (t_hi - t_lo) * (hi - lo))
+                mid = lo + 1 if guess < lo + 1 else (hi - 1 if guess > hi - 1 else guess)
             t_mid = iteration(mid)
             fits = t_mid <= slo
             halving = halving or fits is last
