@@ -115,7 +115,7 @@ class Kairos(Stage):
         self.fixed_chunk = p.fixed_chunk
         self.chunk_attention = p.chunk_attention
         self._cache_at: float | None = None
-        self._cache: dict[int, tuple[int, float]] = {}
+        self._cache: dict[tuple[int, int], tuple[int, float]] = {}
         # the last X* found: the next search starts there (an arrival searches every decode
         # instance for one prompt, and their loads, hence their X*, are alike)
         self._last_chunk: int | None = None
@@ -137,12 +137,16 @@ class Kairos(Stage):
         Kept for the rest of the moment (a tick re-plans many requests against one batch).
         With ``chunk_attention`` the chunk is sized for the prompt's last chunk, whose
         attention reads the ``prompt_tokens - X*`` tokens before it."""
+        cache, key = self._moment_cache(view), (n, prompt_tokens if self.chunk_attention else 0)
+        if key not in cache:
+            cache[key] = self._search_chunk(view, n, key[1])
+        return cache[key]
+
+    def _moment_cache(self, view: ClusterView) -> dict[tuple[int, int], tuple[int, float]]:
+        """The searches of this moment, by (instance, prompt tokens the chunk is sized for)."""
         if self._cache_at != view.now_s:
             self._cache_at, self._cache = view.now_s, {}
-        key = (n, prompt_tokens if self.chunk_attention else 0)
-        if key not in self._cache:
-            self._cache[key] = self._search_chunk(view, n, key[1])
-        return self._cache[key]
+        return self._cache
 
     def _search_chunk(self, view: ClusterView, n: int, prompt_tokens: int = 0) -> tuple[int, float]:
         perf, inst = self.context.perf, view.instance(n)
@@ -238,9 +242,7 @@ class Kairos(Stage):
                     extra: dict[int, int] | None = None) -> tuple[float, int, int] | None:
         """(TTFT_dec, instance, X*) of the decode instance that would prefill this prompt
         soonest, counting prompt tokens already deflected there (and ``extra``)."""
-        if self._cache_at != view.now_s:
-            self._cache_at, self._cache = view.now_s, {}
-        cache, key_prompt = self._cache, prompt_tokens if self.chunk_attention else 0
+        cache, key_prompt = self._moment_cache(view), prompt_tokens if self.chunk_attention else 0
         best = None
         for n in view.decode_ids:  # chunk_for's reads, written out (a dozen per arrival)
             if n in self.exclude:
