@@ -122,6 +122,19 @@ def test_the_combined_table_gives_each_cells_difference_verdict_and_short_passes
     assert "| reasoning @ 8 | arrow 2.81 | 3.02 | +0.21 [+0.12, +0.30] | above | sibyl 1 |" in table
 
 
+def test_the_ablation_table_gives_each_component_its_paired_difference_per_cell(results):
+    cell = {"best_single": "arrow", "combined_minus_best": 0.6, "ci95": [0.4, 0.8], "verdict": "above",
+            "minus_combined-no-deflect": [0.61, 0.46, 0.77], "minus_combined-no-flips": [0.0, 0.0, 0.0]}
+    record("abl", {"cells": {"mooncake@8": cell, "mooncake@64": {k: cell[k] for k in list(cell)[:4]}},
+                   "rates": {}})
+    table = render("<!--rt abl:combined_ablations-->\n<!--/rt-->")
+    assert "| component off (combined minus the ablation, paired, req/s) | mooncake @ 8 |" in table
+    assert "| deflection | +0.61 [+0.46, +0.77] |" in table
+    assert "| flips | 0.00 (identical rates) |" in table
+    assert "| prefix-aware placement | - |" in table  # an ablation the run did not have
+    assert "@ 64" not in table  # a cell without ablations gets no column
+
+
 def test_a_rate_below_the_lowest_swept_is_shown_as_below_it(results):
     f = {"prefix_cache_hit_rate": 0.2, "p50_ttft_s": 1.0, "p95_ttft_s": 2.0, "load_cv": 1.1,
          "max_rate_per_repeat": [0.5, 3.0], "max_rate_status_per_repeat": ["below range", "knee"]}

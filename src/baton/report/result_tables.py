@@ -264,6 +264,29 @@ def combined_table(data: dict[str, Any]) -> str:
                 "verdict", "passes short of a steady window"], rows)
 
 
+# combined.py's ablations (its ABLATIONS names) as the component each one turns off
+_ABLATED = {"combined-no-prefix": "prefix-aware placement", "combined-no-deflect": "deflection",
+            "combined-no-flips": "flips", "combined-token-binding": "iteration-time decode binding (token load instead)",
+            "combined-no-migrate": "overflow-triggered migration"}
+
+
+def combined_ablations_table(data: dict[str, Any]) -> str:
+    """``benchmarks/combined.py --record NAME`` with its ablations: per component, combined
+    minus combined without it (paired over the repeats, req/s, with its 95% interval) in
+    each (workload, scale) cell that ran the ablations."""
+    cells = {c: v for c, v in data["figures"]["cells"].items() if any(k.startswith("minus_") for k in v)}
+    rows = []
+    for name, label in _ABLATED.items():
+        row = [label]
+        for v in cells.values():
+            m, lo, hi = v.get(f"minus_{name}") or (None, None, None)
+            row.append("-" if m is None else "0.00 (identical rates)" if m == lo == hi == 0
+                       else f"{m:+.2f} [{lo:+.2f}, {hi:+.2f}]")
+        rows.append(row)
+    return _md(["component off (combined minus the ablation, paired, req/s)",
+                *(c.replace("@", " @ ") for c in cells)], rows)
+
+
 def vidur_table(data: dict[str, Any]) -> str:
     """``benchmarks/fidelity.py --record NAME``: per Vidur case, its load, Baton's MAPE
     against Vidur per request (TTFT, TPOT, e2e), the p50 / p90 / p99 ratios and the
@@ -302,6 +325,7 @@ def real_fidelity_table(data: dict[str, Any]) -> str:
 
 TABLES: dict[str, Callable[[dict[str, Any]], str]] = {"migration": migration_table, "decode_bound": decode_bound_table,
                                                       "combined": combined_table, "vidur": vidur_table,
+                                                      "combined_ablations": combined_ablations_table,
                                                       "cache_mooncake": cache_mooncake_table,
                                                       "decisions": decisions_table,
                                                       "cascade_rates": cascade_rates_table,
