@@ -1,11 +1,13 @@
 """Whether the code in this checkout simulates exactly as a git revision does.
 
-    python scripts/same_simulations.py REV [--policies a,b,...] [--requests N] [--workloads a,b,...] [--show]
+    python scripts/same_simulations.py REV [--policies a,b,...] [--requests N] [--workloads a,b,...] [--large] [--show]
 
 Runs the same simulations under ``REV`` (exported with ``git archive`` to a temporary
 directory) and under the working tree, each in its own process, and compares every figure
 of every run summary (wall time left out). The runs: the first ``--requests`` requests of
-each workload, on 8 mixed instances and on 2P6D, under each policy. Workloads (default
+each workload, on 8 mixed instances and on 2P6D (with ``--large`` also on 40P120D, at 20 times
+the rate and with 20 times the requests: the view's columnar reads, which start above 32
+instances, and its pruned least-load read, above 128), under each policy. Workloads (default
 ``sessions,mooncake``): ``sessions`` (14 req/s), ``mooncake`` (the Mooncake conversation
 trace, 2 req/s), ``azure-code`` and ``azure-conv`` (the Azure 2023 traces, 5 and 30 req/s),
 ``reasoning`` (the synthetic long-output workload, 3 req/s); a trace absent from
@@ -45,36 +47,41 @@ from baton.workload.transform import scale_to_rate
 from baton.workload import generate, reasoning_spec
 
 policies, n, traces, names = sys.argv[1].split(","), int(sys.argv[2]), Path(sys.argv[3]), sys.argv[4].split(",")
+large = sys.argv[5] == "large"
 TRACES = {"mooncake": ("mooncake_conversation.jsonl", 2.0), "azure-code": ("azure_code_2023.csv", 5.0),
           "azure-conv": ("azure_conv_2023.csv", 30.0)}
 workloads = []
 for name in names:
     if name == "sessions":
-        workloads.append((name, generate_sessions(SessionsSpec(), np.random.default_rng(0))[:n], 14.0))
+        workloads.append((name, generate_sessions(SessionsSpec(), np.random.default_rng(0))[:n * (20 if large else 1)], 14.0))
     elif name == "reasoning":
-        workloads.append((name, generate(reasoning_spec(n, 1.0), np.random.default_rng(0)), 3.0))
+        workloads.append((name, generate(reasoning_spec(n * (20 if large else 1), 1.0), np.random.default_rng(0)), 3.0))
     elif (traces / TRACES[name][0]).is_file():
-        window = load_trace(traces / TRACES[name][0])[:n]
+        window = load_trace(traces / TRACES[name][0])[:n * (20 if large else 1)]
         t0 = window[0].arrival_s
         workloads.append((name, [replace(r, req_id=i, arrival_s=r.arrival_s - t0)
                                  for i, r in enumerate(window)], TRACES[name][1]))
 clusters = {"8 mixed": ClusterSpec(prefill=0, decode=0, mixed=8, preset="llama-3.1-8b@a100-80g"),
             "2P6D": ClusterSpec(prefill=2, decode=6, preset="llama-3.1-8b@a100-80g")}
+if large:
+    clusters["40P120D"] = ClusterSpec(prefill=40, decode=120, preset="llama-3.1-8b@a100-80g")
 out = {}
 for name, requests, rate in workloads:
-    requests = scale_to_rate(requests, rate)
     for layout, cluster in clusters.items():
+        scale = 20 if layout == "40P120D" else 1
+        reqs = scale_to_rate(requests if scale > 1 else requests[:n], rate * scale)
         for policy in policies:
-            summary = simulate(requests, cluster, policy).summary(SLO(ttft_s=2.0, tpot_s=0.1))
+            summary = simulate(reqs, cluster, policy).summary(SLO(ttft_s=2.0, tpot_s=0.1))
             summary.pop("wall_s", None)
             out[f"{name}, {layout}, {policy}"] = summary
 print(json.dumps(out, default=repr))
 '''
 
 
-def summaries(src: Path, policies: str, requests: int, workloads: str) -> dict:
+def summaries(src: Path, policies: str, requests: int, workloads: str, large: bool = False) -> dict:
     env = dict(os.environ, PYTHONPATH=str(src))
-    done = subprocess.run([sys.executable, "-c", RUNS, policies, str(requests), str(TRACES), workloads],
+    done = subprocess.run([sys.executable, "-c", RUNS, policies, str(requests), str(TRACES), workloads,
+                           "large" if large else "small"],
                           capture_output=True, text=True, env=env)
     if done.returncode:
         sys.exit(f"the simulations under {src} failed:\n{done.stderr[-2000:]}")
@@ -109,6 +116,8 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=600)
     ap.add_argument("--workloads", default="sessions,mooncake",
                     help=f"a comma-separated list of {', '.join(WORKLOADS)}")
+    ap.add_argument("--large", action="store_true",
+                    help="also run on 40P120D at 20 times the rate and the requests (the columnar reads)")
     ap.add_argument("--show", action="store_true", help="print the headline figures of each run that differs")
     args = ap.parse_args()
     unknown = sorted(set(args.workloads.split(",")) - set(WORKLOADS))
@@ -119,8 +128,8 @@ def main() -> int:
         if archive.returncode:
             sys.exit(f"git archive {args.rev}: {archive.stderr.decode().strip()}")
         subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
-        before = summaries(Path(tmp) / "src", args.policies, args.requests, args.workloads)
-    after = summaries(ROOT / "src", args.policies, args.requests, args.workloads)
+        before = summaries(Path(tmp) / "src", args.policies, args.requests, args.workloads, args.large)
+    after = summaries(ROOT / "src", args.policies, args.requests, args.workloads, args.large)
     differ = differing(before, after)
     for run in before:
         print(f"{'DIFFERS' if run in differ else 'same   '}  {run}")

@@ -65,8 +65,17 @@ def checked_reads(monkeypatch):
         assert got == all(self.token_load(i) >= tokens for i in ids)
         reads["n"] += 1
         return got
+    original_fewest = ClusterView.fewest_own_requests
+
+    def fewest(self, ids):
+        got = original_fewest(self, ids)
+        assert got == min(self.own_requests(i) for i in ids)
+        assert all(self.accepts_decodes(i) == (i in self.decode_ids) for i in self._instances)
+        reads["n"] += 1
+        return got
     monkeypatch.setattr(ClusterView, "least_token_load", least)
     monkeypatch.setattr(ClusterView, "token_loads_at_least", at_least)
+    monkeypatch.setattr(ClusterView, "fewest_own_requests", fewest)
     return reads
 
 
@@ -167,3 +176,35 @@ def test_least_load_by_lower_bounds_equals_the_argmin_as_time_moves_and_tables_c
         assert cols.least_token_load(slots, float(now_s)) == loads.index(min(loads)), now_s
         assert cols.token_loads_at_least(slots, float(now_s), min(loads))
         assert not cols.token_loads_at_least(slots, float(now_s), min(loads) + 1)
+
+
+def test_floors_bound_the_loads_from_below_and_are_exact_where_counted():
+    """The kept floor column: never above a load at any later instant, equal to it right
+    after the counts were computed, and only ``base`` when a read goes back in time."""
+    rng = np.random.default_rng(7)
+    insts = {}
+    for i in range(150):
+        ctxs = tuple(int(c) for c in rng.integers(50, 400, size=int(rng.integers(0, 4))))
+        seg = Segment(float(rng.uniform(0, 0.05)), float(rng.uniform(0.004, 0.03)), 1e-5, 500) if ctxs else None
+        insts[i] = _instance(i, ctxs, seg)
+    cols = LoadColumns(insts)
+    slots = cols.slots(list(insts))
+    counted = 0
+    for step, now_s in enumerate(np.linspace(0.0, 1.5, 31)):
+        if step % 4 == 2:
+            insts[int(rng.integers(0, 150))].decodes.add(20_000 + step, 7, 1, 50, 99, 1)
+        if step % 4 == 1:  # a row leaves: the load falls, and so must the floor
+            inst = next(x for x in insts.values() if x.decodes.n)
+            inst.decodes.remove(inst.decodes.req_ids()[0])
+        loads = np.array([insts[i].token_load(float(now_s)) for i in insts])
+        assert (cols.token_load_floors(slots, float(now_s)) <= loads).all(), now_s
+        if step % 3 == 0:
+            cols.token_loads(slots, float(now_s))
+            floors = cols.token_load_floors(slots, float(now_s))
+            assert floors.tolist() == loads.tolist(), now_s
+            counted += int((floors > cols.column("base", slots)).sum())
+    assert counted > 100  # the counts really raised the floors above base
+    cols.token_loads(slots[:50], 0.01)  # time went back: no count holds, read or not
+    loads = np.array([insts[i].token_load(0.01) for i in insts])
+    assert (cols.token_load_floors(slots, 0.01) <= loads).all()
+    assert cols.token_load_floors(slots, 0.005).tolist() == cols.column("base", slots).tolist()

@@ -22,7 +22,7 @@ _SCALAR_BELOW = 24  # rows to compute at most, where per-instance reads beat vec
 _PRUNE_ABOVE = 128  # candidates above which a least-load read prunes by lower bounds first
 _SLICE_FROM = 256  # below it a gather costs fewer numpy calls than a slice and a copy
 _INT_COLUMNS = ("base", "ctx", "n", "prefill", "reqs", "seg_max", "queued", "sq", "incoming_n", "incoming",
-                "tabled")
+                "tabled", "floor")
 _FLOAT_COLUMNS = ("seg_start", "iter0", "slope", "s_interval", "s_kv")
 
 
@@ -36,7 +36,10 @@ class LoadColumns:
     ``reqs`` (outstanding requests), the last scrape's token interval and KV usage
     (``s_interval`` s, ``s_kv``; 0 before the first) and the running decode segment
     (``seg_start``, ``iter0``, ``slope`` in s; ``seg_max`` iterations, 0 without one;
-    ``tabled`` 1 where its iteration times are listed, not affine: read per instance).
+    ``tabled`` 1 where its iteration times are listed, not affine: read per instance), and
+    ``floor``, a lower bound of the token load from ``_k_now_s`` on: ``base`` plus the
+    running decodes times the iterations known done (kept with the counts, so that a
+    least-load read over a thousand instances is a view, not a computation).
     """
 
     def __init__(self, instances: Mapping[int, InstanceState]) -> None:
@@ -70,6 +73,7 @@ class LoadColumns:
                 self._k_all = np.concatenate([self._k_all, np.zeros_like(self._k_all)])
                 self._k_valid = np.zeros(self._k_all.size, dtype=bool)
                 self._k_next_dt = np.zeros(self._k_all.size, dtype=np.float64)
+                self._cols["floor"][:] = self._cols["base"]  # no count is known any more
         self._at_slot[slot] = inst
         inst.load_dirty = self.dirty
         self.dirty.add(inst.instance_id)
@@ -132,7 +136,7 @@ class LoadColumns:
             table, seg = inst.decodes, inst.segment
             c["ctx"][s], c["n"][s] = table.ctx_sum, table.n
             c["prefill"][s] = inst.prefill_queue_tokens
-            c["base"][s] = table.ctx_sum + inst.incoming_tokens + inst.prefill_queue_tokens
+            c["base"][s] = c["floor"][s] = table.ctx_sum + inst.incoming_tokens + inst.prefill_queue_tokens
             c["reqs"][s] = len(inst.prefill_queue) + len(inst.incoming) + table.n
             c["queued"][s], c["sq"][s] = len(inst.prefill_queue), inst.prefill_queue_sq_tokens
             c["incoming_n"][s], c["incoming"][s] = len(inst.incoming), inst.incoming_tokens
@@ -155,10 +159,11 @@ class LoadColumns:
         an iteration boundary or changed since the last read: a handful, not the cluster.
         """
         self._refresh()
+        c = self._cols
         if now_s < self._k_now_s:
             self._k_valid[:] = False  # time went back (a live clock): nothing is known
+            c["floor"][:] = c["base"]
         self._k_now_s = now_s
-        c = self._cols
         stale = ~self._k_valid[slots] | (now_s - c["seg_start"][slots] >= self._k_next_dt[slots])
         todo = slots[stale]
         if 0 < todo.size <= _SCALAR_BELOW:  # numpy's per-call overhead dominates: the scalar reads
@@ -174,6 +179,7 @@ class LoadColumns:
                 k[live] = kl = _iterations(now_s - c["seg_start"][s], iter0, slope, kmax[live])
                 next_dt[live] = np.where(kl < kmax[live], _elapsed(kl + 1, iter0, slope), np.inf)
             self._k_all[todo] = k
+            c["floor"][todo] = c["base"][todo] + c["n"][todo] * k
             self._k_next_dt[todo] = next_dt
             self._k_valid[todo] = True
             tabled = todo[c["tabled"][todo] > 0]
@@ -182,11 +188,13 @@ class LoadColumns:
         return self._k_all[slots]
 
     def _scalar_iterations(self, slots: np.ndarray, now_s: float) -> None:
-        at = self._at_slot
+        at, c = self._at_slot, self._cols
+        base, n, floor = c["base"], c["n"], c["floor"]
         for slot in slots.tolist():
             seg = at[slot].segment
             k = seg.iterations_done(now_s) if seg is not None else 0
             self._k_all[slot] = k
+            floor[slot] = base[slot] + n[slot] * k
             self._k_next_dt[slot] = seg.elapsed_s(k + 1) if seg is not None and k < seg.max_iters else np.inf
         self._k_valid[slots] = True
 
@@ -222,7 +230,7 @@ class LoadColumns:
         if slots.size <= _PRUNE_ABOVE:
             return int(np.argmin(self.token_loads(slots, now_s)))
         floor = self.token_load_floors(slots, now_s)
-        j = int(np.argmin(floor))
+        j = int(floor.argmin())
         best = self._at_slot[int(slots[j])].token_load(now_s)
         near = np.flatnonzero(floor <= best)
         if near.size > _SCALAR_BELOW:
@@ -237,7 +245,7 @@ class LoadColumns:
         below = floor < tokens
         if not below.any():
             return True
-        j = int(np.argmin(floor))  # the likeliest to be below: one scalar read may settle it
+        j = int(floor.argmin())  # the likeliest to be below: one scalar read may settle it
         if self._at_slot[int(slots[j])].token_load(now_s) < tokens:
             return False
         below[j] = False  # read once
@@ -254,11 +262,12 @@ class LoadColumns:
 
     def token_load_floors(self, slots: np.ndarray, now_s: float) -> np.ndarray:
         """Lower bounds of the slots' token loads at ``now_s`` (exact where the count is
-        current): the iterations known done, 0 where none is known."""
+        current): the iterations known done, 0 where none is known. Read only: a view of
+        the column where the slots are a cached run."""
         self._refresh()
-        c = self._cols
-        k = self._k_all[slots] * self._k_valid[slots] if now_s >= self._k_now_s else 0
-        return c["base"][slots] + c["n"][slots] * k
+        if not now_s >= self._k_now_s:  # before the counts (or none yet): base alone
+            return self._cols["base"][slots]
+        return self._cols["floor"][self._rows(slots)]
 
     def _decode_iterations(self, slots: np.ndarray, now_s: float,
                            rows: np.ndarray | slice | None = None) -> tuple[np.ndarray, np.ndarray | None]:
@@ -277,6 +286,11 @@ class LoadColumns:
         k = np.zeros(slots.size, dtype=np.int64)
         k[busy] = self.iterations_done(slots[busy], now_s)
         return n, k
+
+    def column_min(self, name: str, slots: np.ndarray) -> int | float:
+        """The least value of a time-independent column at the slots (no copy)."""
+        self._refresh()
+        return self._cols[name][self._rows(slots)].min().item()
 
     def column(self, name: str, slots: np.ndarray) -> np.ndarray:
         """A time-independent column (``prefill``, ``reqs``, ``n``, ``queued``, ...) at the

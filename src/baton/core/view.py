@@ -50,6 +50,7 @@ class ClusterView:
         self.now_s = 0.0
         self._prefill_ids: list[int] | None = None
         self._decode_ids: list[int] | None = None
+        self._decode_set: frozenset[int] = frozenset()
         self.prefix_source = prefix_source  # where runtimes that see engine caches find them
         self._columns = LoadColumns(instances)
 
@@ -63,6 +64,7 @@ class ClusterView:
         live = [s for s in self._instances.values() if s.healthy]
         self._prefill_ids = [s.instance_id for s in live if s.role.prefills]
         self._decode_ids = [s.instance_id for s in live if s.role.decodes]
+        self._decode_set = frozenset(self._decode_ids)
 
     @property
     def prefill_ids(self) -> list[int]:
@@ -77,6 +79,12 @@ class ClusterView:
         if self._decode_ids is None:
             self._rebuild()
         return self._decode_ids  # type: ignore[return-value]
+
+    def accepts_decodes(self, instance_id: int) -> bool:
+        """Whether ``instance_id`` is one of ``decode_ids`` (a set lookup, not a scan)."""
+        if self._decode_ids is None:
+            self._rebuild()
+        return instance_id in self._decode_set
 
     def instance(self, instance_id: int) -> InstanceState:
         return self._instances[instance_id]
@@ -216,6 +224,13 @@ class ClusterView:
             cols = self._columns
             return cols.column("reqs", cols.slots(ids))
         return np.array([self.own_requests(i) for i in ids], dtype=np.int64)
+
+    def fewest_own_requests(self, ids: Sequence[int]) -> int:
+        """The least ``own_requests`` of the instances of ``ids`` (non-empty)."""
+        if self.info.mode.bookings:
+            cols = self._columns
+            return int(cols.column_min("reqs", cols.slots(ids)))
+        return min(self.own_requests(i) for i in ids)
 
     def own_requests(self, instance_id: int) -> int:
         """Requests the router has outstanding on an instance (queued, incoming, decoding);

@@ -124,7 +124,7 @@ class Recorder:
         """Optimal-assignment ratio at decode start: was ``dst`` the least loaded decode
         instance, counting on it everything but this request (by requests and by tokens)?"""
         ids = self.view.decode_ids
-        if dst not in ids:
+        if not self.view.accepts_decodes(dst):
             return
         self.counters.decode_starts += 1
         view = self.view
@@ -133,7 +133,7 @@ class Recorder:
             self.counters.least_by_count += all(view.own_requests(i) >= count for i in ids)
             self.counters.least_by_tokens += all(view.token_load(i) >= tokens for i in ids)
             return
-        self.counters.least_by_count += count <= int(view.own_request_counts(ids).min())
+        self.counters.least_by_count += count <= view.fewest_own_requests(ids)
         self.counters.least_by_tokens += view.token_loads_at_least(ids, tokens)
 
     def sample(self, now_s: float) -> None:
