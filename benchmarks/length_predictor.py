@@ -1,6 +1,6 @@
 """ARES's learned remaining-length predictor, built and evaluated on real generations.
 
-    python benchmarks/length_predictor.py [--quick] [--prompts N] [--sharegpt N] [--max-tokens T]
+    python benchmarks/length_predictor.py [--quick] [--prompts N] [--sharegpt N] [--max-tokens T] [--record]
 
 Starts from the project's venv; creates or reuses the real-engine environment
 (``~/.cache/baton/vllm-venv``, SmolLM2-135M-Instruct; scripts/vllm_env.sh, as ``make
@@ -19,7 +19,11 @@ resumes after an interruption:
 
 A full build writes ``error_by_bucket.json`` (the simulator's ``learned-error`` input) to
 ``~/.cache/baton/predictor/`` (``--quick`` keeps its own in ``quick/``). The last line is
-one JSON object.
+one JSON object. ``--record`` writes every figure of the evaluation (with the timing and the
+MAE of each predictor relative to ``mlp_last``'s) into ``results/length-predictor.json``
+(``--quick``: ``length-predictor-quick.json``) for the docs to quote; a full build also
+copies its error distribution to ``examples/predictor/error_by_bucket.json``, the copy the
+simulator reads when the cache has none.
 """
 
 from __future__ import annotations
@@ -157,6 +161,8 @@ def main() -> None:
     p.add_argument("--sharegpt", type=int, help="ShareGPT prompts (default 300; --quick 0)")
     p.add_argument("--max-tokens", type=int, help="generation cap (default 1,024; --quick 512)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--record", action="store_true",
+                   help="write the figures into results/ (and a full build's error distribution into examples/)")
     args = p.parse_args()
     args.prompts = args.prompts if args.prompts is not None else (200 if args.quick else 1000)
     args.sharegpt = args.sharegpt if args.sharegpt is not None else (0 if args.quick else 300)
@@ -183,8 +189,26 @@ def main() -> None:
                   f"{CACHE / 'predictor'}")
     keys = ("mae_tokens", "mae_ci95", "latency_ms_batch1", "latency_ms_batch10", "params", "samples",
             "within_request")
+    if args.record:
+        record_build(args, results, timing, data)
     print(json.dumps({**{k: results[k] for k in keys}, "requests": results["requests"],
                       "output_tokens": results["output_tokens"], "timing_s": timing}))
+
+
+def record_build(args: argparse.Namespace, results: dict, timing: dict, data: Path) -> None:
+    """``--record``: the evaluation's figures into results/, and a full build's error
+    distribution into the repository's copy."""
+    from baton.report.results import record
+
+    base = results["mae_tokens"]["mlp_last"]
+    change = {name: base / mae - 1.0 for name, mae in results["mae_tokens"].items() if name != "mlp_last"}
+    inputs = {"alpaca_prompts": args.prompts, "sharegpt_prompts": args.sharegpt, "max_tokens": args.max_tokens,
+              "seed": args.seed}
+    record("length-predictor-quick" if args.quick else "length-predictor",
+           {**results, "mlp_last_change": change, "timing_s": timing, "inputs": inputs}, timing["total_s"],
+           "python benchmarks/length_predictor.py " + " ".join(sys.argv[1:]))
+    if not args.quick:
+        shutil.copy(data / "error_by_bucket.json", ROOT / "examples" / "predictor" / "error_by_bucket.json")
 
 
 if __name__ == "__main__":

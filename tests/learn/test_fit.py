@@ -69,3 +69,11 @@ def test_within_request_slopes_tell_shrinking_predictions_from_flat_ones():
     assert out["median_slope"] == pytest.approx(-1.0) and out["shrinking_share"] == 1.0
     flat = evaluate.within_request(np.full(8, 70.0), truth, generated, requests)
     assert flat["median_slope"] == pytest.approx(0.0, abs=1e-9) and flat["shrinking_share"] == 0.0
+
+
+def test_the_split_mae_separates_samples_below_and_from_the_mark():
+    truth = np.array([10.0, 10.0, 100.0, 100.0])
+    generated = np.array([0, 511, 512, 900])
+    preds = {"a": np.array([12.0, 8.0, 130.0, 70.0])}
+    assert evaluate.mae_split(preds, truth, generated, 512) == {"a": [2.0, 30.0]}
+    assert evaluate.mae_split(preds, truth, generated, 0)["a"][0] != evaluate.mae_split(preds, truth, generated, 0)["a"][0]  # no sample below: nan

@@ -55,6 +55,14 @@ def by_bucket(preds: dict[str, np.ndarray], truth: np.ndarray, generated: np.nda
     return rows
 
 
+def mae_split(preds: dict[str, np.ndarray], truth: np.ndarray, generated: np.ndarray,
+              at_tokens: int) -> dict[str, list[float]]:
+    """Each predictor's MAE (tokens) on the samples with fewer than ``at_tokens`` generated
+    so far and on the rest: [below, from]."""
+    below = generated < at_tokens
+    return {name: [mae(p[below], truth[below]), mae(p[~below], truth[~below])] for name, p in preds.items()}
+
+
 def within_request(pred: np.ndarray, truth: np.ndarray, generated: np.ndarray, requests: np.ndarray,
                    min_points: int = 3) -> dict:
     """How predictions move as each request progresses: the median over requests (with at

@@ -77,6 +77,7 @@ def cmd_fit(args: argparse.Namespace) -> None:
                           "p90": float(np.percentile(outputs, 90)), "max": int(outputs.max()),
                           "capped_share": float(np.mean([r["finish_reason"] == "length" for r in records.values()]))},
         "by_generated": evaluate.by_bucket(preds, truth, gen),
+        "mae_split_at_512": evaluate.mae_split(preds, truth, gen, 512),
         "within_request": {k: evaluate.within_request(p, truth, gen, reqs) for k, p in preds.items()},
     }
     meta = {"every_tokens": args.every, "model": Path(str(index.meta.get("model"))).name, "predictor": "mlp_last",
