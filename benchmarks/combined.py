@@ -409,10 +409,12 @@ def main() -> None:
     print("\ncomponent activity in combined's run at least-loaded's knee (repeat 0)")
     acts = activity(args, rates)
     verdicts = {f"{w}@{n}": report(w, n, cell) for (w, n), cell in rates.items()}
-    above = sum(v["verdict"] == "above" for v in verdicts.values())
+    above = sum(v["verdict"].startswith("above") for v in verdicts.values())  # caveated ones too
+    caveated = sum(v["verdict"].startswith("above (") for v in verdicts.values())
     below = [k for k, v in verdicts.items() if v["verdict"].startswith("BELOW")]
     print(f"\ncombined significantly above the best single policy on {above} of {len(verdicts)} "
-          f"(workload, scale) cells; significantly below on {below or 'none'} ({time.perf_counter() - t0:.0f} s)")
+          f"(workload, scale) cells ({caveated} of them with a caveat above); significantly below on "
+          f"{below or 'none'} ({time.perf_counter() - t0:.0f} s)")
     png = plot(rates, args.out)
     figures = {"cells": verdicts, "above": above, "below": below, "capped": CAPPED, "unsteady": UNSTEADY,
                "dropped": DROPPED,

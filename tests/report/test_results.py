@@ -218,3 +218,21 @@ def test_a_record_names_the_commit_its_run_started_at(results, tmp_path, monkeyp
     assert module.run_commit(100.0) == before
     assert module.run_commit(1.0) == during and module.run_commit(None) == during
     assert json.loads(record("long", {"x": 1}, seconds=100.0).read_text())["commit"] == before
+
+
+def test_the_predictor_tables_sort_by_mae_and_split_by_generated_tokens(results):
+    bucket = lambda g, n, t, a, b: {"generated": g, "samples": n, "true_mean": t,  # noqa: E731
+                                    "mlp_last_mae": a, "mlp_last_mean": a + 100, "mean_mae": b, "mean_mean": 256.0}
+    record("pred", {"mae_tokens": {"mean": 256.0, "mlp_last": 220.8}, "requests": {"test": 195},
+                    "mae_ci95": {"mean": [245.9, 265.4], "mlp_last": [201.94, 238.9]},
+                    "mae_split_at_512": {"mean": [292.0, 152.0], "mlp_last": [244.2, 153.4]},
+                    "by_generated": [bucket("0-0", 195, 222.0, 137.0, 299.0), bucket("512-1023", 1200, 256.0, 153.0, 152.0)]})
+    mae = render("<!--rt pred:predictor_mae-->\n<!--/rt-->")
+    assert mae.index("`mlp_last`") < mae.index("`mean`")  # best first
+    assert "| `mlp_last` (last-layer hidden state) | 220.8 | 201.9-238.9 | 244 | 153 |" in mae
+    assert "test split, 195 requests" in mae
+    by = render("<!--rt pred:predictor_by_generated-->\n<!--/rt-->")
+    assert "| g | 0-0 | 512-1023 |" in by
+    assert "| `mlp_last` | 137 (237) | 153 (253) |" in by
+    assert "| `survival`" not in by  # a predictor the run did not have gets no row
+    assert "| samples | 195 | 1,200 |" in by

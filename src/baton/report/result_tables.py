@@ -323,6 +323,36 @@ def real_fidelity_table(data: dict[str, Any]) -> str:
                 "failed"], rows)
 
 
+_PREDICTORS = {"mlp_last": "last-layer hidden state", "survival": "E[L - g | L > g], training lengths",
+               "mlp_first": "embedding layer", "prompt_only": "ridge: prompt length, g, hashed prompt tokens",
+               "mean": "training mean"}
+
+
+def predictor_mae_table(data: dict[str, Any]) -> str:
+    """``benchmarks/length_predictor.py --record``: each predictor's MAE on the test split
+    (tokens, best first) with its bootstrap interval, and below / from 512 generated tokens."""
+    f = data["figures"]
+    rows = []
+    for name, mae in sorted(f["mae_tokens"].items(), key=lambda kv: kv[1]):
+        lo, hi = f["mae_ci95"][name]
+        below, above = f["mae_split_at_512"][name]
+        rows.append([f"`{name}` ({_PREDICTORS.get(name, '')})".replace(" ()", ""), f"{mae:.1f}",
+                     f"{lo:.1f}-{hi:.1f}", f"{below:.0f}", f"{above:.0f}"])
+    return _md([f"predictor (test split, {f['requests']['test']:,} requests)", "MAE, tokens",
+                "95% CI (bootstrap over requests)", "g < 512", "g >= 512"], rows)
+
+
+def predictor_by_generated_table(data: dict[str, Any]) -> str:
+    """``benchmarks/length_predictor.py --record``: MAE (mean prediction) by tokens
+    generated so far, for the last-layer MLP, the survival table and the mean."""
+    buckets = data["figures"]["by_generated"]
+    rows = [[f"`{name}`", *(f"{b[f'{name}_mae']:.0f} ({b[f'{name}_mean']:.0f})" for b in buckets)]
+            for name in ("mlp_last", "survival", "mean") if f"{name}_mae" in buckets[0]]
+    rows.append(["true mean", *(f"{b['true_mean']:.0f}" for b in buckets)])
+    rows.append(["samples", *(f"{b['samples']:,}" for b in buckets)])
+    return _md(["g", *(b["generated"] for b in buckets)], rows)
+
+
 TABLES: dict[str, Callable[[dict[str, Any]], str]] = {"migration": migration_table, "decode_bound": decode_bound_table,
                                                       "combined": combined_table, "vidur": vidur_table,
                                                       "combined_ablations": combined_ablations_table,
@@ -334,4 +364,6 @@ TABLES: dict[str, Callable[[dict[str, Any]], str]] = {"migration": migration_tab
                                                       "cache_fixed": cache_fixed_table,
                                                       "claims": claims_table, "demo": demo_table,
                                                       "summary": summary_table, "overhead": overhead_table,
-                                                      "sustainable": sustainable_table, "real_fidelity": real_fidelity_table}
+                                                      "sustainable": sustainable_table, "real_fidelity": real_fidelity_table,
+                                                      "predictor_mae": predictor_mae_table,
+                                                      "predictor_by_generated": predictor_by_generated_table}
