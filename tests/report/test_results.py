@@ -236,3 +236,18 @@ def test_the_predictor_tables_sort_by_mae_and_split_by_generated_tokens(results)
     assert "| `mlp_last` | 137 (237) | 153 (253) |" in by
     assert "| `survival`" not in by  # a predictor the run did not have gets no row
     assert "| samples | 195 | 1,200 |" in by
+
+
+def test_the_deflection_table_gives_max_rates_deflected_shares_and_points(results):
+    pt = lambda ttft, slo, tbt, share, steady=1.0: {"p95_ttft_s": ttft, "slo_attainment": slo,  # noqa: E731
+                                                    "p95_tbt_s": tbt, "deflected_fraction": share, "steady": steady}
+    record("kai", {"rates_rps": [3, 6, 8], "policies": {
+        "pd": {"max_sustainable_rate_rps": 3.5, "max_rate_status": "knee", "target_attainment": 0.9,
+               "points": [pt(4.4, 0.915, 0.009, 0.0), pt(8.37, 0.773, 0.010, 0.0), pt(9.94, 0.703, 0.011, 0.0)]},
+        "kairos": {"max_sustainable_rate_rps": 8.0, "max_rate_status": "capped", "target_attainment": 0.9,
+                   "points": [pt(0.77, 0.974, 0.065, 0.30), pt(5.57, 0.923, 0.075, 0.34),
+                              pt(7.48, 0.856, 0.080, 0.35, 0.0)]}}})
+    table = render("<!--rt kai:deflection-->\n<!--/rt-->")
+    assert "| policy | max rate at 90% (req/s) | deflected at 6 req/s | P95 TBT ms | 3 req/s: P95 TTFT s / SLO % |" in table
+    assert "| `pd` | 3.5 | 0% | 9-11 | 4.40 / 92 | 8.37 / 77 | 9.94 / 70 |" in table
+    assert "| `kairos` | >= 8.0 | 34% | 65-80 | 0.77 / 97 | 5.57 / 92 | 7.48 / 86 * |" in table

@@ -323,6 +323,27 @@ def real_fidelity_table(data: dict[str, Any]) -> str:
                 "failed"], rows)
 
 
+def deflection_table(data: dict[str, Any]) -> str:
+    """``baton sweep --record NAME`` of prefill-deflecting policies: each policy's highest
+    rate at the target, its deflected share at the middle rate, the range of its P95 TBT
+    over the rates, and at each rate its P95 TTFT (s) and SLO attainment (``*``: no steady
+    window at that point)."""
+    f = data["figures"]
+    rates, mid = f["rates_rps"], len(f["rates_rps"]) // 2
+    rows = []
+    for name, p in f["policies"].items():
+        best, pts = p["max_sustainable_rate_rps"], p["points"]
+        tbt = [pt["p95_tbt_s"] * 1e3 for pt in pts if pt.get("p95_tbt_s") is not None]
+        cells = [f"{pt['p95_ttft_s']:.2f} / {pt['slo_attainment'] * 100:.0f}" + ("" if pt.get("steady", 1.0) else " *")
+                 for pt in pts]
+        rows.append([f"`{name}`", "-" if best is None else (">= " if p["max_rate_status"] == "capped" else "")
+                     + f"{best:.1f}", f"{pts[mid].get('deflected_fraction', 0.0) * 100:.0f}%",
+                     f"{min(tbt):.0f}-{max(tbt):.0f}" if tbt else "-", *cells])
+    target = next(iter(f["policies"].values()))["target_attainment"]
+    return _md(["policy", f"max rate at {target * 100:.0f}% (req/s)", f"deflected at {rates[mid]:g} req/s",
+                "P95 TBT ms", *(f"{r:g} req/s: P95 TTFT s / SLO %" for r in rates)], rows)
+
+
 _PREDICTORS = {"mlp_last": "last-layer hidden state", "survival": "E[L - g | L > g], training lengths",
                "mlp_first": "embedding layer", "prompt_only": "ridge: prompt length, g, hashed prompt tokens",
                "mean": "training mean"}
@@ -366,4 +387,5 @@ TABLES: dict[str, Callable[[dict[str, Any]], str]] = {"migration": migration_tab
                                                       "summary": summary_table, "overhead": overhead_table,
                                                       "sustainable": sustainable_table, "real_fidelity": real_fidelity_table,
                                                       "predictor_mae": predictor_mae_table,
+                                                      "deflection": deflection_table,
                                                       "predictor_by_generated": predictor_by_generated_table}
