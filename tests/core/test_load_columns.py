@@ -154,15 +154,21 @@ def test_an_unmarked_mutation_is_visible_as_a_stale_column():
     assert np.array_equal(view.prefill_loads([0]), [view.prefill_load(0)])
 
 
+def _random_instances(rng, count):
+    """Decode instances with 0-3 rows each and a running affine segment where they decode."""
+    insts = {}
+    for i in range(count):
+        ctxs = tuple(int(c) for c in rng.integers(50, 400, size=int(rng.integers(0, 4))))
+        seg = Segment(float(rng.uniform(0, 0.05)), float(rng.uniform(0.004, 0.03)), 1e-5, 500) if ctxs else None
+        insts[i] = _instance(i, ctxs, seg)
+    return insts
+
+
 def test_least_load_by_lower_bounds_equals_the_argmin_as_time_moves_and_tables_change():
     """Above the pruning cut-off, counts computed earlier serve as floors: the pick must
     still be the first least load at every later instant, after mutations and ties."""
     rng = np.random.default_rng(5)
-    insts = {}
-    for i in range(200):
-        ctxs = tuple(int(c) for c in rng.integers(50, 400, size=int(rng.integers(0, 4))))
-        seg = Segment(float(rng.uniform(0, 0.05)), float(rng.uniform(0.004, 0.03)), 1e-5, 500) if ctxs else None
-        insts[i] = _instance(i, ctxs, seg)
+    insts = _random_instances(rng, 200)
     cols = LoadColumns(insts)
     ids = list(insts)
     slots = cols.slots(ids)
@@ -182,11 +188,7 @@ def test_floors_bound_the_loads_from_below_and_are_exact_where_counted():
     """The kept floor column: never above a load at any later instant, equal to it right
     after the counts were computed, and only ``base`` when a read goes back in time."""
     rng = np.random.default_rng(7)
-    insts = {}
-    for i in range(150):
-        ctxs = tuple(int(c) for c in rng.integers(50, 400, size=int(rng.integers(0, 4))))
-        seg = Segment(float(rng.uniform(0, 0.05)), float(rng.uniform(0.004, 0.03)), 1e-5, 500) if ctxs else None
-        insts[i] = _instance(i, ctxs, seg)
+    insts = _random_instances(rng, 150)
     cols = LoadColumns(insts)
     slots = cols.slots(list(insts))
     counted = 0
