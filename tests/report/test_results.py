@@ -248,6 +248,6 @@ def test_the_deflection_table_gives_max_rates_deflected_shares_and_points(result
                    "points": [pt(0.77, 0.974, 0.065, 0.30), pt(5.57, 0.923, 0.075, 0.34),
                               pt(7.48, 0.856, 0.080, 0.35, 0.0)]}}})
     table = render("<!--rt kai:deflection-->\n<!--/rt-->")
-    assert "| policy | max rate at 90% (req/s) | deflected at 6 req/s | P95 TBT ms | 3 req/s: P95 TTFT s / SLO % |" in table
+    assert "| policy | max rate at 90% (req/s) | deflected at 6 req/s | P95 TBT ms | 3 req/s (P95 TTFT s / SLO %) | 6 req/s | 8 req/s |" in table
     assert "| `pd` | 3.5 | 0% | 9-11 | 4.40 / 92 | 8.37 / 77 | 9.94 / 70 |" in table
     assert "| `kairos` | >= 8.0 | 34% | 65-80 | 0.77 / 97 | 5.57 / 92 | 7.48 / 86 * |" in table
