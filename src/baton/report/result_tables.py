@@ -344,7 +344,7 @@ def deflection_table(data: dict[str, Any]) -> str:
                 "P95 TBT ms", f"{rates[0]:g} req/s (P95 TTFT s / SLO %)", *(f"{r:g} req/s" for r in rates[1:])], rows)
 
 
-_PREDICTORS = {"mlp_last": "last-layer hidden state", "survival": "E[L - g | L > g], training lengths",
+_PREDICTORS = {"mlp_last": "last-layer hidden state", "survival": "E[L - g \\| L > g], training lengths",
                "mlp_first": "embedding layer", "prompt_only": "ridge: prompt length, g, hashed prompt tokens",
                "mean": "training mean"}
 
