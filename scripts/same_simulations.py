@@ -48,16 +48,17 @@ from baton.workload import generate, reasoning_spec
 
 policies, n, traces, names = sys.argv[1].split(","), int(sys.argv[2]), Path(sys.argv[3]), sys.argv[4].split(",")
 large = sys.argv[5] == "large"
+count = n * (20 if large else 1)  # requests each workload provides (the large cluster takes all)
 TRACES = {"mooncake": ("mooncake_conversation.jsonl", 2.0), "azure-code": ("azure_code_2023.csv", 5.0),
           "azure-conv": ("azure_conv_2023.csv", 30.0)}
 workloads = []
 for name in names:
     if name == "sessions":
-        workloads.append((name, generate_sessions(SessionsSpec(), np.random.default_rng(0))[:n * (20 if large else 1)], 14.0))
+        workloads.append((name, generate_sessions(SessionsSpec(), np.random.default_rng(0))[:count], 14.0))
     elif name == "reasoning":
-        workloads.append((name, generate(reasoning_spec(n * (20 if large else 1), 1.0), np.random.default_rng(0)), 3.0))
+        workloads.append((name, generate(reasoning_spec(count, 1.0), np.random.default_rng(0)), 3.0))
     elif (traces / TRACES[name][0]).is_file():
-        window = load_trace(traces / TRACES[name][0])[:n * (20 if large else 1)]
+        window = load_trace(traces / TRACES[name][0])[:count]
         t0 = window[0].arrival_s
         workloads.append((name, [replace(r, req_id=i, arrival_s=r.arrival_s - t0)
                                  for i, r in enumerate(window)], TRACES[name][1]))

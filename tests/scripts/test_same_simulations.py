@@ -71,3 +71,11 @@ def test_a_run_that_compares_nothing_says_so_and_fails(tmp_path):
                           cwd=root, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "skipped  mooncake" in done.stderr and "nothing was compared" in done.stderr
+
+
+@pytest.mark.skipif(not has_git_history(), reason="not a git checkout")
+def test_large_adds_a_cluster_past_the_views_columnar_cut_offs():
+    done = subprocess.run([sys.executable, str(SCRIPT), "HEAD", "--requests", "10", "--policies", "least-loaded",
+                           "--workloads", "sessions", "--large"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert "sessions, 40P120D, least-loaded" in done.stdout, done.stderr
+    assert "of 3 runs identical to HEAD" in done.stdout
