@@ -93,3 +93,20 @@ def test_runs_without_a_steady_window_are_counted_in_one_warning_line():
     line = unsteady_line(runs)
     assert line.startswith("3 of 4 runs had no steady window (a 1, b 2)") and "about 84 s" in line
     assert unsteady_line({"a": [{"steady": 1.0}], "old": [{}]}) is None  # steady, or predating the key
+
+
+def test_skip_holds_out_a_trace_window_for_one_run_and_for_repeats(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n"
+                    + "".join(f"{i * 0.5},{100 + i},{10}\n" for i in range(30)))
+    one = WorkloadConfig(trace=str(path), requests=5, skip=12).load(0)
+    assert [r.prompt_tokens for r in one] == list(range(112, 117))
+    assert [r.req_id for r in one] == list(range(5)) and one[0].arrival_s == 0.0 and one[1].arrival_s == 0.5
+    windows = repeat_workloads(Experiment(workload=WorkloadConfig(trace=str(path), requests=5, skip=20)), 2)
+    assert [[r.prompt_tokens for r in reqs][0] for _, reqs in windows] == [120, 125]  # after the held-out part
+    with pytest.raises(ConfigError, match="needs 15 requests; the trace has 10"):
+        repeat_workloads(Experiment(workload=WorkloadConfig(trace=str(path), requests=5, skip=20)), 3)
+    with pytest.raises(ConfigError, match="skip 30: the trace .* has only 30 requests"):
+        WorkloadConfig(trace=str(path), skip=30).load(0)
+    with pytest.raises(ConfigError, match="only a trace's requests can be skipped"):
+        WorkloadConfig(skip=3).load(0)

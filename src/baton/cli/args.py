@@ -21,7 +21,7 @@ from baton.workload.sessions import SessionsSpec
 
 def add_workload_flags(p: argparse.ArgumentParser, rate_list: bool = False) -> None:
     p.add_argument("--config", help="experiment YAML (cluster, policy, workload, slo, seed)")
-    settings.add_flags(p, WorkloadConfig, ("trace", "format", "requests", "arrivals"))
+    settings.add_flags(p, WorkloadConfig, ("trace", "format", "requests", "skip", "arrivals"))
     p.add_argument("--columns", metavar="time=COL,prompt=COL,output=COL",
                    help="read any CSV or JSONL trace through these column names")
     p.add_argument("--time-unit", choices=["s", "ms"], default="s", help="unit of the --columns time column")
@@ -97,6 +97,8 @@ def experiment_from(args: argparse.Namespace, base: Experiment | None = None) ->
         exp.workload.time_unit = args.time_unit
     if args.requests is not None:
         exp.workload.requests = args.requests
+    if getattr(args, "skip", None) is not None:
+        exp.workload.skip = args.skip
     if args.rate is not None and not isinstance(args.rate, str):
         exp.workload.rate_rps = args.rate
     if args.ttft_slo is not None or args.tpot_slo is not None:

@@ -21,6 +21,7 @@ from baton.policies.catalog import check_policy
 from baton.perf.presets import model_route, parse_model_route, route_prefix
 from baton.sim.cluster import ClusterSpec, cluster_from_dict
 from baton.workload import FORMATS, SourceEngine, SyntheticSpec, first, generate, load_trace, scale_to_rate, source_engine
+from baton.workload.transform import window
 from baton.workload.classes import RequestClass, check_shares, with_classes
 from baton.workload.sessions import SessionsSpec, generate_sessions
 
@@ -38,6 +39,8 @@ class WorkloadConfig:
     synthetic: SyntheticSpec = setting(factory=SyntheticSpec, doc="the synthetic workload")
     sessions: SessionsSpec | None = None  # the multi-turn sessions generator instead (workload/sessions.py)
     requests: int | None = setting(None, gt=0, flag=True, doc="a trace's first N requests, or exactly N synthetic ones")
+    skip: int = setting(0, ge=0, flag=True, doc="leave out a trace's first N requests (a held-out window: the rest, "
+                                                 "or with requests the next ones, shifted to arrive from 0)")
     rate_rps: float | None = setting(None, gt=0, unit="1/s", doc="rescale arrival times to this mean rate")
     arrivals: str | None = setting(None, flag=True, doc="poisson:R or uniform:R, for traces without arrival times")
     columns: dict[str, str] | None = None  # time/prompt/output column names (any CSV or JSONL; --columns)
@@ -70,14 +73,26 @@ class WorkloadConfig:
         return source_engine(self.trace, self.format)
 
     def whole_trace(self, seed: int = 0) -> list[Request]:
-        """Every request of the trace, unscaled (for disjoint windows), with its classes."""
-        return with_classes(self._read(seed), self.classes, seed)
+        """Every request of the trace after ``skip``, unscaled (for disjoint windows), with
+        its classes."""
+        return with_classes(self._skipped(self._read(seed)), self.classes, seed)
+
+    def _skipped(self, reqs: list[Request]) -> list[Request]:
+        """The trace's requests after its first ``skip``, shifted to arrive from 0 and
+        numbered from 0 (all of them when ``skip`` is 0)."""
+        if not self.skip:
+            return reqs
+        if self.skip >= len(reqs):
+            raise ConfigError(f"skip {self.skip}: the trace {self.trace} has only {len(reqs)} requests")
+        return window(reqs, self.skip, len(reqs))
 
     def load(self, seed: int) -> list[Request]:
-        """The workload's requests: a trace's first ``requests``, or exactly ``requests``
-        synthetic ones (``requests`` sets the synthetic count, it never caps it)."""
+        """The workload's requests: a trace's first ``requests`` (after ``skip``), or exactly
+        ``requests`` synthetic ones (``requests`` sets the synthetic count, it never caps it)."""
+        if self.skip and not self.trace:
+            raise ConfigError(f"skip {self.skip}: only a trace's requests can be skipped (there is no trace)")
         if self.trace:
-            reqs = self._read(seed)
+            reqs = self._skipped(self._read(seed))
         elif self.sessions is not None:
             reqs = generate_sessions(self.sessions, np.random.default_rng(seed))
         else:
