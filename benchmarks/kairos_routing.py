@@ -2,10 +2,11 @@
 estimates, the alpha rule) at 64 decode instances (+ 64 prefill instances with queues),
 and of one proactive re-plan tick over those queues.
 
-    python benchmarks/kairos_routing.py [--decode N] [--decisions N]
+    python benchmarks/kairos_routing.py [--decode N] [--decisions N] [--record]
 
 Baseline in the same run: ``least-loaded``'s decision on the same view.
-The last line is ``{"median_us": ..., "p99_us": ..., "decode_instances": 64, ...}``.
+The last line is ``{"median_us": ..., "p99_us": ..., "decode_instances": 64, ...}``;
+``--record`` also writes those figures into ``results/kairos-routing.json`` for the docs.
 """
 
 from __future__ import annotations
@@ -46,7 +47,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--decode", type=int, default=64)
     ap.add_argument("--decisions", type=int, default=2000)
+    ap.add_argument("--record", action="store_true", help="write the figures into results/ for the docs to quote")
     args = ap.parse_args()
+    started = time.perf_counter()
     v = view(2 * args.decode, np.random.default_rng(0))
     for i in v.prefill_ids:  # the queued prompts are waiting requests the tick may re-plan
         v._requests.update({rid: RequestState(Request(rid, 0.0, left, 100), prefill_instance=i)
@@ -60,11 +63,17 @@ def main() -> None:
         stage.tick(v)
     tick_ms = (time.perf_counter() - t0) / 20 * 1e3
     med, p99 = float(np.median(kairos)), float(np.percentile(kairos, 99))
+    queued = sum(len(v.instance(i).prefill_queue) for i in v.prefill_ids)
     print(f"kairos: median {med:.0f} us, p99 {p99:.0f} us per arrival at {args.decode} decode instances "
-          f"(least-loaded {np.median(base):.0f} us); a re-plan tick over {sum(len(v.instance(i).prefill_queue) for i in v.prefill_ids)} "
-          f"queued prefills: {tick_ms:.1f} ms")
-    print(json.dumps({"median_us": round(med, 1), "p99_us": round(p99, 1), "decode_instances": args.decode,
-                      "least_loaded_median_us": round(float(np.median(base)), 1), "tick_ms": round(tick_ms, 2)}))
+          f"(least-loaded {np.median(base):.0f} us); a re-plan tick over {queued} queued prefills: {tick_ms:.1f} ms")
+    figures = {"median_us": round(med, 1), "p99_us": round(p99, 1), "decode_instances": args.decode,
+               "least_loaded_median_us": round(float(np.median(base)), 1), "tick_ms": round(tick_ms, 2),
+               "tick_queued_prefills": queued}
+    if args.record:
+        from baton.report.results import record
+        record("kairos-routing", figures, time.perf_counter() - started,
+               "python benchmarks/kairos_routing.py " + " ".join(sys.argv[1:]))
+    print(json.dumps(figures))
 
 
 if __name__ == "__main__":
