@@ -225,7 +225,9 @@ def main() -> None:
     ap.add_argument("--chaos", action="store_true", help="kill/restart or hang a decode engine periodically")
     ap.add_argument("--chaos-every-s", type=float, default=45.0)
     ap.add_argument("--workers", type=int, default=1, help="baton serve --workers (relay processes)")
+    ap.add_argument("--record", metavar="NAME", help="write the figures into results/NAME.json for the docs to quote")
     args = ap.parse_args()
+    started = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="baton-soak-"))
     roles = ["prefill"] * args.prefill + ["decode"] * args.decode + ["mixed"] * args.mixed
     engines = [start_emulator(work) for _ in roles]
@@ -258,12 +260,17 @@ def main() -> None:
                     for _, e in run["errors"])
     print("errors by kind:", dict(kinds), {k: len(v) for k, v in failed.items()})
     print("residue:", left, "checks:", checks, "logs in", work)
-    print(json.dumps({"policy": args.policy, "seconds": args.seconds, "rate_rps": args.rate,
-                      "output_tokens": [args.output_low, args.output_high], "sent": run["sent"],
-                      "failed": len(run["errors"]), "lost": len(failed["lost"]),
-                      "on_killed_relays": len(failed.get("on_killed_relay", [])),
-                      "in_accept_window": len(failed.get("in_accept_window", [])), "workers": args.workers,
-                      "chaos_events": len(hurt), **final, **checks}))
+    figures = {"policy": args.policy, "seconds": args.seconds, "rate_rps": args.rate,
+               "output_tokens": [args.output_low, args.output_high], "sent": run["sent"],
+               "answered": run["sent"] - len(run["errors"]), "failed": len(run["errors"]), "lost": len(failed["lost"]),
+               "on_killed_relays": len(failed.get("on_killed_relay", [])),
+               "in_accept_window": len(failed.get("in_accept_window", [])), "workers": args.workers,
+               "chaos_events": len(hurt), **final, **checks}
+    print(json.dumps(figures))
+    if args.record:
+        from baton.report.results import record
+        record(args.record, figures, time.perf_counter() - started,
+               "python benchmarks/live_soak.py " + " ".join(sys.argv[1:]))
     sys.exit(0 if all(checks.values()) else 1)
 
 

@@ -3,7 +3,7 @@
 
 Prints each request's placement and TTFT/end-to-end latency on both sides; the last line
 is one JSON object with the placement match and the largest differences (ms).
-Usage: python benchmarks/replay_agreement.py
+Usage: python benchmarks/replay_agreement.py [--record]  (``--record``: results/replay-agreement.json)
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ import asyncio
 import json
 import sys
 import tempfile
+import time
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,6 +27,7 @@ from tests.live import get, servers, start_emulator, start_gateway  # noqa: E402
 
 
 def main() -> None:
+    started = time.perf_counter()
     requests = [Request(i, t, p, o) for i, (t, p, o) in enumerate(TRACE)]
     sim = sorted(simulate(requests, ClusterSpec(prefill=1, decode=2), "least-loaded").records,
                  key=lambda r: r.req_id)
@@ -47,9 +50,16 @@ def main() -> None:
         print(f"req {s.req_id}: sim {s.path} ttft {s.ttft_s * 1e3:7.1f} e2e {s.e2e_s * 1e3:7.1f} ms | "
               f"live {'>'.join(placed[s.req_id])} ttft {g.ttft_s * 1e3:7.1f} e2e {g.e2e_s * 1e3:7.1f} ms")
     match = all(">".join(placed[s.req_id]) == s.path for s in sim)
-    print(json.dumps({"placements_match": match, "e2e_diff_ms_min": round(min(d_e2e), 1),
-                      "e2e_diff_ms_max": round(max(d_e2e), 1), "ttft_diff_ms_min": round(min(d_ttft), 1),
-                      "ttft_diff_ms_max": round(max(d_ttft), 1)}))
+    figures = {"placements_match": match, "e2e_diff_ms_min": round(min(d_e2e), 1),
+               "e2e_diff_ms_max": round(max(d_e2e), 1), "ttft_diff_ms_min": round(min(d_ttft), 1),
+               "ttft_diff_ms_max": round(max(d_ttft), 1), "requests": len(sim),
+               "sim_e2e_s_min": min(s.e2e_s for s in sim), "sim_e2e_s_max": max(s.e2e_s for s in sim),
+               "per_decode_instance": sorted(Counter(s.path.split(">")[-1] for s in sim).values(), reverse=True)}
+    print(json.dumps(figures))
+    if "--record" in sys.argv[1:]:
+        from baton.report.results import record
+        record("replay-agreement", figures, time.perf_counter() - started,
+               "python benchmarks/replay_agreement.py --record")
 
 
 if __name__ == "__main__":

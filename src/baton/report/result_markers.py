@@ -17,7 +17,9 @@ MEASURED = re.compile(r"<!--measured-->(.*?)<!--/measured-->", re.S)
 # (integers such as "3 repeats" or "Fig. 6" are descriptions, not figures)
 FIGURE = re.compile(r"(?<![\w.])[-+−]?(?:\d[\d,]*(?:\.\d+)?x(?![\w])|\d[\d,]*(?:\.\d+)?%|\d[\d,]*\.\d+(?!-\w)"
                     r"|\d{1,3}(?:,\d{3})+)")  # (a version, as in Llama-3.1-8B, is no figure)
-_CODE = re.compile(r"`[^`\n]*`|\]\([^)]*\)")
+# code spans (wrapping lines, never a paragraph), link targets and autolinks: inputs, addresses
+_CODE = re.compile(r"`(?:[^`\n]|\n(?!\s*\n))*`|\]\([^)]*\)|<https?://[^>\s]+>")
+_FENCED = re.compile(r"^```.*?^```", re.S | re.M)
 
 
 def render(text: str, folder: Path | None = None) -> str:
@@ -42,11 +44,13 @@ def render(text: str, folder: Path | None = None) -> str:
     return VALUE.sub(value, TABLE.sub(table, text))
 
 
-def hand_written(text: str) -> list[str]:
-    """Figures inside ``<!--measured-->`` regions that no marker fills (outside code spans
-    and link targets): each one a published number that no result file holds."""
+def hand_written(text: str, whole: bool = False) -> list[str]:
+    """Figures that no marker fills (outside code spans, link targets and, with ``whole``,
+    fenced code blocks): inside ``<!--measured-->`` regions, or anywhere on the page with
+    ``whole``; each one a published number that no result file holds."""
+    regions = [_FENCED.sub(" ", text)] if whole else MEASURED.findall(text)
     found = []
-    for region in MEASURED.findall(text):
+    for region in regions:
         bare = _CODE.sub(" ", VALUE.sub(" ", TABLE.sub(" ", region)))
         found += [m.group(0) for m in FIGURE.finditer(bare)]
     return found
@@ -55,6 +59,17 @@ def hand_written(text: str) -> list[str]:
 def names(text: str) -> set[str]:
     """The result files a page quotes."""
     return {m.group(1) for m in VALUE.finditer(text)} | {m.group(1) for m in TABLE.finditer(text)}
+
+
+def results_pages() -> list[Path]:
+    """The pages that quote only recorded figures, every one through a marker: the README
+    and the results pages (their earlier runs live in ``docs/results/archive/``)."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs" / "results").glob("*.md"))]
+
+
+def archive_pages() -> list[Path]:
+    """Earlier runs as written then, each page saying so in its first paragraph."""
+    return sorted((ROOT / "docs" / "results" / "archive").glob("*.md"))
 
 
 def pages() -> list[Path]:
