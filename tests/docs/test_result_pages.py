@@ -3,7 +3,7 @@ measured region quotes no figure by hand (first hour, item 1: figures that canno
 
 import pytest
 
-from baton.report.result_markers import hand_written, names, pages, render
+from baton.report.result_markers import archive_pages, hand_written, names, pages, render, results_pages
 from baton.report.results import ROOT
 
 PAGES = pages()
@@ -16,6 +16,28 @@ def test_a_page_quotes_its_results_as_recorded(page):
         assert (ROOT / "results" / f"{name}.json").is_file(), f"{page}: quotes results/{name}.json, which is missing"
     assert render(text, ROOT / "results") == text, f"{page}: stale figures: run python scripts/render_results.py"
     assert hand_written(text) == [], f"{page}: figures written by hand in a measured region"
+
+
+@pytest.mark.parametrize("page", results_pages(), ids=[p.name for p in results_pages()])
+def test_a_results_page_quotes_no_figure_by_hand_anywhere(page):
+    """Not only in its measured regions: every decimal, percentage, ratio or large number on
+    the README and the results pages comes from a marker, or is an input in a code span."""
+    assert hand_written(page.read_text(), whole=True) == [], \
+        f"{page}: figures written by hand (record them, quote them with a marker, or move an earlier run to archive/)"
+
+
+def test_archive_pages_say_they_are_earlier_runs():
+    archive = archive_pages()
+    assert archive, "docs/results/archive/ holds the earlier runs the results pages no longer quote"
+    for page in archive:
+        head = page.read_text().split("\n\n")[1]
+        assert "not rerun" in head and "as written then" in head, f"{page}: its first paragraph must say so"
+
+
+def test_whole_page_check_finds_a_figure_outside_the_measured_regions():
+    text = "intro 12.5% faster\n<!--measured-->`1.5`x<!--/measured-->\n```\n9.9%\n```\n"
+    assert hand_written(text) == []
+    assert hand_written(text, whole=True) == ["12.5%"]
 
 
 def test_the_measured_pages_are_the_ones_listed():
