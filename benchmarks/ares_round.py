@@ -13,7 +13,6 @@ line is one JSON object.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import numpy as np
@@ -23,6 +22,7 @@ from baton.perf import build
 from baton.policies import PolicyContext, build_scheduler
 from baton.sim import ClusterSpec, simulate
 from baton.workload import generate, reasoning_spec
+from recorded import emit  # noqa: E402
 
 
 def time_rounds(view, estimator: str, max_migrations: int, rounds: int) -> np.ndarray:
@@ -50,7 +50,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--decode", type=int, default=256)
+    ap.add_argument("--record", action="store_true", help="write the figures into results/ for the docs to quote")
     args = ap.parse_args()
+    started = time.perf_counter()
     view = build_view(args.decode, 40, 0, np.random.default_rng(0))
     active = sum(view.instance(i).decodes.n for i in view.decode_ids)
     print(f"{args.decode} decode instances, {active} running requests")
@@ -68,12 +70,12 @@ def main() -> None:
           f"max {t.max():6.2f} ms (target <= 20 ms)")
     sim_s = sim_wall_per_simulated_s()
     print(f"simulator: {sim_s * 1e3:.1f} ms of wall time per simulated second (16P64D reasoning, ares)")
-    print(json.dumps({"round_ms": round(figures["survival_1"], 2), "round_ms_oracle": round(figures["oracle_1"], 2),
+    emit("ares-round", {"round_ms": round(figures["survival_1"], 2), "round_ms_oracle": round(figures["oracle_1"], 2),
                       "round_ms_4_moves": round(figures["survival_4"], 2),
                       "round_ms_1024": round(figures["survival_1_1024"], 2),
                       "round_share_of_1s_interval": round(figures["survival_1"] / 1000, 5),
                       "sim_wall_ms_per_simulated_s": round(sim_s * 1e3, 1),
-                      "running_requests": active}))
+                      "running_requests": active}, started, args.record)
 
 
 if __name__ == "__main__":

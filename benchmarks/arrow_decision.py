@@ -11,7 +11,6 @@ The last line is ``{"median_us": ..., "p99_us": ..., "instances": 64, ...}``, wi
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -24,6 +23,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from baton.core import ClusterView, InstanceState, Request, RequestState, Role  # noqa: E402
 from baton.perf import build  # noqa: E402
 from baton.policies import PolicyContext, build_scheduler  # noqa: E402
+from recorded import emit  # noqa: E402
 
 
 def view(n: int, rng: np.random.Generator) -> ClusterView:
@@ -63,7 +63,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--instances", type=int, default=64)
     ap.add_argument("--decisions", type=int, default=3000)
+    ap.add_argument("--record", action="store_true", help="write the figures into results/ for the docs to quote")
     args = ap.parse_args()
+    started = time.perf_counter()
     v = view(args.instances, np.random.default_rng(0))
     arrow = time_policy("arrow", v, args.decisions)
     base = time_policy("least-loaded", v, args.decisions)
@@ -74,9 +76,9 @@ def main() -> None:
     big = time_policy("arrow", view(1024, np.random.default_rng(0)), max(1000, args.decisions // 3))
     med_k, p99_k = float(np.median(big)), float(np.percentile(big, 99))
     print(f"arrow at 1,024 instances: median {med_k:.1f} us, p99 {p99_k:.1f} us")
-    print(json.dumps({"median_us": round(med, 2), "p99_us": round(p99, 2), "instances": args.instances,
+    emit("arrow-decision", {"median_us": round(med, 2), "p99_us": round(p99, 2), "instances": args.instances,
                       "least_loaded_median_us": round(float(np.median(base)), 2),
-                      "median_us_1024": round(med_k, 2), "p99_us_1024": round(p99_k, 2)}))
+                      "median_us_1024": round(med_k, 2), "p99_us_1024": round(p99_k, 2)}, started, args.record)
 
 
 if __name__ == "__main__":

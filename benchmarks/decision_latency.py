@@ -14,7 +14,6 @@ median_us_1024 and p99_us_1024 (targets: median <= 50 us, p99 <= 500 us).
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import numpy as np
@@ -26,6 +25,7 @@ from baton.core.request import Phase
 from baton.perf import build
 from baton.policies import PolicyContext, build_scheduler
 from baton.policies.sibyl import Sibyl
+from recorded import emit  # noqa: E402
 
 
 def build_view(decode: int, per_instance: int, prefill: int, rng: np.random.Generator) -> ClusterView:
@@ -84,7 +84,9 @@ def main() -> None:
     ap.add_argument("--decode", type=int, default=256)
     ap.add_argument("--per-instance", type=int, default=40)
     ap.add_argument("--decisions", type=int, default=3000)
+    ap.add_argument("--record", action="store_true", help="write the figures into results/ for the docs to quote")
     args = ap.parse_args()
+    started = time.perf_counter()
     view = build_view(args.decode, args.per_instance, 32, np.random.default_rng(0))
     active = sum(view.instance(i).decodes.n for i in view.decode_ids)
     print(f"{args.decode} decode instances, {active} active requests, {args.decisions} decisions")
@@ -105,9 +107,10 @@ def main() -> None:
     t, _ = measure("sibyl", big, max(1000, args.decisions // 3), np.random.default_rng(1))
     med_k, p99_k = float(np.median(t[100:])), float(np.percentile(t[100:], 99))
     print(f"sibyl at 1,024 decode instances: median {med_k:.1f} us, p99 {p99_k:.1f} us")
-    print(json.dumps({"median_us": round(med, 1), "p99_us": round(p99, 1), "tick_mean_ms": round(tick_ms, 2),
-                      "ratio_to_least_loaded": round(ratio, 3), "decode_instances": args.decode,
-                      "active_requests": active, "median_us_1024": round(med_k, 1), "p99_us_1024": round(p99_k, 1)}))
+    figures = {"median_us": round(med, 1), "p99_us": round(p99, 1), "tick_mean_ms": round(tick_ms, 2),
+               "ratio_to_least_loaded": round(ratio, 3), "decode_instances": args.decode,
+               "active_requests": active, "median_us_1024": round(med_k, 1), "p99_us_1024": round(p99_k, 1)}
+    emit("decision-latency", figures, started, args.record)
 
 
 if __name__ == "__main__":
