@@ -1,6 +1,6 @@
 """Where the A100 preset's terms come from, and how close whole iterations land to Vidur.
 
-    python benchmarks/calibrate_vidur.py
+    python benchmarks/calibrate_vidur.py [--record]   (--record: results/calibrate-vidur.json)
 
 1. Fits each term of ``A100_VIDUR`` to its own operator in Vidur's Llama-2-70B TP2
    profile (``../shared/peers/vidur``): the linear operators (matmul efficiency, weight-read
@@ -22,11 +22,11 @@ The last line is one JSON object with the figures.
 from __future__ import annotations
 
 import csv
-import json
 import lzma
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +41,7 @@ from baton.perf.presets import A100_VIDUR, HARDWARE, MODELS  # noqa: E402
 from baton.perf.vidur_profile import FILES, VidurProfile  # noqa: E402
 from baton.perf.vidur_tables import LINEAR_OPS, OperatorTables, _curve  # noqa: E402
 from vidur_runner import HUB, PROFILES  # noqa: E402
+from recorded import emit  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "perf" / "fixtures"
 CODELLAMA = FIXTURES / "codellama-34b"
@@ -166,6 +167,7 @@ def profiled_dir(mlp_file: str, config: Path, work: Path) -> Path:
 
 
 def main() -> None:
+    started = time.perf_counter()
     if not PROFILES.is_dir():
         sys.exit(f"calibrate_vidur: Vidur's profiles are not in {PROFILES}")
     medians70 = VidurProfile(PROFILES)
@@ -192,7 +194,7 @@ def main() -> None:
                 print(f"{case:<18} {ref_name:<9} {model_name:<8} " + " ".join(
                     f"{errs[k]['median_abs'] * 100:>14.1f}% / {errs[k]['mean'] * 100:+5.1f}%" for k in ("decode", "prefill", "mixed")))
     shutil.rmtree(tmp, ignore_errors=True)
-    print(json.dumps(figures))
+    emit("calibrate-vidur", figures, started, "--record" in sys.argv[1:])
 
 
 if __name__ == "__main__":
