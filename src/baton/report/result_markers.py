@@ -63,8 +63,11 @@ def names(text: str) -> set[str]:
 
 def results_pages() -> list[Path]:
     """The pages that quote only recorded figures, every one through a marker: the README
-    and the results pages (their earlier runs live in ``docs/results/archive/``)."""
-    return [ROOT / "README.md", *sorted((ROOT / "docs" / "results").glob("*.md"))]
+    and every docs page but the reference (generated from the code: its numbers are the
+    settings' defaults and bounds) and the earlier runs in ``docs/results/archive/``."""
+    docs = ROOT / "docs"
+    return [ROOT / "README.md", *sorted(p for p in docs.rglob("*.md")
+                                        if p.parent not in (docs / "reference", docs / "results" / "archive"))]
 
 
 def archive_pages() -> list[Path]:
