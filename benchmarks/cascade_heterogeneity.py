@@ -1,6 +1,6 @@
 """How much length-homogeneous batching can save under a preset's engine model.
 
-    python benchmarks/cascade_heterogeneity.py [--preset llama-3.2-3b@h100]
+    python benchmarks/cascade_heterogeneity.py [--preset llama-3.2-3b@h100] [--record]
 
 Decode batches of n sequences whose contexts are drawn as in flight under
 examples/cascade-16.yaml's workload (prompt lognormal, median 250, sigma 0.8; output
@@ -15,12 +15,16 @@ iteration. The last line is one JSON object.
 from __future__ import annotations
 
 import argparse
-import json
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 
-from baton.perf import build
-from baton.perf.model import BatchShape, length_cv2
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from baton.perf import build  # noqa: E402
+from baton.perf.model import BatchShape, length_cv2  # noqa: E402
+from recorded import emit  # noqa: E402
 
 
 def in_flight_contexts(n: int, rng: np.random.Generator) -> np.ndarray:
@@ -38,7 +42,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--preset", default="llama-3.2-3b@h100")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--record", action="store_true", help="write the figures into results/ for the docs to quote")
     args = p.parse_args()
+    started = time.perf_counter()
     perf, rng = build(args.preset), np.random.default_rng(args.seed)
     out = {"preset": args.preset, "batches": []}
     print(f"{'n':>5} {'CV^2':>6} {'mixed ms':>9} {'homog. ms':>10} {'4 quartiles ms':>15} {'mixed/homog.':>13}")
@@ -51,7 +57,7 @@ def main() -> None:
         out["batches"].append({"n": n, "cv2": round(cv2, 3), "mixed_ms": round(mixed * 1e3, 3),
                                "homogeneous_ms": round(homo * 1e3, 3), "quartiles_ms": round(split * 1e3, 3),
                                "mixed_over_homogeneous": round(mixed / homo, 4)})
-    print(json.dumps(out))
+    emit("cascade-heterogeneity", out, started, args.record)
 
 
 if __name__ == "__main__":
