@@ -123,7 +123,7 @@ class Control:
             log.warning("policy %s: %s; the least-loaded instance decodes instead", self.scheduler.name, err)
             choice = None
         if choice is None or choice in exclude:
-            ids = [i for i in self.view.decode_ids if i not in exclude]
+            ids = [i for i in self.view.decode_ids if i not in exclude] or self._answering_ejected(exclude, True)
             if not ids:
                 raise ApiError(503, "no healthy decode instance", err_type="server_error")
             choice = min(ids, key=self.view.token_load)
@@ -132,7 +132,7 @@ class Control:
 
     def fallback_prefill(self, state: RequestState, exclude: frozenset[int] = frozenset()) -> int:
         """Another prefill instance after a failed prefill leg (least queued prefill work)."""
-        ids = [i for i in self.view.prefill_ids if i not in exclude]
+        ids = [i for i in self.view.prefill_ids if i not in exclude] or self._answering_ejected(exclude, False)
         if not ids:
             raise ApiError(503, "no healthy prefill instance", err_type="server_error")
         choice = min(ids, key=lambda i: self.cluster.instances[i].prefill_queue_tokens)
@@ -359,6 +359,7 @@ class Control:
         if eng.failures >= self.config.unhealthy_after_failures and self.cluster.set_health(iid, False):
             log.warning("engine %s is unhealthy after %d failures in a row (last: %s); no new work goes to it",
                         eng.spec.name, eng.failures, cause)
+            self._readmit_ejected(iid)
 
     # --- outlier ejection (gateway.outliers) -----------------------------------------------------
     def leg_ok(self, iid: int) -> None:
@@ -393,6 +394,32 @@ class Control:
         self.metrics.ejections.labels(name, reason).inc()
         log.warning("engine %s ejected (%s) for %.0f s: its legs keep failing", name, reason,
                     self.outliers.ejection_s(iid, self.cluster.clock()))
+
+    def _answering_ejected(self, exclude: frozenset[int], decodes: bool) -> list[int]:
+        """Decode (else prefill) instances out only by outlier ejection (they still answer),
+        for a request that has no other one left: an engine whose legs failed is better
+        than none."""
+        return [i for i, inst in self.cluster.instances.items()
+                if (inst.role.decodes if decodes else inst.role.prefills) and i not in exclude
+                and self.outliers.is_ejected(i) and self.cluster.engines[i].probe_ok
+                and not self.cluster.engines[i].removed]
+
+    def _readmit_ejected(self, iid: int) -> None:
+        """``iid`` stopped answering: if that left one of its sides (prefill, decode) with no
+        instance taking new work, end the outlier ejections of that side's engines that still
+        answer (an engine whose legs failed is better than none, as Envoy routes to every
+        host below its panic threshold)."""
+        role = self.cluster.instances[iid].role
+        for takes in (lambda r: r.prefills, lambda r: r.decodes):
+            side = [i for i in self.cluster.instances.values() if takes(i.role)] if takes(role) else []
+            if not side or any(i.healthy for i in side):
+                continue
+            for inst in side:
+                eng = self.cluster.engines[inst.instance_id]
+                if eng.probe_ok and not eng.removed and self.outliers.release(inst.instance_id):
+                    self.cluster.set_ejected(inst.instance_id, False)
+                    log.warning("engine %s: ejection ended early: its side has no other engine taking work",
+                                eng.spec.name)
 
     def _may_eject(self, iid: int) -> bool:
         """Never eject (or mark unhealthy after failed legs) the last instance that takes new work on a side (prefill or decode)

@@ -99,6 +99,15 @@ class OutlierDetector:
         host = self.hosts.get(iid)
         return host is not None and host.ejected_until_s is not None
 
+    def release(self, iid: int) -> bool:
+        """End ``iid``'s ejection now (its side has nothing else left); True if it was out.
+        Its ejection-time multiplier stays, so a relapse is ejected for longer."""
+        host = self.hosts.get(iid)
+        if host is None or host.ejected_until_s is None:
+            return False
+        host.ejected_until_s, host.consecutive = None, 0
+        return True
+
     def success(self, iid: int) -> None:
         """A leg on ``iid`` succeeded."""
         host = self.hosts.get(iid)
