@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 from baton.perf import build  # noqa: E402
+from recorded import emit  # noqa: E402
 
 PRESET = "deepseek-v2-lite@a100-80g"
 PARTS = {"queue": "queue_s", "prefill": "prefill_s", "transfer": "transfer_s", "decode": "decode_wait_s"}
@@ -78,11 +78,7 @@ def main() -> None:
     print(", ".join(f"{k} {figures[f'{k}_share']:.1%}" for k in PARTS) +
           f" of the TTFT of the {figures['tail_requests']} requests at or above P95 "
           f"({figures['p95_ttft_s']:.2f} s)")
-    if args.record:
-        from baton.report.results import record
-        record("kairos-breakdown", figures, time.perf_counter() - started,
-               "python benchmarks/kairos_breakdown.py " + " ".join(sys.argv[1:]))
-    print(json.dumps(figures))
+    emit("kairos-breakdown", figures, started, args.record)
 
 
 if __name__ == "__main__":

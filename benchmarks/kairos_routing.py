@@ -12,7 +12,6 @@ The last line is ``{"median_us": ..., "p99_us": ..., "decode_instances": 64, ...
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ from arrow_decision import view  # noqa: E402
 from baton.core import Request, RequestState  # noqa: E402
 from baton.perf import build  # noqa: E402
 from baton.policies import PolicyContext, build_scheduler  # noqa: E402
+from recorded import emit  # noqa: E402
 
 
 def time_decisions(name: str, v, decisions: int) -> np.ndarray:
@@ -69,11 +69,7 @@ def main() -> None:
     figures = {"median_us": round(med, 1), "p99_us": round(p99, 1), "decode_instances": args.decode,
                "least_loaded_median_us": round(float(np.median(base)), 1), "tick_ms": round(tick_ms, 2),
                "tick_queued_prefills": queued}
-    if args.record:
-        from baton.report.results import record
-        record("kairos-routing", figures, time.perf_counter() - started,
-               "python benchmarks/kairos_routing.py " + " ".join(sys.argv[1:]))
-    print(json.dumps(figures))
+    emit("kairos-routing", figures, started, args.record)
 
 
 if __name__ == "__main__":
