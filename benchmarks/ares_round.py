@@ -71,11 +71,11 @@ def main() -> None:
     sim_s = sim_wall_per_simulated_s()
     print(f"simulator: {sim_s * 1e3:.1f} ms of wall time per simulated second (16P64D reasoning, ares)")
     emit("ares-round", {"round_ms": round(figures["survival_1"], 2), "round_ms_oracle": round(figures["oracle_1"], 2),
-                      "round_ms_4_moves": round(figures["survival_4"], 2),
-                      "round_ms_1024": round(figures["survival_1_1024"], 2),
-                      "round_share_of_1s_interval": round(figures["survival_1"] / 1000, 5),
-                      "sim_wall_ms_per_simulated_s": round(sim_s * 1e3, 1),
-                      "running_requests": active}, started, args.record)
+                        "round_ms_4_moves": round(figures["survival_4"], 2),
+                        "round_ms_1024": round(figures["survival_1_1024"], 2),
+                        "round_share_of_1s_interval": round(figures["survival_1"] / 1000, 5),
+                        "sim_wall_ms_per_simulated_s": round(sim_s * 1e3, 1),
+                        "running_requests": active}, started, args.record)
 
 
 if __name__ == "__main__":

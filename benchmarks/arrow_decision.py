@@ -77,8 +77,8 @@ def main() -> None:
     med_k, p99_k = float(np.median(big)), float(np.percentile(big, 99))
     print(f"arrow at 1,024 instances: median {med_k:.1f} us, p99 {p99_k:.1f} us")
     emit("arrow-decision", {"median_us": round(med, 2), "p99_us": round(p99, 2), "instances": args.instances,
-                      "least_loaded_median_us": round(float(np.median(base)), 2),
-                      "median_us_1024": round(med_k, 2), "p99_us_1024": round(p99_k, 2)}, started, args.record)
+                            "least_loaded_median_us": round(float(np.median(base)), 2),
+                            "median_us_1024": round(med_k, 2), "p99_us_1024": round(p99_k, 2)}, started, args.record)
 
 
 if __name__ == "__main__":
