@@ -401,8 +401,12 @@ class Control:
         than none."""
         return [i for i, inst in self.cluster.instances.items()
                 if (inst.role.decodes if decodes else inst.role.prefills) and i not in exclude
-                and self.outliers.is_ejected(i) and self.cluster.engines[i].probe_ok
-                and not self.cluster.engines[i].removed]
+                and self.outliers.is_ejected(i) and self._answers(i)]
+
+    def _answers(self, iid: int) -> bool:
+        """Whether ``iid``'s engine answers its probes and is still part of the fleet."""
+        eng = self.cluster.engines[iid]
+        return eng.probe_ok and not eng.removed
 
     def _readmit_ejected(self, iid: int) -> None:
         """``iid`` stopped answering: if that left one of its sides (prefill, decode) with no
@@ -415,11 +419,11 @@ class Control:
             if not side or any(i.healthy for i in side):
                 continue
             for inst in side:
-                eng = self.cluster.engines[inst.instance_id]
-                if eng.probe_ok and not eng.removed and self.outliers.release(inst.instance_id):
-                    self.cluster.set_ejected(inst.instance_id, False)
+                other = inst.instance_id
+                if self._answers(other) and self.outliers.release(other):
+                    self.cluster.set_ejected(other, False)
                     log.warning("engine %s: ejection ended early: its side has no other engine taking work",
-                                eng.spec.name)
+                                self.cluster.engines[other].spec.name)
 
     def _may_eject(self, iid: int) -> bool:
         """Never eject (or mark unhealthy after failed legs) the last instance that takes new work on a side (prefill or decode)
