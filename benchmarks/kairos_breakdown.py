@@ -5,12 +5,17 @@ first 3,000 requests of Azure code at ``--rate`` req/s, ``pd``) and splits the T
 requests at or above its P95 into the records' parts: queueing for a prefill instance
 (``queue_s``), prefilling (``prefill_s``), the KV transfer (``transfer_s``) and the decode
 side (``decode_wait_s``), each as a share of their summed TTFT. Also the KV a token holds
-under the preset and what the median tail prompt's transfer takes at the cluster's link.
+under the preset, what the median tail prompt's transfer takes, and how much longer the
+tail's transfers take than each would alone on the link (the cluster's default NIC and
+latency): a prefill batch finishes several prompts at once, and their KV leaves through
+the same NIC, which the link model shares between the flows on it (``sim/network.py``).
 
 Usage: python benchmarks/kairos_breakdown.py [--rate 6] [--traces DIR] [--record]
 The last line is one JSON object: queue_share, prefill_share, transfer_share,
 decode_share, tail_requests, p95_ttft_s, median_tail_prompt_tokens,
-kv_bytes_per_token, median_tail_transfer_ms.
+kv_bytes_per_token, median_tail_transfer_ms, median_tail_alone_ms (the median tail prompt's
+transfer alone on the link), median_tail_over_alone (the median of each tail request's
+transfer over its own alone).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 from baton.perf import build  # noqa: E402
+from baton.sim import ClusterSpec  # noqa: E402
 from recorded import emit  # noqa: E402
 
 PRESET = "deepseek-v2-lite@a100-80g"
@@ -45,8 +51,15 @@ def simulate(trace: Path, rate: float, out: Path) -> Path:
     return out / "pd.requests.csv"
 
 
-def breakdown(rows: list[dict]) -> dict:
-    """Each part's share of the summed TTFT of the finished requests at or above P95 TTFT."""
+def alone_s(prompt_tokens: float, kv_bytes_per_token: float, link: ClusterSpec) -> float:
+    """A prompt's KV transfer with the link to itself (s): its bytes at the NIC's rate plus
+    the one-way latency, as ``sim/network.py`` prices a flow that shares nothing."""
+    return prompt_tokens * kv_bytes_per_token / link.nic_bytes_per_s + link.nic_latency_s
+
+
+def breakdown(rows: list[dict], kv_bytes_per_token: float, link: ClusterSpec) -> dict:
+    """Each part's share of the summed TTFT of the finished requests at or above P95 TTFT,
+    and their transfers against the same transfers alone on ``link``."""
     done = [r for r in rows if r["finished"] == "true"]
     ttft = np.array([float(r["ttft_s"]) for r in done])
     p95 = float(np.percentile(ttft, 95))
@@ -56,6 +69,9 @@ def breakdown(rows: list[dict]) -> dict:
     out.update(tail_requests=len(tail), p95_ttft_s=p95,
                median_tail_prompt_tokens=float(np.median([int(r["prompt_tokens"]) for r in tail])),
                median_tail_transfer_ms=float(np.median([float(r["transfer_s"]) for r in tail])) * 1e3)
+    out["median_tail_alone_ms"] = alone_s(out["median_tail_prompt_tokens"], kv_bytes_per_token, link) * 1e3
+    out["median_tail_over_alone"] = float(np.median(
+        [float(r["transfer_s"]) / alone_s(int(r["prompt_tokens"]), kv_bytes_per_token, link) for r in tail]))
     return out
 
 
@@ -73,11 +89,13 @@ def main() -> None:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         with simulate(trace, args.rate, Path(tmp)).open() as f:
-            figures = breakdown(list(csv.DictReader(f)))
-    figures.update(rate_rps=args.rate, kv_bytes_per_token=build(PRESET).kv_bytes_per_token)
+            kv_bytes = build(PRESET).kv_bytes_per_token
+            figures = breakdown(list(csv.DictReader(f)), kv_bytes, ClusterSpec())  # the run's link: the defaults
+    figures.update(rate_rps=args.rate, kv_bytes_per_token=kv_bytes)
     print(", ".join(f"{k} {figures[f'{k}_share']:.1%}" for k in PARTS) +
           f" of the TTFT of the {figures['tail_requests']} requests at or above P95 "
-          f"({figures['p95_ttft_s']:.2f} s)")
+          f"({figures['p95_ttft_s']:.2f} s); the tail's transfers take {figures['median_tail_over_alone']:.2f}x "
+          f"their time alone on the link (median)")
     emit("kairos-breakdown", figures, started, args.record)
 
 
