@@ -39,6 +39,18 @@ def test_formats(value, spec, text):
     assert fmt(value, spec) == text
 
 
+@pytest.mark.parametrize("value, spec, text", [(1.85, "meets-ge-1.8", "met"), (1.65, "meets-ge-1.8", "missed"),
+                                               (1.8, "meets-ge-1.8", "met"), (40.0, "meets-le-40", "met"),
+                                               (66.7, "meets-le-40", "missed"), (2048, "meets-lt-2048", "missed")])
+def test_a_target_verdict_follows_the_figure(value, spec, text):
+    assert fmt(value, spec) == text
+
+
+def test_a_verdict_with_an_unknown_comparison_is_refused():
+    with pytest.raises(ConfigError, match="must be one of ge, le, gt, lt"):
+        fmt(1.0, "meets-eq-1")
+
+
 def test_markers_are_filled_from_the_files_and_stale_text_is_replaced(results):
     page = ("Kairos: <!--r bench:claims.0.baton:pct-->-33%<!--/r--> "
             "<!--r bench:claims.0.ci95:ci-->[-114%, +47%]<!--/r--> in <!--r bench:seconds:min-->1 s<!--/r-->.")

@@ -15,7 +15,9 @@ Markers (in Markdown, invisible when rendered):
   ``pct`` (``-57.3%``:
   a fraction as a signed percentage with one decimal), ``ci`` (``[-81.8, +0.4]``:
   a pair of fractions), ``min`` (seconds as ``3 min 38 s``), ``ms`` and ``ms.1`` (seconds
-  as whole milliseconds, or with one decimal).
+  as whole milliseconds, or with one decimal), ``meets-ge-1.8`` / ``meets-le-40`` (``met``
+  or ``missed``: a target's verdict on the figure, so that no page says "met" of a run
+  that missed).
 - ``<!--rt NAME:TABLE-->...<!--/rt-->``: a whole Markdown table, built by the renderer
   registered for ``TABLE`` (``report.result_tables``).
 """
@@ -129,8 +131,17 @@ def lookup(data: dict[str, Any], path: str) -> Any:
     return node
 
 
+_VERDICTS = {"ge": lambda v, t: v >= t, "le": lambda v, t: v <= t, "gt": lambda v, t: v > t,
+             "lt": lambda v, t: v < t}
+
+
 def fmt(value: Any, spec: str = "") -> str:
     """A value as the docs write it (see the module docstring for the specs)."""
+    if spec.startswith("meets-"):
+        _, op, target = spec.split("-", 2)
+        if op not in _VERDICTS:
+            raise ConfigError(f"format {spec!r}: the comparison must be one of {', '.join(_VERDICTS)}")
+        return "met" if _VERDICTS[op](value, float(target)) else "missed"
     if spec == "len":
         return str(len(value))
     if spec == "pct":
