@@ -115,4 +115,3 @@ class EngineHealth:
         others = [i for i in self.cluster.instances.values() if i.instance_id != iid and i.healthy]
         return (not role.prefills or any(i.role.prefills for i in others)) and \
             (not role.decodes or any(i.role.decodes for i in others))
-
