@@ -103,3 +103,22 @@ def test_the_gateway_keys_a_chat_by_the_ids_of_its_rendered_prompt_and_warns_wit
     assert "chat requests are routed by load alone" in bare.keying_warning("prefix-precise")
     assert "no tokenizer is configured" in _gateway(folder).keying_warning("prefix-precise")
     assert _gateway(folder, policy="least-loaded").keying_warning("least-loaded") is None
+
+
+def test_a_relay_worker_keys_chats_once_control_says_the_policy_keys_prompts(folder):
+    """A relay worker starts before it knows the policy (control's first snapshot says
+    whether it keys prompts): the chat template must be loaded then, or its chats go
+    unkeyed and control's KV index refuses the engine's events about them (found by
+    ``make real-vllm WORKERS=2``)."""
+    from baton.gateway.config import parse_config
+    from baton.gateway.relay import Relay
+    tok = _tokenizer(folder)
+    config = parse_config({"workers": 2, "tokenizer": str(folder / "tokenizer.json"), "block_size": 16,
+                           "engines": [{"name": "a", "url": "http://127.0.0.1:1", "role": "mixed"}]})
+    relay = Relay(config, 0, 1, "ipc://unused", "http://127.0.0.1:2")
+    body = {"messages": [{"role": "user", "content": " ".join(f"w{i}" for i in range(60))}]}
+    assert relay.prompt_keys("chat", body, None) == ()  # not told yet: nothing is keyed
+    relay._on_message(["snap", 1, 0.0, True, True, [[0, True, "mixed", False, 0, 0.0]], [], [[0, "m", 4096]]])
+    ids = tok.encode(ChatTemplate.beside(folder).render(body), add_special_tokens=False).ids
+    assert relay.needs_prefix_keys and relay.prompt_keys("chat", body, None) == tuple(token_block_keys(ids, 16))
+    relay.close_parsers()

@@ -153,6 +153,15 @@ class Front:
         from baton.gateway.chat_template import ChatTemplate
         return ChatTemplate.beside(self.config.tokenizer, self.config.chat_template)
 
+    def key_prompts(self, needed: bool) -> None:
+        """Whether the policy keys prompts by their blocks: a relay worker learns it from
+        control's snapshot, after it started, and loads the chat template then (chat
+        requests would otherwise go unkeyed, and their KV events unverified)."""
+        if needed and not self.needs_prefix_keys:
+            self.needs_prefix_keys = True
+            self.chat_template = self._chat_template()
+        self.needs_prefix_keys = needed
+
     def keying_warning(self, policy: str) -> str | None:
         """What a prefix-aware policy cannot see at start-up: a line naming the requests it
         routes without their prefixes, or None."""

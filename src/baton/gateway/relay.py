@@ -88,7 +88,7 @@ class Relay(Front):
         kind = message[0]
         if kind == "snap":
             self.cluster.apply_snapshot(message[:4] + message[5:7], self.engines.add)
-            self.needs_prefix_keys = message[4]
+            self.key_prompts(message[4])
             names = self.engines.names  # model names and context lengths control's scrapes found
             for iid, name, context_tokens in message[7]:
                 if name is not None:
