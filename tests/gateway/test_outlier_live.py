@@ -60,13 +60,15 @@ def test_an_engine_answering_every_request_with_an_error_is_ejected(tmp_path):
     assert sent_bad < 0.2 * sent_good, (sent_bad, sent_good)
 
 
-def test_an_engine_that_restarted_under_another_model_name_is_asked_again(tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_an_engine_that_restarted_under_another_model_name_is_asked_again(tmp_path, workers):
     """N2: after a restart under another model name an engine answers every leg 404;
     the gateway kept sending the old name. Now the leg goes elsewhere and the engine's
-    name is asked again, so it serves again under its new name."""
+    name is asked again, so it serves again under its new name. With relay workers the
+    relay asks control, whose snapshots carry the names (a relay's own copy did not last)."""
     a, b = start_fake(tmp_path), start_fake(tmp_path)
     engines = [{"name": "a", "url": a.url, "role": "mixed"}, {"name": "b", "url": b.url, "role": "mixed"}]
-    gw = start_gateway(tmp_path, {**FAST, "engines": engines, "policy": "colocated"})
+    gw = start_gateway(tmp_path, {**FAST, "engines": engines, "policy": "colocated", "workers": workers})
     with servers(a, b, gw):
         assert wait_until(lambda: "baton-emulated" in str(get(gw.url + "/v1/models")[1]))
         post(b.url + "/fake/rename", {"model": "renamed"})

@@ -239,3 +239,35 @@ def test_snapshots_carry_the_engines_specs_only_when_engines_joined():
         hub._drain()
         assert [s["name"] for s in hub.sock.sent[-1][1][6]][-1] == "d9"
     asyncio.run(go())
+
+
+def test_a_404_on_a_relays_leg_makes_control_ask_the_engine_its_name_again():
+    """An engine restarted under another model name answers 404: control owns the names
+    (its snapshots carry them to the relays every 50 ms), so the relay asks control to
+    forget and ask again; a relay that only forgot its own copy got the old name back
+    from the next snapshot, and every leg to that engine failed until a restart."""
+    async def go():
+        from baton.gateway.config import parse_config
+        from baton.gateway.relay import Relay
+        config = parse_config({"workers": 2, "engines": [{"name": "a", "url": "http://127.0.0.1:1", "role": "mixed"}]})
+        relay = Relay(config, 0, 3, "ipc://unused", "http://127.0.0.1:2")
+        relay.link.sock, relay.link.up = Wire(), True
+        relay._on_message(["snap", 1, 0.0, False, False, [[0, True, "mixed", False, 0, 0.0]], [], [[0, "old", 4096]]])
+        relay.engines.rediscover(0)  # what a leg's 404 calls (gateway.faults)
+        assert 0 not in relay.engines.names.by_engine and ["rd", 0] in relay.link.ops
+        relay.close_parsers()
+
+        asked = []
+        control, cluster, clock = make()
+        hub = ControlHub(control, "ipc://unused", rediscover=asked.append)
+        hub.sock = Wire()
+        hub._handle(b"r", ["hi", 0, 1, 4242, []])
+        hub._handle(b"r", ["ops", [["rd", 1]]])
+        assert asked == [1]
+        plain = ControlHub(control, "ipc://unused")  # without an engines object: the name is forgotten
+        plain.names.by_engine[1] = "old"
+        plain.sock = Wire()
+        plain._handle(b"r", ["hi", 0, 1, 4242, []])
+        plain._handle(b"r", ["ops", [["rd", 1]]])
+        assert 1 not in plain.names.by_engine
+    asyncio.run(go())

@@ -16,6 +16,7 @@ import logging
 import os
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,9 +64,12 @@ class RelayInfo:
 class ControlHub:
     """See the module docstring. ``address``: the ROUTER's ZMQ endpoint."""
 
-    def __init__(self, control: Control, address: str, names: ModelNames | None = None) -> None:
+    def __init__(self, control: Control, address: str, names: ModelNames | None = None,
+                 rediscover: Callable[[int], None] | None = None) -> None:
         self.control, self.cluster, self.address = control, control.cluster, address
         self.names = names if names is not None else ModelNames(None)  # what the engines said of themselves
+        # a relay's leg got 404: control asks the engine its name again (its snapshots carry the names)
+        self.rediscover = rediscover if rediscover is not None else self.names.forget
         self.epoch = secrets.randbits(62)
         self.relays: dict[bytes, RelayInfo] = {}
         self.pulls: dict[int, tuple[asyncio.Future, set[bytes], list]] = {}
@@ -186,7 +190,7 @@ class ControlHub:
         if kind == "call":
             return self._call(relay, info, op)
         c, cluster = self.control, self.cluster
-        engine_steps = {"ps": c.prefill_sent, "ok": c.leg_ok, "bl": c.blame}
+        engine_steps = {"ps": c.prefill_sent, "ok": c.leg_ok, "bl": c.blame, "rd": self.rediscover}
         if kind in engine_steps:
             return engine_steps[kind](key)
         if kind == "be":

@@ -29,6 +29,20 @@ _HOP_HEADERS = frozenset({"host", "connection", "keep-alive", "transfer-encoding
                           "upgrade", "proxy-connection", "te", "trailer"})
 
 
+class RelayEngines(Engines):
+    """A relay's engines. Control owns what the engines say of themselves (model names and
+    context lengths reach the relays in its snapshots), so a leg's 404 asks control to ask
+    the engine again; the relay forgets the old name meanwhile, as one process does."""
+
+    def __init__(self, config: GatewayConfig, cluster: RelayCluster, perf, link: Link) -> None:
+        super().__init__(config, cluster, perf)
+        self.link = link
+
+    def rediscover(self, iid: int) -> None:
+        self.names.forget(iid)
+        self.link.op("rd", iid)
+
+
 class Relay(Front):
     """A relay worker (see the module docstring). ``slot``: its place among the workers;
     ``generation``: how many relays the supervisor started before it (ids and identity)."""
@@ -41,7 +55,7 @@ class Relay(Front):
                     self._on_message, self._hello)
         cluster = RelayCluster(link, generation << ID_BITS, perf.kv_capacity_tokens // config.block_size,
                                config.block_size, config.scrape_interval_s)
-        engines = Engines(config, cluster, perf)
+        engines = RelayEngines(config, cluster, perf, link)
         engines.reseed(generation)
         for spec in config.engines:
             engines.add(spec)

@@ -72,7 +72,8 @@ class Gateway(Front):
         self._tasks: list[asyncio.Task] = []
         self.discovery: PodDiscovery | None = None
         self.hub: ControlHub | None = None if hub_address is None else ControlHub(self.control, hub_address,
-                                                                                     self.engines.names)
+                                                                                     self.engines.names,
+                                                                                     self.engines.rediscover)
         self._rendered = b""  # the last Prometheus text
         self._renders: deque[float] = deque()  # when the fresh renders of the last second were made (monotonic s)
 
