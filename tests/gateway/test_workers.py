@@ -120,6 +120,16 @@ def test_two_relays_answer_exactly_and_share_one_control(gw):
     assert wait_until(lambda: idle(gw), 5)
 
 
+def test_control_answers_a_relay_passes_through_are_counted_once(gw):
+    """/health, /metrics and the admin API are control's: the relay that passes one on
+    counted it too, so a probed gateway showed twice its responses with workers."""
+    before = metric(gw.url, "baton_responses_total")
+    for _ in range(10):
+        assert get(gw.url + "/health")[0] == 200
+    # the ten probes and the /metrics read that took ``before`` (counted once it was answered)
+    assert metric(gw.url, "baton_responses_total") - before == 11
+
+
 def test_clients_that_drop_their_streams_leave_no_traceback_in_the_log(gw):
     """A client gone mid-answer (a reset, before or during the stream, streamed or not) is
     one DEBUG line, not aiohttp's ERROR with a 40-line traceback per dropped request (which

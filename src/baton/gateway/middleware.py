@@ -20,6 +20,8 @@ log = logging.getLogger("baton.gateway")
 # them: a plain string key draws a NotAppKeyWarning on every refused request)
 ERROR_TYPE = web.ResponseKey("baton_error_type", str) if hasattr(web, "ResponseKey") else "baton_error_type"
 CLIENT = "baton_client"  # who a request counts against (gateway.admission): its API key, else its address
+# a relay worker's answer that is control's, passed through (control counted it already)
+FROM_CONTROL = web.ResponseKey("baton_from_control", bool) if hasattr(web, "ResponseKey") else "baton_from_control"
 
 
 def client_of(request: web.Request) -> str:
@@ -66,11 +68,14 @@ def client_keys(keys: tuple[str, ...]):
 
 def counted(metrics: GatewayMetrics, refusals: RateLimitedLog):
     """Count every response by status and error type (``baton_responses_total``); log
-    refusals (4xx and 5xx) through ``refusals``."""
+    refusals (4xx and 5xx) through ``refusals``. A relay worker's pass-through of control's
+    answer is not counted again (``FROM_CONTROL``)."""
 
     @web.middleware
     async def count(request: web.Request, handler):
         resp = await handler(request)
+        if isinstance(resp, web.StreamResponse) and resp.get(FROM_CONTROL):
+            return resp
         error_type = resp.get(ERROR_TYPE, "") if isinstance(resp, web.StreamResponse) else ""
         status = getattr(resp, "status", 0)
         metrics.child(metrics.responses, str(status), error_type).inc()

@@ -18,6 +18,7 @@ from baton.gateway import ipc
 from baton.gateway.config import GatewayConfig
 from baton.gateway.engines import Engines
 from baton.gateway.front import Front
+from baton.gateway.middleware import FROM_CONTROL
 from baton.gateway.relay_control import Link, RelayCluster, RemoteControl
 from baton.perf import presets
 from baton.protocol.errors import error_body
@@ -126,7 +127,9 @@ class Relay(Front):
                                                      headers=headers, data=body, allow_redirects=False) as resp:
                 payload = await resp.read()
                 out = {k: v for k, v in resp.headers.items() if k.lower() not in _HOP_HEADERS}
-                return web.Response(status=resp.status, body=payload, headers=out)
+                answer = web.Response(status=resp.status, body=payload, headers=out)
+                answer[FROM_CONTROL] = True  # control counted it (baton_responses_total)
+                return answer
         except (aiohttp.ClientError, TimeoutError) as err:
             log.warning("relay %d: control did not answer %s %s: %s", self.slot, request.method, request.path, err)
             return web.json_response(error_body("the gateway's control process is not answering; retry",
