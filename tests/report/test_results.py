@@ -46,9 +46,10 @@ def test_a_target_verdict_follows_the_figure(value, spec, text):
     assert fmt(value, spec) == text
 
 
-def test_a_verdict_with_an_unknown_comparison_is_refused():
-    with pytest.raises(ConfigError, match="must be one of ge, le, gt, lt"):
-        fmt(1.0, "meets-eq-1")
+@pytest.mark.parametrize("spec", ["meets-eq-1", "meets-ge", "meets-ge-x"])
+def test_a_verdict_without_a_comparison_and_a_number_is_refused(spec):
+    with pytest.raises(ConfigError, match="write meets-OP-NUMBER, OP one of ge, le, gt, lt"):
+        fmt(1.0, spec)
 
 
 def test_markers_are_filled_from_the_files_and_stale_text_is_replaced(results):

@@ -157,10 +157,9 @@ class Front:
         """Whether the policy keys prompts by their blocks: a relay worker learns it from
         control's snapshot, after it started, and loads the chat template then (chat
         requests would otherwise go unkeyed, and their KV events unverified)."""
-        if needed and not self.needs_prefix_keys:
-            self.needs_prefix_keys = True
+        was, self.needs_prefix_keys = self.needs_prefix_keys, needed
+        if needed and not was:
             self.chat_template = self._chat_template()
-        self.needs_prefix_keys = needed
 
     def keying_warning(self, policy: str) -> str | None:
         """What a prefix-aware policy cannot see at start-up: a line naming the requests it

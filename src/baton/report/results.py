@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import os
 import platform
 import subprocess
@@ -131,17 +132,25 @@ def lookup(data: dict[str, Any], path: str) -> Any:
     return node
 
 
-_VERDICTS = {"ge": lambda v, t: v >= t, "le": lambda v, t: v <= t, "gt": lambda v, t: v > t,
-             "lt": lambda v, t: v < t}
+_VERDICTS = {"ge": operator.ge, "le": operator.le, "gt": operator.gt, "lt": operator.lt}
+
+
+def _verdict(value: float, spec: str) -> str:
+    """``met`` or ``missed``: ``value`` against ``meets-OP-TARGET``'s bound."""
+    _, op, target = (spec.split("-", 2) + ["", ""])[:3]
+    try:
+        bound = float(target)
+    except ValueError:
+        bound = None
+    if op not in _VERDICTS or bound is None:
+        raise ConfigError(f"format {spec!r}: write meets-OP-NUMBER, OP one of {', '.join(_VERDICTS)}")
+    return "met" if _VERDICTS[op](value, bound) else "missed"
 
 
 def fmt(value: Any, spec: str = "") -> str:
     """A value as the docs write it (see the module docstring for the specs)."""
     if spec.startswith("meets-"):
-        _, op, target = spec.split("-", 2)
-        if op not in _VERDICTS:
-            raise ConfigError(f"format {spec!r}: the comparison must be one of {', '.join(_VERDICTS)}")
-        return "met" if _VERDICTS[op](value, float(target)) else "missed"
+        return _verdict(value, spec)
     if spec == "len":
         return str(len(value))
     if spec == "pct":
